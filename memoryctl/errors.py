@@ -1,0 +1,81 @@
+"""Every error memoryctl raises on purpose, and the exit code each one maps to.
+
+The CLI catches ``MemoryctlError`` in one place (``memoryctl.cli.main``) and turns it into a
+one-paragraph message plus an exit code; anything else is a bug and is the only thing allowed to
+show a traceback. Each error carries *what* failed and a *hint* that names the setting or command
+that fixes it, the way pip's diagnostic errors do.
+
+Hierarchy::
+
+    MemoryctlError                 exit 1 unless a subclass says otherwise
+    ├── UsageError                 exit 2  bad flags, bad values, hostile identifiers
+    │   ├── ConfigError            exit 2  the TOML/env configuration is wrong
+    │   └── InputError             exit 2  a record/line of user data is invalid
+    ├── NotFoundError              exit 1  a memory id that does not exist
+    ├── StoreError                 exit 1  a store answered with an error
+    │   └── StoreUnavailable       exit 1  a store could not be reached (timeout, refused, breaker open)
+    └── PartialFailure             exit 3  the primary write/read succeeded, a secondary store is degraded
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Named exit codes; part of the CLI contract documented in the README."""
+
+    OK = 0
+    FAILURE = 1
+    USAGE = 2
+    PARTIAL = 3
+
+
+class MemoryctlError(Exception):
+    """Base of every deliberate error. ``hint`` tells the operator what to change."""
+
+    exit_code: ExitCode = ExitCode.FAILURE
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\nhint: {self.hint}"
+
+
+class UsageError(MemoryctlError):
+    exit_code = ExitCode.USAGE
+
+
+class ConfigError(UsageError):
+    pass
+
+
+class InputError(UsageError):
+    pass
+
+
+class NotFoundError(MemoryctlError):
+    pass
+
+
+class StoreError(MemoryctlError):
+    """A store answered, but with an error. ``store`` is one of "postgres", "qdrant", "neo4j", …"""
+
+    def __init__(self, store: str, message: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{store}: {message}", hint=hint)
+        self.store = store
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached in time; callers degrade instead of failing where they can."""
+
+
+class PartialFailure(MemoryctlError):
+    exit_code = ExitCode.PARTIAL
+
+    def __init__(self, message: str, *, degraded: list[str], hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.degraded = degraded

@@ -1,0 +1,289 @@
+"""The data model shared by every store: one memory, one UUID, the same everywhere.
+
+Identifiers that ever reach a query language as *identifiers* (entity types, relationship types,
+metadata keys used in filters) are validated here against strict patterns or a whitelist; every
+other user value travels as a bound parameter. Keeping that rule in one module means an adapter
+never has to wonder whether a string is safe to splice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from memoryctl.errors import InputError
+
+# Relationship types a caller may use. MENTIONS is written by memoryctl itself (memory -> entity).
+RELATION_TYPES: frozenset[str] = frozenset(
+    {
+        "AUTHORED",
+        "REFERENCES",
+        "BELONGS_TO",
+        "OCCURRED_AFTER",
+        "RELATES_TO",
+        "MENTIONS",
+        "ASSIGNED_TO",
+        "WORKS_ON",
+        "PART_OF",
+        "REPLIED_TO",
+        "OWNS",
+        "DEPENDS_ON",
+        "BLOCKS",
+        "KNOWS",
+    }
+)
+
+_ENTITY_TYPE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
+_KIND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_META_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+MAX_TEXT = 100_000
+MAX_NAME = 512
+DEFAULT_KIND = "note"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def content_hash(text: str) -> str:
+    """Hash of exactly what gets embedded; a changed hash means the vector is stale."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def validate_agent_id(value: str) -> str:
+    if not isinstance(value, str) or not _AGENT_ID.match(value):
+        raise InputError(
+            f"invalid agent id {value!r}",
+            hint="agent ids are 1-128 characters of letters, digits and _ . : @ - (starting alphanumeric)",
+        )
+    return value
+
+
+def validate_kind(value: str) -> str:
+    if not isinstance(value, str) or not _KIND.match(value):
+        raise InputError(
+            f"invalid kind {value!r}", hint="kinds are 1-64 characters of letters, digits and _ . -"
+        )
+    return value
+
+
+def validate_entity_type(value: str) -> str:
+    if not isinstance(value, str) or not _ENTITY_TYPE.match(value):
+        raise InputError(
+            f"invalid entity type {value!r}",
+            hint="entity types are identifiers: a letter, then letters, digits or _ (max 64), e.g. User",
+        )
+    return value
+
+
+def validate_relation_type(value: str) -> str:
+    upper = value.upper() if isinstance(value, str) else value
+    if upper not in RELATION_TYPES:
+        raise InputError(
+            f"unknown relationship type {value!r}",
+            hint="allowed: " + ", ".join(sorted(RELATION_TYPES)),
+        )
+    return str(upper)
+
+
+def validate_meta_key(value: str) -> str:
+    if not isinstance(value, str) or not _META_KEY.match(value):
+        raise InputError(
+            f"invalid metadata key {value!r}",
+            hint="metadata keys are identifiers: a letter or _, then letters, digits or _ (max 64)",
+        )
+    return value
+
+
+def normalise_name(name: str) -> str:
+    """Identity of an entity name: NFKC, case-folded, inner whitespace collapsed."""
+    return " ".join(unicodedata.normalize("NFKC", name).casefold().split())
+
+
+@dataclass(frozen=True, slots=True)
+class EntityRef:
+    """An entity as the caller names it. Identity is (agent, type, normalised name)."""
+
+    type: str
+    name: str
+
+    def __post_init__(self) -> None:
+        validate_entity_type(self.type)
+        if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > MAX_NAME:
+            raise InputError(
+                f"invalid entity name {self.name!r}", hint=f"names are 1-{MAX_NAME} non-blank characters"
+            )
+        if any(unicodedata.category(c) == "Cc" for c in self.name):
+            raise InputError(f"entity name {self.name!r} contains control characters")
+
+    def key(self, agent_id: str) -> str:
+        return entity_key(agent_id, self.type, self.name)
+
+    @classmethod
+    def parse(cls, spec: str) -> EntityRef:
+        """``TYPE:NAME`` as typed on the command line (the name may itself contain ':')."""
+        type_, sep, name = spec.partition(":")
+        if not sep:
+            raise InputError(f"entity {spec!r} is not TYPE:NAME", hint="write it like User:Alice")
+        return cls(type_.strip(), name.strip())
+
+    def as_dict(self) -> dict[str, str]:
+        return {"type": self.type, "name": self.name}
+
+
+def entity_key(agent_id: str, type_: str, name: str) -> str:
+    return f"{agent_id}/{type_}:{normalise_name(name)}"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRef:
+    """A node that is a memory (``this`` is resolved to the memory's own id at parse time)."""
+
+    id: uuid.UUID
+
+
+NodeRef = EntityRef | MemoryRef
+
+
+@dataclass(frozen=True, slots=True)
+class Relation:
+    source: NodeRef
+    type: str
+    target: NodeRef
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "type", validate_relation_type(self.type))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"from": node_to_json(self.source), "type": self.type, "to": node_to_json(self.target)}
+
+
+def node_to_json(node: NodeRef) -> Any:
+    if isinstance(node, MemoryRef):
+        return {"memory": str(node.id)}
+    return node.as_dict()
+
+
+def node_from_json(value: Any, this_id: uuid.UUID) -> NodeRef:
+    if value == "this":
+        return MemoryRef(this_id)
+    if isinstance(value, dict):
+        if set(value) == {"memory"}:
+            return MemoryRef(parse_uuid(value["memory"]))
+        if set(value) == {"type", "name"}:
+            return EntityRef(value["type"], value["name"])
+    raise InputError(
+        f"invalid relation node {value!r}",
+        hint='a node is {"type": T, "name": N}, "this", or {"memory": UUID}',
+    )
+
+
+def node_from_spec(spec: str, this_id: uuid.UUID) -> NodeRef:
+    """Command-line node: ``this``, ``memory:<uuid>`` or ``TYPE:NAME``."""
+    spec = spec.strip()
+    if spec == "this":
+        return MemoryRef(this_id)
+    if spec.lower().startswith("memory:"):
+        return MemoryRef(parse_uuid(spec.split(":", 1)[1]))
+    return EntityRef.parse(spec)
+
+
+_REL_SPEC = re.compile(r"^\s*(?P<src>.+?)\s+-(?P<rel>[A-Za-z_]+)->\s+(?P<dst>.+?)\s*$")
+
+
+def relation_from_spec(spec: str, this_id: uuid.UUID) -> Relation:
+    """``"FROM -REL-> TO"`` as typed after ``--rel``."""
+    m = _REL_SPEC.match(spec)
+    if not m:
+        raise InputError(f"relation {spec!r} is not 'FROM -REL-> TO'", hint='e.g. --rel "User:Alice -AUTHORED-> this"')
+    return Relation(node_from_spec(m["src"], this_id), m["rel"], node_from_spec(m["dst"], this_id))
+
+
+def parse_uuid(value: Any) -> uuid.UUID:
+    try:
+        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    except ValueError:
+        raise InputError(f"{value!r} is not a UUID") from None
+
+
+def parse_datetime(value: Any) -> datetime:
+    """ISO 8601; a naive timestamp is taken as UTC so every store agrees on the instant."""
+    if isinstance(value, datetime):
+        dt = value
+    else:
+        try:
+            dt = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            raise InputError(f"{value!r} is not an ISO 8601 timestamp", hint="e.g. 2026-11-29T10:00:00Z") from None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+@dataclass(slots=True)
+class Memory:
+    """One memory as stored in PostgreSQL (the source of truth)."""
+
+    text: str
+    agent_id: str
+    id: uuid.UUID = field(default_factory=uuid.uuid4)
+    kind: str = DEFAULT_KIND
+    created_at: datetime = field(default_factory=utcnow)
+    updated_at: datetime | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    entities: list[EntityRef] = field(default_factory=list)
+    relations: list[Relation] = field(default_factory=list)
+    deleted_at: datetime | None = None
+    hash: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str) or not self.text.strip():
+            raise InputError("memory text is empty")
+        if len(self.text) > MAX_TEXT:
+            raise InputError(f"memory text is {len(self.text)} characters; the limit is {MAX_TEXT}")
+        validate_agent_id(self.agent_id)
+        validate_kind(self.kind)
+        if not isinstance(self.metadata, dict):
+            raise InputError("metadata must be a JSON object")
+        self.entities = dedupe_entities(self.entities, self.agent_id)
+        self.hash = self.hash or content_hash(self.text)
+        if self.updated_at is None:
+            self.updated_at = self.created_at
+
+    @property
+    def entity_keys(self) -> list[str]:
+        return [e.key(self.agent_id) for e in self.entities]
+
+    def all_entities(self) -> list[EntityRef]:
+        """Mentioned entities plus every entity a relation names (graph nodes to create)."""
+        nodes = list(self.entities)
+        for rel in self.relations:
+            nodes.extend(n for n in (rel.source, rel.target) if isinstance(n, EntityRef))
+        return dedupe_entities(nodes, self.agent_id)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": str(self.id),
+            "agent_id": self.agent_id,
+            "text": self.text,
+            "kind": self.kind,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": (self.updated_at or self.created_at).isoformat(),
+            "content_hash": self.hash,
+            "metadata": self.metadata,
+            "entities": [e.as_dict() for e in self.entities],
+            "relations": [r.as_dict() for r in self.relations],
+            "deleted_at": self.deleted_at.isoformat() if self.deleted_at else None,
+        }
+
+
+def dedupe_entities(entities: Iterable[EntityRef], agent_id: str) -> list[EntityRef]:
+    seen: dict[str, EntityRef] = {}
+    for e in entities:
+        seen.setdefault(e.key(agent_id), e)
+    return list(seen.values())

@@ -1,0 +1,253 @@
+"""The small protocols the engine talks to. No client library type crosses these lines.
+
+Two implementations exist for each secondary store, and the write path, the query engine and the
+ops commands must not know which one they hold:
+
+- ``VectorStore``: ``QdrantVectorStore`` (qdrant-client: a server, or its local mode in tests) and
+  ``EdgeVectorStore`` (Qdrant Edge, the Rust engine in-process, for the embedded profile and the
+  benchmarks).
+- ``GraphStore``: ``Neo4jGraphStore`` (Bolt, Cypher) and ``SqlGraphStore`` (node/edge tables in the
+  embedded PostgreSQL, traversals compiled to recursive SQL).
+
+Every call may raise ``StoreUnavailable`` (could not reach it in time) or ``StoreError``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Direction = Literal["out", "in", "both"]
+MetaOp = Literal["=", "!=", "<", "<=", ">", ">=", "in"]
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingModelInfo:
+    """An embedding model version. ``model_id`` names the collection; never mix two of them."""
+
+    model_id: str
+    dim: int
+    distance: Literal["cosine", "dot", "euclid"] = "cosine"
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionInfo:
+    name: str
+    model: EmbeddingModelInfo
+    points: int
+    active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class VectorPoint:
+    """What the vector store keeps per memory: the vector plus the payload filters push down to."""
+
+    id: uuid.UUID
+    vector: Sequence[float]
+    agent_id: str
+    kind: str
+    created_at: datetime
+    content_hash: str
+    entity_keys: Sequence[str] = ()
+    deleted: bool = False
+    # Scalar metadata values (str, int, float, bool) replicated for filter pushdown.
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class MetaCondition:
+    key: str  # already validated by memoryctl.model.validate_meta_key
+    op: MetaOp
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class VectorFilter:
+    """Conditions that are pushed into the vector search itself (all AND-ed).
+
+    ``ids`` restricts to candidate memories (e.g. from a graph traversal); adapters chunk it.
+    ``include_deleted`` is only for reconciliation; queries never set it.
+    """
+
+    agent_id: str | None = None
+    ids: Sequence[uuid.UUID] | None = None
+    kinds: Sequence[str] | None = None
+    exclude_kinds: Sequence[str] | None = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+    entity_keys_any: Sequence[str] | None = None
+    meta: Sequence[MetaCondition] = ()
+    include_deleted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class VectorHit:
+    id: uuid.UUID
+    score: float
+    agent_id: str
+    created_at: datetime
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class VectorRecord:
+    """One point as reconciliation sees it (no vector)."""
+
+    id: uuid.UUID
+    agent_id: str
+    content_hash: str
+    deleted: bool
+    model_id: str
+
+
+@runtime_checkable
+class VectorStore(Protocol):
+    name: str  # "qdrant" in reports, whichever implementation
+
+    def ensure_collection(self, model: EmbeddingModelInfo, *, activate_if_none: bool = True) -> str:
+        """Create the versioned collection for ``model`` with its payload indexes if absent.
+
+        Returns the collection name. When no collection is active yet and ``activate_if_none``,
+        points the ``memories`` alias at it.
+        """
+        ...
+
+    def active_model(self) -> EmbeddingModelInfo | None:
+        """The model behind the ``memories`` alias (None when nothing is active yet)."""
+        ...
+
+    def activate(self, model_id: str) -> None:
+        """Atomically point the alias at the collection for ``model_id``."""
+        ...
+
+    def collections(self) -> list[CollectionInfo]: ...
+
+    def drop_collection(self, model_id: str) -> None: ...
+
+    def upsert(self, points: Sequence[VectorPoint], *, model_id: str | None = None) -> None:
+        """Idempotent by point id. ``model_id`` None writes to the active collection."""
+        ...
+
+    def set_deleted(self, ids: Sequence[uuid.UUID], deleted: bool = True, *, model_id: str | None = None) -> None: ...
+
+    def delete(self, ids: Sequence[uuid.UUID], *, model_id: str | None = None) -> None:
+        """Purge points for good."""
+        ...
+
+    def search(
+        self,
+        vector: Sequence[float],
+        flt: VectorFilter,
+        limit: int,
+        *,
+        model_id: str,
+        score_threshold: float | None = None,
+    ) -> list[VectorHit]:
+        """Nearest neighbours under ``flt``. ``model_id`` must equal the active model's id:
+
+        the query vector was made by that model, and searching another model's collection is
+        refused (``StoreError``) even when dimensions match.
+        """
+        ...
+
+    def scroll(
+        self, *, agent_id: str | None = None, model_id: str | None = None, batch: int = 1000
+    ) -> Iterator[list[VectorRecord]]:
+        """Every point, page by page, without vectors."""
+        ...
+
+    def count(self, *, agent_id: str | None = None, model_id: str | None = None) -> int: ...
+
+    def ping(self) -> dict[str, Any]:
+        """Cheap liveness probe; returns details for ``health`` (version, collection, …)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class GraphEntity:
+    key: str  # memoryctl.model.entity_key(...)
+    type: str  # validated identifier
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class GraphEdge:
+    """A typed edge between two nodes; a node is an entity key or a memory id."""
+
+    source: str | uuid.UUID
+    type: str  # validated against memoryctl.model.RELATION_TYPES
+    target: str | uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class GraphMemory:
+    """What the graph keeps per memory: the node, its MENTIONS, and its typed relations."""
+
+    id: uuid.UUID
+    agent_id: str
+    created_at: datetime
+    deleted: bool
+    entities: Sequence[GraphEntity]  # every entity node this memory touches (mentions + relation ends)
+    mentions: Sequence[str]  # entity keys
+    edges: Sequence[GraphEdge]
+
+
+@dataclass(frozen=True, slots=True)
+class GraphTraversal:
+    """A structured graph filter: from an entity, along allowed relation types, up to ``hops``.
+
+    Returns the memories reached: a memory node on the path, or a memory that MENTIONS an entity
+    on the path (so "memories connected to Alice within 2 hops").
+    """
+
+    agent_id: str | None
+    start_key: str
+    relation_types: Sequence[str] = ()  # empty = any whitelisted type
+    hops: int = 1
+    direction: Direction = "both"
+    limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GraphRecord:
+    id: uuid.UUID
+    agent_id: str
+    deleted: bool
+
+
+@runtime_checkable
+class GraphStore(Protocol):
+    name: str  # "neo4j" in reports, whichever implementation
+
+    def ensure_schema(self) -> None: ...
+
+    def upsert_memories(self, items: Sequence[GraphMemory]) -> None:
+        """Idempotent by memory id / entity key; replaces the memory's outgoing relations."""
+        ...
+
+    def set_deleted(self, ids: Sequence[uuid.UUID], deleted: bool = True) -> None: ...
+
+    def delete(self, ids: Sequence[uuid.UUID]) -> None:
+        """Purge memory nodes and their edges; entity nodes left with no edges go too."""
+        ...
+
+    def traverse(self, query: GraphTraversal) -> list[uuid.UUID]:
+        """Memory ids reached (never soft-deleted ones)."""
+        ...
+
+    def relationships(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
+        """Per memory, its edges as ``{"type", "direction", "node": {...}}`` for query results."""
+        ...
+
+    def scroll(self, *, agent_id: str | None = None, batch: int = 1000) -> Iterator[list[GraphRecord]]: ...
+
+    def count(self, *, agent_id: str | None = None) -> int: ...
+
+    def ping(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
