@@ -1,0 +1,91 @@
+"""The ``memoryctl`` command: one wrapper maps every deliberate error to a message and exit code.
+
+Only a bug shows a traceback. User errors print ``error: …`` and ``hint: …`` on stderr and exit
+2 (usage/input), 1 (runtime failure) or 3 (partial: a store is degraded).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+
+from memoryctl import __version__
+from memoryctl.cli import ops, writes
+from memoryctl.cli.context import Ctx
+from memoryctl.cli.output import err
+from memoryctl.errors import ExitCode, MemoryctlError
+
+app = typer.Typer(
+    name="memoryctl",
+    help="One query interface and the ops CLI for a self-hosted agent memory stack.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+config_app = typer.Typer(help="Inspect the effective configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"memoryctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="TOML config file (default: $MEMORYCTL_CONFIG, user config, /etc).")
+    ] = None,
+    profile: Annotated[str | None, typer.Option("--profile", help="embedded | cluster (overrides the file).")] = None,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    ctx.obj = Ctx(config_path=config, profile=profile)
+    ctx.call_on_close(ctx.obj.close)
+
+
+app.command("init")(ops.init)
+app.command("add")(writes.add)
+app.command("import")(writes.import_)
+app.command("get")(writes.get)
+app.command("forget")(writes.forget)
+app.command("sync")(writes.sync)
+app.command("health")(ops.health)
+app.command("runs")(ops.runs)
+config_app.command("show")(ops.config_show)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Console-script entry point."""
+    code = _invoke(argv)
+    sys.exit(code)
+
+
+def _invoke(argv: list[str] | None = None) -> int:
+    try:
+        result = app(args=argv, standalone_mode=False, prog_name="memoryctl")
+        return int(result) if isinstance(result, int) else 0
+    except MemoryctlError as exc:
+        err.print(f"error: {exc.message}", markup=False, highlight=False)
+        if exc.hint:
+            err.print(f"hint: {exc.hint}", markup=False, highlight=False)
+        return int(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        err.print("aborted", markup=False)
+        return 130
+    except click.ClickException as exc:
+        exc.show(file=sys.stderr)
+        return int(ExitCode.USAGE)
+    except KeyboardInterrupt:
+        err.print("interrupted", markup=False)
+        return 130
+    except BrokenPipeError:
+        return int(ExitCode.OK)

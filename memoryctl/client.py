@@ -1,0 +1,208 @@
+"""``MemoryClient``: the Python API. The CLI is a thin shell over it.
+
+Writes land in PostgreSQL first (one transaction with their outbox rows) and are then delivered
+inline, best effort; whatever could not be delivered stays in the outbox for ``sync``. A result
+says what is pending so callers (and the CLI's exit code 3) can tell "stored" from "searchable".
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memoryctl.config import Settings, load_settings
+from memoryctl.delivery import STORE_OF_TARGET, Deliverer, DeliveryReport
+from memoryctl.errors import InputError, NotFoundError
+from memoryctl.importer import BadLine, read_jsonl
+from memoryctl.model import Memory, dedupe_entities, validate_agent_id
+from memoryctl.stack import Stack
+from memoryctl.stores.records import UpsertResult
+from memoryctl.stores.schema import migrate, schema_state
+
+IMPORT_BATCH = 500
+
+
+@dataclass(slots=True)
+class WriteOutcome:
+    ids: list[uuid.UUID] = field(default_factory=list)
+    inserted: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    invalid: list[BadLine] = field(default_factory=list)
+    delivery: DeliveryReport = field(default_factory=DeliveryReport)
+    pending: dict[str, int] = field(default_factory=dict)  # store -> memories awaiting delivery
+
+    def add(self, result: UpsertResult) -> None:
+        self.inserted += len(result.inserted)
+        self.updated += len(result.updated)
+        self.unchanged += len(result.unchanged)
+
+    @property
+    def degraded(self) -> list[str]:
+        return sorted(store for store, n in self.pending.items() if n)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "inserted": self.inserted,
+            "updated": self.updated,
+            "unchanged": self.unchanged,
+            "invalid": [{"line": b.line, "error": b.error} for b in self.invalid],
+            "pending": self.pending,
+            "delivery": self.delivery.as_dict(),
+        }
+
+
+class MemoryClient:
+    """One handle on the whole stack. Use as a context manager, or call ``close()``."""
+
+    def __init__(self, settings: Settings | None = None, *, stack: Stack | None = None) -> None:
+        self.settings = settings or load_settings()
+        self.stack = stack or Stack(self.settings)
+
+    def __enter__(self) -> MemoryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.stack.close()
+
+    # ---- setup --------------------------------------------------------------------------------
+    def init(self) -> dict[str, Any]:
+        """Apply schema migrations and create the vector collection and graph constraints."""
+        applied = migrate(self.stack.pool)
+        vectors = self.stack.vectors()
+        graph = self.stack.graph()
+        return {
+            "migrations_applied": applied,
+            "schema": [{"version": r["version"], "variant": r["variant"]} for r in schema_state(self.stack.pool)],
+            "vector_model": self.stack.embedder.info.model_id if vectors else None,
+            "degraded": dict(self.stack.unavailable),
+            "graph": graph is not None,
+        }
+
+    # ---- writes -------------------------------------------------------------------------------
+    def _enrich(self, m: Memory) -> Memory:
+        """Add what the configured extractor finds to what the caller gave explicitly."""
+        found = self.stack.extractor.extract(m.text)
+        if found.entities:
+            m.entities = dedupe_entities([*m.entities, *found.entities], m.agent_id)
+        if found.relations:
+            m.relations = [*m.relations, *found.relations]
+        return m
+
+    def add(self, memories: Sequence[Memory], *, deliver: bool = True, extract: bool = True) -> WriteOutcome:
+        out = WriteOutcome()
+        batch = [self._enrich(m) if extract else m for m in memories]
+        result = self.stack.records.upsert(batch)
+        out.ids = [m.id for m in batch]
+        out.add(result)
+        if deliver and result.changed:
+            out.delivery = self._deliver(result.changed)
+        out.pending = self._pending(out.ids)
+        return out
+
+    def import_jsonl(
+        self,
+        path: Path,
+        *,
+        agent_id: str | None = None,
+        strict: bool = False,
+        deliver: bool = True,
+        progress: Callable[[int], None] | None = None,
+    ) -> WriteOutcome:
+        """Import a JSONL file in batches. Bad lines are skipped and reported (or, strict, refused)."""
+        default_agent = validate_agent_id(agent_id) if agent_id else self.settings.default_agent
+        out = WriteOutcome()
+        try:
+            stream = path.open(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot read {path}: {exc.strerror}") from None
+        with stream:
+            if strict:
+                parsed = list(read_jsonl(stream, default_agent=default_agent, forced_agent=agent_id))
+                bad = [p for _, p in parsed if isinstance(p, BadLine)]
+                if bad:
+                    out.invalid = bad
+                    return out
+                source: Iterable[tuple[int, Memory | BadLine]] = parsed
+            else:
+                source = read_jsonl(stream, default_agent=default_agent, forced_agent=agent_id)
+            batch: list[Memory] = []
+            for _, item in source:
+                if isinstance(item, BadLine):
+                    out.invalid.append(item)
+                    if progress:
+                        progress(1)
+                    continue
+                batch.append(item)
+                if len(batch) >= IMPORT_BATCH:
+                    self._import_batch(batch, out, deliver, progress)
+                    batch = []
+            if batch:
+                self._import_batch(batch, out, deliver, progress)
+        out.pending = self._pending(None)
+        return out
+
+    def _import_batch(
+        self, batch: list[Memory], out: WriteOutcome, deliver: bool, progress: Callable[[int], None] | None
+    ) -> None:
+        result = self.stack.records.upsert([self._enrich(m) for m in batch])
+        out.add(result)
+        out.ids.extend(m.id for m in batch)
+        if deliver and result.changed:
+            # A store that failed once in this import is not retried per batch: sync will.
+            targets = [t for t in ("vector", "graph") if t not in out.delivery.failed]
+            out.delivery.merge(self._deliver(result.changed, targets=targets))
+        if progress:
+            progress(len(batch))
+
+    def forget(self, ids: Sequence[uuid.UUID], *, agent_id: str | None = None) -> WriteOutcome:
+        """Soft delete: hidden from every query path at once; purged later by reconcile."""
+        done = self.stack.records.soft_delete(ids, agent_id=agent_id)
+        missing = [i for i in ids if i not in done]
+        if missing and not self.stack.records.get_many(missing):
+            raise NotFoundError(
+                f"no memory {', '.join(map(str, missing))}"
+                + (f" for agent {agent_id!r}" if agent_id else ""),
+                hint="check the id with `memoryctl get ID`",
+            )
+        out = WriteOutcome(ids=list(done), updated=len(done))
+        if done:
+            out.delivery = self._deliver(done)
+        out.pending = self._pending(done)
+        return out
+
+    def sync(self, *, batch: int = 256) -> tuple[DeliveryReport, dict[str, int]]:
+        """Drain the outbox (everything due, retrying deferred rows now)."""
+        self.stack.records.retry_now()
+        report = self._deliver(None, batch=batch)
+        return report, self._pending(None)
+
+    def _deliver(
+        self, ids: Sequence[uuid.UUID] | None, *, batch: int = 256, targets: Sequence[str] = ("vector", "graph")
+    ) -> DeliveryReport:
+        vectors = self.stack.vectors() if "vector" in targets else None
+        graph = self.stack.graph() if "graph" in targets else None
+        usable = [t for t, store in (("vector", vectors), ("graph", graph)) if t in targets and store is not None]
+        deliverer = Deliverer(self.stack.records, vectors, graph, self.stack.embedder if vectors else None)
+        report = deliverer.deliver(memory_ids=ids, batch=batch, targets=usable)
+        for target in targets:
+            if target not in usable:
+                report.failed[target] = self.stack.unavailable.get(STORE_OF_TARGET[target], "unavailable")
+        return report
+
+    def _pending(self, ids: Sequence[uuid.UUID] | None) -> dict[str, int]:
+        counts = self.stack.records.pending_count(ids)
+        return {STORE_OF_TARGET[t]: counts.get(t, 0) for t in ("vector", "graph")}
+
+    # ---- reads --------------------------------------------------------------------------------
+    def get(self, mid: uuid.UUID, *, agent_id: str | None = None) -> Memory:
+        m = self.stack.records.get(mid)
+        if m is None or (agent_id is not None and m.agent_id != agent_id):
+            raise NotFoundError(f"no memory {mid}", hint="ids are UUIDs printed by `memoryctl add`")
+        return m

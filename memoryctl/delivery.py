@@ -1,0 +1,162 @@
+"""Delivering the outbox to the vector store and the graph.
+
+Each target drains independently: Neo4j being down must not hold back Qdrant. A batch is claimed
+with ``FOR UPDATE SKIP LOCKED``, projected from the memories' current rows, written with idempotent
+upserts keyed by the memory UUID, and only then removed from the outbox. A failure leaves the batch
+in the outbox with a back-off and the error recorded: delayed, never lost.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+
+from memoryctl.errors import MemoryctlError, StoreError
+from memoryctl.model import Memory, MemoryRef, NodeRef
+from memoryctl.stores.protocols import GraphEdge, GraphEntity, GraphMemory, GraphStore, VectorPoint, VectorStore
+from memoryctl.stores.records import OutboxItem, RecordStore
+
+if TYPE_CHECKING:
+    from memoryctl.embed import Embedder
+
+SCALAR = (str, int, float, bool)
+
+
+def vector_point(m: Memory, vector: Sequence[float]) -> VectorPoint:
+    return VectorPoint(
+        id=m.id,
+        vector=vector,
+        agent_id=m.agent_id,
+        kind=m.kind,
+        created_at=m.created_at,
+        content_hash=m.hash,
+        entity_keys=m.entity_keys,
+        deleted=m.deleted_at is not None,
+        meta={k: v for k, v in m.metadata.items() if isinstance(v, SCALAR)},
+    )
+
+
+def _node_id(node: NodeRef, agent_id: str) -> str | uuid.UUID:
+    return node.id if isinstance(node, MemoryRef) else node.key(agent_id)
+
+
+def graph_memory(m: Memory) -> GraphMemory:
+    entities = [GraphEntity(e.key(m.agent_id), e.type, e.name) for e in m.all_entities()]
+    return GraphMemory(
+        id=m.id,
+        agent_id=m.agent_id,
+        created_at=m.created_at,
+        deleted=m.deleted_at is not None,
+        entities=entities,
+        mentions=m.entity_keys,
+        edges=[
+            GraphEdge(_node_id(r.source, m.agent_id), r.type, _node_id(r.target, m.agent_id)) for r in m.relations
+        ],
+    )
+
+
+@dataclass(slots=True)
+class DeliveryReport:
+    delivered: dict[str, int] = field(default_factory=lambda: {"vector": 0, "graph": 0})
+    failed: dict[str, str] = field(default_factory=dict)  # target -> error
+    seconds: float = 0.0
+
+    def merge(self, other: DeliveryReport) -> None:
+        for k, v in other.delivered.items():
+            self.delivered[k] = self.delivered.get(k, 0) + v
+        self.failed.update(other.failed)
+        self.seconds += other.seconds
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"delivered": dict(self.delivered), "failed": dict(self.failed), "seconds": round(self.seconds, 3)}
+
+
+STORE_OF_TARGET = {"vector": "qdrant", "graph": "neo4j"}
+
+
+class Deliverer:
+    def __init__(
+        self, records: RecordStore, vectors: VectorStore | None, graph: GraphStore | None, embedder: Embedder | None
+    ) -> None:
+        self.records = records
+        self.vectors = vectors
+        self.graph = graph
+        self.embedder = embedder
+
+    def deliver(
+        self,
+        *,
+        memory_ids: Sequence[uuid.UUID] | None = None,
+        batch: int = 256,
+        max_batches: int | None = None,
+        targets: Sequence[str] = ("vector", "graph"),
+    ) -> DeliveryReport:
+        """Drain due outbox rows (all, or only those of ``memory_ids``), target by target."""
+        report = DeliveryReport()
+        start = time.perf_counter()
+        for target in targets:
+            n = 0
+            while max_batches is None or n < max_batches:
+                n += 1
+                try:
+                    done = self._one_batch(target, batch, memory_ids)
+                except MemoryctlError as exc:
+                    report.failed[target] = exc.message
+                    break
+                if done == 0:
+                    break
+                report.delivered[target] += done
+        report.seconds = time.perf_counter() - start
+        return report
+
+    def _one_batch(self, target: str, limit: int, memory_ids: Sequence[uuid.UUID] | None) -> int:
+        failed: tuple[list[OutboxItem], str] | None = None
+        with self.records.claim(target, limit=limit, memory_ids=memory_ids) as items:
+            if not items:
+                return 0
+            try:
+                self._apply(target, items)
+            except MemoryctlError as exc:
+                failed = (items, exc.message)
+                items.clear()  # nothing is removed from the outbox
+        if failed:
+            self.records.defer(*failed)
+            raise StoreError(STORE_OF_TARGET[target], failed[1])
+        return len({i.memory_id for i in items})
+
+    def _apply(self, target: str, items: Sequence[OutboxItem]) -> None:
+        purge = sorted({i.memory_id for i in items if i.op == "purge"})
+        upsert_ids = sorted({i.memory_id for i in items if i.op == "upsert"} - set(purge))
+        memories = self.records.get_many(upsert_ids)
+        # A memory purged after its upsert was queued has no row any more: nothing to upsert.
+        gone = [mid for mid in upsert_ids if mid not in memories]
+        if target == "vector":
+            self._vector(list(memories.values()), purge + gone)
+        else:
+            self._graph(list(memories.values()), purge + gone)
+
+    def _vector(self, memories: list[Memory], purge: list[uuid.UUID]) -> None:
+        if self.vectors is None or self.embedder is None:
+            raise StoreError("qdrant", "no vector store configured")
+        live = [m for m in memories if m.deleted_at is None]
+        dead = [m.id for m in memories if m.deleted_at is not None]
+        if live:
+            vectors = self.embedder.embed_documents([m.text for m in live])
+            self.vectors.upsert([vector_point(m, v) for m, v in zip(live, vectors.tolist(), strict=True)])
+        if dead:
+            self.vectors.set_deleted(dead, True)
+        if purge:
+            self.vectors.delete(purge)
+
+    def _graph(self, memories: list[Memory], purge: list[uuid.UUID]) -> None:
+        if self.graph is None:
+            raise StoreError("neo4j", "no graph store configured")
+        if memories:
+            self.graph.upsert_memories([graph_memory(m) for m in memories])
+        if purge:
+            self.graph.delete(purge)
+

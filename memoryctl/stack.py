@@ -1,0 +1,142 @@
+"""The composition root: which engine implements which store, decided once from the profile.
+
+Nothing else in memoryctl chooses an implementation. Secondary stores are opened lazily and a
+failure to open one is remembered (``unavailable``) instead of raised, so a write can still land in
+PostgreSQL and a query can still answer, degraded, when Qdrant or Neo4j is down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from memoryctl.config import Settings
+from memoryctl.errors import MemoryctlError, StoreUnavailable
+from memoryctl.stores.pg import EmbeddedPostgres, pool_from_settings
+from memoryctl.stores.records import RecordStore, RunLog
+from memoryctl.stores.schema import migrate, schema_state
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
+
+    from memoryctl.embed import Embedder
+    from memoryctl.extract import Extractor
+    from memoryctl.stores.protocols import GraphStore, VectorStore
+
+
+class Stack:
+    def __init__(self, settings: Settings, *, auto_migrate: bool = True) -> None:
+        self.settings = settings
+        self.auto_migrate = auto_migrate
+        self.unavailable: dict[str, str] = {}
+        self._embedded_pg: EmbeddedPostgres | None = None
+        self._vectors: VectorStore | None = None
+        self._graph: GraphStore | None = None
+        self._tried: set[str] = set()
+
+    # ---- PostgreSQL (required) ----------------------------------------------------------------
+    @cached_property
+    def pool(self) -> ConnectionPool:
+        s = self.settings
+        if s.profile == "embedded":
+            self._embedded_pg = EmbeddedPostgres(s.pg_dir)
+            uri = self._embedded_pg.start()
+            pool = pool_from_settings(s.postgres, dsn=uri)
+        else:
+            pool = pool_from_settings(s.postgres)
+        if self.auto_migrate and not schema_state(pool):
+            migrate(pool)
+        return pool
+
+    @cached_property
+    def records(self) -> RecordStore:
+        return RecordStore(self.pool)
+
+    @cached_property
+    def runs(self) -> RunLog:
+        return RunLog(self.pool)
+
+    # ---- models -------------------------------------------------------------------------------
+    @cached_property
+    def embedder(self) -> Embedder:
+        from memoryctl.embed import make_embedder
+
+        return make_embedder(self.settings.embedder)
+
+    @cached_property
+    def extractor(self) -> Extractor:
+        from memoryctl.extract import make_extractor
+
+        return make_extractor(self.settings.extractor, self.settings.vllm)
+
+    # ---- secondary stores (optional at run time) ----------------------------------------------
+    def vectors(self) -> VectorStore | None:
+        if "vector" not in self._tried:
+            self._tried.add("vector")
+            try:
+                self._vectors = self._open_vectors()
+                self._vectors.ensure_collection(self.embedder.info)
+            except MemoryctlError as exc:
+                self.unavailable["qdrant"] = exc.message
+                self._vectors = None
+        return self._vectors
+
+    def graph(self) -> GraphStore | None:
+        if "graph" not in self._tried:
+            self._tried.add("graph")
+            try:
+                self._graph = self._open_graph()
+                self._graph.ensure_schema()
+            except MemoryctlError as exc:
+                self.unavailable["neo4j"] = exc.message
+                self._graph = None
+        return self._graph
+
+    def _open_vectors(self) -> VectorStore:
+        s = self.settings
+        if s.profile == "embedded":
+            from memoryctl.stores.vector_edge import EdgeVectorStore
+
+            return EdgeVectorStore(s.vectors_dir)
+        from memoryctl.stores.vector_qdrant import QdrantVectorStore
+
+        return QdrantVectorStore.from_settings(s.qdrant)
+
+    def _open_graph(self) -> GraphStore:
+        s = self.settings
+        if s.profile == "embedded":
+            from memoryctl.stores.graph_sql import SqlGraphStore
+
+            return SqlGraphStore(self.pool)
+        from memoryctl.stores.graph_neo4j import Neo4jGraphStore
+
+        return Neo4jGraphStore(s.neo4j)
+
+    def require_vectors(self) -> VectorStore:
+        store = self.vectors()
+        if store is None:
+            raise StoreUnavailable("qdrant", self.unavailable.get("qdrant", "unavailable"))
+        return store
+
+    def require_graph(self) -> GraphStore:
+        store = self.graph()
+        if store is None:
+            raise StoreUnavailable("neo4j", self.unavailable.get("neo4j", "unavailable"))
+        return store
+
+    def close(self) -> None:
+        for store in (self._vectors, self._graph):
+            if store is not None:
+                with contextlib.suppress(Exception):
+                    store.close()
+        if "pool" in self.__dict__:
+            self.pool.close()
+        if self._embedded_pg is not None:
+            self._embedded_pg.stop()
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

