@@ -10,6 +10,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,9 @@ from memoryctl.delivery import STORE_OF_TARGET, Deliverer, DeliveryReport
 from memoryctl.errors import InputError, NotFoundError
 from memoryctl.importer import BadLine, read_jsonl
 from memoryctl.model import Memory, dedupe_entities, validate_agent_id
+from memoryctl.query.engine import QueryEngine, QueryResult
+from memoryctl.query.guard import Guard
+from memoryctl.query.spec import MemoryQuery, parse_duration
 from memoryctl.stack import Stack
 from memoryctl.stores.records import UpsertResult
 from memoryctl.stores.schema import migrate, schema_state
@@ -201,6 +206,31 @@ class MemoryClient:
         return {STORE_OF_TARGET[t]: counts.get(t, 0) for t in ("vector", "graph")}
 
     # ---- reads --------------------------------------------------------------------------------
+    @cached_property
+    def engine(self) -> QueryEngine:
+        qs = self.settings.query
+        return QueryEngine(
+            self.stack.records,
+            vectors=self.stack.vectors,
+            graph=self.stack.graph,
+            embedder=lambda: self.stack.embedder,
+            guard=Guard(timeout_s=qs.store_timeout_s, failures=qs.breaker_failures, reset_s=qs.breaker_reset_s),
+            unavailable=self.stack.unavailable,
+            default_half_life=self._half_life,
+        )
+
+    def _half_life(self, agent_id: str | None) -> timedelta | None:
+        qs = self.settings.query
+        text = qs.agent_half_life.get(agent_id or "", qs.half_life)
+        return parse_duration(text) if text else None
+
+    def query(self, q: MemoryQuery | None = None, /, **fields: Any) -> QueryResult:
+        """Run one unified query: ``client.query(MemoryQuery(...))`` or ``client.query(text=..., ...)``."""
+        if q is None:
+            fields.setdefault("agent_id", None if fields.get("all_agents") else self.settings.default_agent)
+            q = MemoryQuery(**fields)
+        return self.engine.run(q)
+
     def get(self, mid: uuid.UUID, *, agent_id: str | None = None) -> Memory:
         m = self.stack.records.get(mid)
         if m is None or (agent_id is not None and m.agent_id != agent_id):

@@ -84,6 +84,8 @@ class VllmSettings(BaseModel):
 
 class QuerySettings(BaseModel):
     half_life: str | None = "30d"
+    # Per-agent half-lives, e.g. {"support-bot" = "7d"}; an agent not listed uses half_life.
+    agent_half_life: dict[str, str] = Field(default_factory=dict)
     store_timeout_s: float = Field(2.0, gt=0)
     breaker_failures: int = Field(3, ge=1)
     breaker_reset_s: float = Field(30.0, gt=0)

@@ -14,7 +14,7 @@ import click
 import typer
 
 from memoryctl import __version__
-from memoryctl.cli import ops, writes
+from memoryctl.cli import demo, ops, query, writes
 from memoryctl.cli.context import Ctx
 from memoryctl.cli.output import err
 from memoryctl.errors import ExitCode, MemoryctlError
@@ -50,12 +50,16 @@ def main(
     ctx.call_on_close(ctx.obj.close)
 
 
+app.command("demo")(demo.demo)
 app.command("init")(ops.init)
 app.command("add")(writes.add)
 app.command("import")(writes.import_)
 app.command("get")(writes.get)
 app.command("forget")(writes.forget)
 app.command("sync")(writes.sync)
+app.command("query")(query.query)
+app.command("stats")(query.stats)
+app.command("cypher")(query.cypher)
 app.command("health")(ops.health)
 app.command("runs")(ops.runs)
 config_app.command("show")(ops.config_show)

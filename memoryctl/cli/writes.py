@@ -28,19 +28,19 @@ from memoryctl.model import (
 )
 
 
-def _meta(pairs: list[str]) -> dict[str, Any]:
+def parse_params(pairs: list[str], flag: str = "--param") -> dict[str, Any]:
     """``key=value``; the value is JSON when it parses as JSON (numbers, booleans), else a string."""
-    meta: dict[str, Any] = {}
+    parsed: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep:
-            raise InputError(f"--meta {pair!r} is not key=value", hint="e.g. --meta sentiment=0.7")
+            raise InputError(f"{flag} {pair!r} is not key=value", hint=f"e.g. {flag} sentiment=0.7")
         try:
             value: Any = json.loads(raw)
         except json.JSONDecodeError:
             value = raw
-        meta[validate_meta_key(key.strip())] = value
-    return meta
+        parsed[validate_meta_key(key.strip())] = value
+    return parsed
 
 
 def report_pending(outcome: WriteOutcome) -> int:
@@ -79,7 +79,7 @@ def add(
         agent_id=c.agent(agent),
         kind=kind,
         **({"created_at": parse_datetime(at)} if at else {}),
-        metadata=_meta(meta or []),
+        metadata=parse_params(meta or [], "--meta"),
         entities=[EntityRef.parse(e) for e in entity or []],
         relations=[relation_from_spec(r, mid) for r in rel or []],
     )

@@ -1,0 +1,510 @@
+"""Planner and executor: one ``MemoryQuery`` → the fewest store calls that answer it.
+
+Plan shapes (see the README's "Query engine" section):
+
+- ``and`` + text: [graph traverse → candidate ids] → one vector search whose filter carries the
+  ids, the agent, the time range and every ``where`` the payload holds → hydrate from PostgreSQL.
+  Nothing is pulled up to be filtered in Python; PostgreSQL is asked only for what the payload
+  does not hold (nothing, today: kind, agent_id, created_at and scalar metadata are all replicated).
+- ``and`` without text: graph → ids → PostgreSQL filter, or PostgreSQL alone; newest first.
+- ``or``: every leg (vector, graph, where) runs in parallel, results fused with RRF.
+- Time decay multiplies the final score; ``threshold`` is a floor on cosine similarity in the
+  vector leg (the only score with an absolute meaning).
+
+Every store call goes through ``Guard`` (timeout + breaker). When Qdrant fails, text falls back to
+PostgreSQL full-text search; when Neo4j fails, the graph filter falls back to the ``entities``
+column (one hop, mentions only). Either way the result names the degraded store.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from memoryctl.errors import MemoryctlError
+from memoryctl.model import Memory
+from memoryctl.query.fusion import decay, rrf
+from memoryctl.query.guard import Guard
+from memoryctl.query.relational import RelationalQueries
+from memoryctl.query.spec import MemoryQuery, Where
+from memoryctl.stores.protocols import GraphStore, GraphTraversal, MetaCondition, VectorFilter, VectorStore
+from memoryctl.stores.records import RecordStore
+
+if TYPE_CHECKING:
+    from memoryctl.embed import Embedder
+
+T = TypeVar("T")
+OVERFETCH = 2  # vector hits fetched per requested hit: PostgreSQL may veto a few (deleted since)
+GRAPH_CANDIDATE_CAP = 100_000
+
+
+@dataclass(slots=True)
+class Hit:
+    id: uuid.UUID
+    score: float
+    scores: dict[str, float]
+    memory: Memory
+    sources: list[str]
+    relationships: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        m = self.memory
+        return {
+            "id": str(self.id),
+            "score": round(self.score, 6),
+            "scores": {k: round(v, 6) for k, v in self.scores.items()},
+            "text": m.text,
+            "created_at": m.created_at.isoformat(),
+            "kind": m.kind,
+            "agent_id": m.agent_id,
+            "entities": [e.as_dict() for e in m.entities],
+            "metadata": m.metadata,
+            "relationships": self.relationships,
+            "sources": self.sources,
+        }
+
+
+@dataclass(slots=True)
+class Step:
+    name: str
+    store: str
+    detail: dict[str, Any]
+    ms: float = 0.0
+    rows_in: int | None = None
+    rows_out: int | None = None
+    status: str = "ok"
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("name", "store", "detail", "ms", "rows_in", "rows_out", "status", "error")}
+
+
+@dataclass(slots=True)
+class QueryResult:
+    hits: list[Hit]
+    degraded: list[str]
+    plan: str
+    steps: list[Step]
+    query: MemoryQuery
+    ms: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def explain(self) -> dict[str, Any]:
+        return {
+            "plan": self.plan,
+            "query": self.query.as_dict(),
+            "steps": [s.as_dict() for s in self.steps],
+            "total_ms": round(self.ms, 2),
+            "notes": self.notes,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "query_id": str(self.query.query_id),
+            "hits": [h.as_dict() for h in self.hits],
+            "degraded": self.degraded,
+            "explain": self.explain,
+        }
+
+
+def _pushdown(q: MemoryQuery, *, with_where: bool, ids: Sequence[uuid.UUID] | None = None) -> VectorFilter | None:
+    """The vector filter: agent scope, time range, and every ``where`` the payload can answer.
+
+    None when the conditions contradict each other (nothing can match).
+    """
+    kinds: list[str] | None = None
+    exclude: list[str] = []
+    agent = q.agent_id
+    created_from, created_to = q.since, q.until
+    meta: list[MetaCondition] = []
+    for w in q.where if with_where else []:
+        if w.field == "kind":
+            if w.op == "!=":
+                exclude.append(w.value)
+            else:
+                wanted = set(w.value if w.op == "in" else [w.value])
+                kinds = sorted(wanted if kinds is None else wanted & set(kinds))
+                if not kinds:
+                    return None
+        elif w.field == "agent_id":
+            # Only '=' narrows the scope here; '!=' and 'in' are checked in PostgreSQL afterwards.
+            if w.op == "=":
+                if agent is not None and agent != w.value:
+                    return None  # contradiction: nothing can match
+                agent = w.value
+        elif w.field == "created_at":
+            created_from, created_to = _narrow_time(w, created_from, created_to)
+        else:
+            meta.append(MetaCondition(w.field[5:], w.op, w.value))
+    return VectorFilter(
+        agent_id=agent,
+        ids=ids,
+        kinds=kinds,
+        exclude_kinds=exclude or None,
+        created_from=created_from,
+        created_to=created_to,
+        meta=tuple(meta),
+    )
+
+
+def _narrow_time(w: Where, lo: datetime | None, hi: datetime | None) -> tuple[datetime | None, datetime | None]:
+    if w.op in (">", ">="):
+        lo = w.value if lo is None else max(lo, w.value)
+    elif w.op in ("<", "<="):
+        hi = w.value if hi is None else min(hi, w.value)
+    elif w.op == "=":
+        lo = hi = w.value
+    return lo, hi
+
+
+def _needs_postgres_filter(q: MemoryQuery) -> bool:
+    """Where clauses the vector payload cannot answer exactly (checked again in PostgreSQL)."""
+    return any(
+        (w.field == "agent_id" and w.op in ("!=", "in")) or (w.field == "created_at" and w.op in ("!=", "in"))
+        for w in q.where
+    )
+
+
+class QueryEngine:
+    def __init__(
+        self,
+        records: RecordStore,
+        *,
+        vectors: Callable[[], VectorStore | None],
+        graph: Callable[[], GraphStore | None],
+        embedder: Callable[[], Embedder],
+        guard: Guard,
+        unavailable: dict[str, str],
+        default_half_life: Callable[[str | None], Any] = lambda agent: None,
+        record_events: bool = True,
+    ) -> None:
+        self.records = records
+        self.rel = RelationalQueries(records.pool)
+        self._vectors = vectors
+        self._graph = graph
+        self._embedder = embedder
+        self.guard = guard
+        self.unavailable = unavailable
+        self.default_half_life = default_half_life
+        self.record_events = record_events
+
+    # ---- plumbing -----------------------------------------------------------------------------
+    def _step(self, steps: list[Step], name: str, store: str, detail: dict[str, Any], fn: Callable[[], T]) -> T:
+        step = Step(name, store, detail)
+        steps.append(step)
+        t0 = time.perf_counter()
+        try:
+            return self.guard.call(store, fn)
+        except MemoryctlError as exc:
+            step.status, step.error = "failed", exc.message
+            raise
+        finally:
+            step.ms = round((time.perf_counter() - t0) * 1000, 2)
+
+    # ---- entry --------------------------------------------------------------------------------
+    def run(self, q: MemoryQuery) -> QueryResult:
+        q.validate()
+        if not q.decay:
+            q.half_life = None
+        elif q.half_life is None:
+            q.half_life = self.default_half_life(q.agent_id)
+        t0 = time.perf_counter()
+        steps: list[Step] = []
+        degraded: list[str] = []
+        notes: list[str] = []
+        if q.combine == "or" and sum([q.has_vector_leg, q.graph is not None, bool(q.where)]) > 1:
+            plan, ranked = "or: parallel legs fused by RRF", self._run_or(q, steps, degraded, notes)
+        else:
+            plan, ranked = self._run_and(q, steps, degraded, notes)
+        hits = self._hydrate(q, ranked, steps, degraded)
+        result = QueryResult(hits, sorted(set(degraded)), plan, steps, q, notes=notes)
+        result.ms = (time.perf_counter() - t0) * 1000
+        if self.record_events and hits:
+            self._record(q, hits)
+        return result
+
+    # ---- AND ----------------------------------------------------------------------------------
+    def _run_and(
+        self, q: MemoryQuery, steps: list[Step], degraded: list[str], notes: list[str]
+    ) -> tuple[str, list[tuple[uuid.UUID, dict[str, float]]]]:
+        ids: list[uuid.UUID] | None = None
+        shape = []
+        if q.graph is not None:
+            shape.append("graph")
+            ids = self._graph_ids(q, steps, degraded, notes)
+            if not ids:
+                return "graph → (no candidates)", []
+        if q.has_vector_leg:
+            shape.append("vector(pushdown: " + ", ".join(self._pushed(q, ids)) + ")")
+            ranked = self._vector_or_fulltext(q, steps, degraded, notes, ids=ids, with_where=True)
+            if _needs_postgres_filter(q) and ranked:
+                keep = {i for i, _ in self._pg_filter(q, steps, ids=[i for i, _ in ranked], limit=len(ranked))}
+                ranked = [(i, s) for i, s in ranked if i in keep]
+            return " → ".join(shape), ranked
+        shape.append("postgres(filter, newest first)")
+        rows = self._pg_filter(q, steps, ids=ids, limit=q.limit)
+        return " → ".join(shape), [(i, {"graph": 1.0} if ids is not None else {}) for i, _ in rows]
+
+    def _pushed(self, q: MemoryQuery, ids: Sequence[uuid.UUID] | None) -> list[str]:
+        pushed = ["agent" if q.agent_id else "all agents"]
+        if ids is not None:
+            pushed.append(f"{len(ids)} ids")
+        if q.since or q.until:
+            pushed.append("time")
+        pushed += [f"{w.field} {w.op}" for w in q.where]
+        return pushed
+
+    # ---- OR -----------------------------------------------------------------------------------
+    def _run_or(
+        self, q: MemoryQuery, steps: list[Step], degraded: list[str], notes: list[str]
+    ) -> list[tuple[uuid.UUID, dict[str, float]]]:
+        import threading
+
+        legs: dict[str, list[tuple[uuid.UUID, dict[str, float]]]] = {}
+        lock = threading.Lock()
+        leg_steps: dict[str, list[Step]] = {}
+
+        def leg(name: str, fn: Callable[[list[Step]], list[tuple[uuid.UUID, dict[str, float]]]]) -> None:
+            own: list[Step] = []
+            leg_steps[name] = own
+            try:
+                res = fn(own)
+            except MemoryctlError as exc:
+                res = []
+                notes.append(f"{name} leg failed: {exc.message}")
+            with lock:
+                legs[name] = res
+
+        fns: dict[str, Callable[[list[Step]], list[tuple[uuid.UUID, dict[str, float]]]]] = {}
+        depth = q.limit * OVERFETCH + 10
+        if q.has_vector_leg:
+            fns["vector"] = lambda s: self._vector_or_fulltext(q, s, degraded, notes, ids=None, with_where=False)
+        if q.graph is not None:
+            def graph_leg(s: list[Step]) -> list[tuple[uuid.UUID, dict[str, float]]]:
+                ids = self._graph_ids(q, s, degraded, notes)
+                rows = self._pg_filter(q, s, ids=ids, limit=depth, with_where=False) if ids else []
+                return [(i, {"graph": 1.0}) for i, _ in rows]
+
+            fns["graph"] = graph_leg
+        if q.where:
+            fns["where"] = lambda s: [(i, {"where": 1.0}) for i, _ in self._pg_filter(q, s, limit=depth)]
+        threads = [threading.Thread(target=leg, args=(n, f), daemon=True) for n, f in fns.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for name in fns:
+            steps.extend(leg_steps.get(name, []))
+        fused = rrf({name: [i for i, _ in res] for name, res in legs.items()})
+        raw = {name: dict(res) for name, res in legs.items()}
+        ranked: list[tuple[uuid.UUID, dict[str, float]]] = []
+        for mid, parts in fused.items():
+            scores: dict[str, float] = {}
+            for name in parts:
+                scores.update(raw[name][mid])
+            scores["rrf"] = sum(parts.values())
+            ranked.append((mid, scores))
+        ranked.sort(key=lambda p: -p[1]["rrf"])
+        steps.append(Step("fuse", "engine", {"method": "rrf", "k": 60, "legs": {n: len(r) for n, r in legs.items()}},
+                          rows_in=sum(len(r) for r in legs.values()), rows_out=len(ranked)))
+        return ranked
+
+    # ---- legs ---------------------------------------------------------------------------------
+    def _graph_ids(self, q: MemoryQuery, steps: list[Step], degraded: list[str], notes: list[str]) -> list[uuid.UUID]:
+        assert q.graph is not None
+        g = q.graph
+        traversal = GraphTraversal(
+            agent_id=q.agent_id,
+            start_key=g.entity.key(q.agent_id) if q.agent_id else "",
+            relation_types=g.via,
+            hops=g.hops,
+            direction=g.direction,
+            limit=GRAPH_CANDIDATE_CAP,
+        )
+        detail = {"start": g.entity.as_dict(), "via": list(g.via), "hops": g.hops, "direction": g.direction}
+        try:
+            if q.agent_id is None:
+                raise MemoryctlError("graph filters need an agent (entity keys are per agent)")
+            store = self._graph()
+            if store is None:
+                from memoryctl.errors import StoreUnavailable
+
+                raise StoreUnavailable("neo4j", self.unavailable.get("neo4j", "unavailable"))
+            ids = self._step(steps, "graph.traverse", store.name, detail, lambda: store.traverse(traversal))
+            steps[-1].rows_out = len(ids)
+            return ids
+        except MemoryctlError as exc:
+            if "agent" in exc.message and q.agent_id is None:
+                raise
+            degraded.append("neo4j")
+            notes.append(f"neo4j unavailable ({exc.message}); graph filter fell back to PostgreSQL mentions (1 hop)")
+            ids = self._step(
+                steps, "fallback.mentions", "postgres", detail,
+                lambda: self.rel.mentions(q, g.entity.type, g.entity.name, limit=GRAPH_CANDIDATE_CAP),
+            )
+            steps[-1].rows_out = len(ids)
+            return ids
+
+    def _vector_or_fulltext(
+        self,
+        q: MemoryQuery,
+        steps: list[Step],
+        degraded: list[str],
+        notes: list[str],
+        *,
+        ids: Sequence[uuid.UUID] | None,
+        with_where: bool,
+    ) -> list[tuple[uuid.UUID, dict[str, float]]]:
+        depth = q.limit * OVERFETCH + 10
+        flt = _pushdown(q, with_where=with_where, ids=ids)
+        if flt is None:
+            notes.append("the where clauses contradict each other: nothing can match")
+            return []
+        try:
+            store = self._vectors()
+            if store is None:
+                from memoryctl.errors import StoreUnavailable
+
+                raise StoreUnavailable("qdrant", self.unavailable.get("qdrant", "unavailable"))
+            embedder = self._embedder()
+            if q.vector is not None:
+                vector = list(q.vector)
+            else:
+                assert q.text is not None
+                vector = self._step(steps, "embed.query", "embedder", {"model": embedder.info.model_id},
+                                    lambda: embedder.embed_query(q.text or "").tolist())
+            detail = {
+                "model": embedder.info.model_id,
+                "limit": depth,
+                "filter": {
+                    "agent": flt.agent_id,
+                    "ids": len(flt.ids) if flt.ids is not None else None,
+                    "kinds": flt.kinds,
+                    "exclude_kinds": flt.exclude_kinds,
+                    "time": [t.isoformat() if t else None for t in (flt.created_from, flt.created_to)],
+                    "meta": [f"{m.key} {m.op} {m.value!r}" for m in flt.meta],
+                },
+                "threshold": q.threshold,
+            }
+            hits = self._step(
+                steps, "vector.search", store.name, detail,
+                lambda: store.search(vector, flt, depth, model_id=embedder.info.model_id, score_threshold=q.threshold),
+            )
+            steps[-1].rows_in = len(ids) if ids is not None else None
+            steps[-1].rows_out = len(hits)
+            return [(h.id, {"vector": h.score}) for h in hits]
+        except MemoryctlError as exc:
+            if q.text is None:
+                degraded.append("qdrant")
+                notes.append(f"qdrant unavailable ({exc.message}); a raw vector cannot fall back to full-text")
+                return []
+            degraded.append("qdrant")
+            notes.append(f"qdrant unavailable ({exc.message}); text fell back to PostgreSQL full-text search")
+            rows = self._step(
+                steps, "fallback.fulltext", "postgres", {"text": q.text, "ids": len(ids) if ids is not None else None},
+                lambda: self._fulltext(q, ids, depth, with_where),
+            )
+            steps[-1].rows_out = len(rows)
+            return [(i, {"fulltext": r}) for i, r in rows]
+
+    def _fulltext(
+        self, q: MemoryQuery, ids: Sequence[uuid.UUID] | None, depth: int, with_where: bool
+    ) -> list[tuple[uuid.UUID, float]]:
+        assert q.text is not None
+        scoped = q if with_where else MemoryQuery(**{**_fields(q), "where": []})
+        rows = self.rel.fulltext(scoped, q.text, limit=depth if ids is None else max(depth, len(ids)))
+        if ids is not None:
+            allowed = set(ids)
+            rows = [r for r in rows if r[0] in allowed]
+        return rows[:depth]
+
+    def _pg_filter(
+        self,
+        q: MemoryQuery,
+        steps: list[Step],
+        *,
+        ids: Sequence[uuid.UUID] | None = None,
+        limit: int,
+        with_where: bool = True,
+    ) -> list[tuple[uuid.UUID, datetime]]:
+        detail = {"where": [f"{w.field} {w.op}" for w in q.where] if with_where else [],
+                  "time": bool(q.since or q.until), "ids": len(ids) if ids is not None else None, "limit": limit}
+        rows = self._step(steps, "postgres.filter", "postgres", detail,
+                          lambda: self.rel.filter(q, ids=ids, limit=limit, with_where=with_where))
+        steps[-1].rows_in = len(ids) if ids is not None else None
+        steps[-1].rows_out = len(rows)
+        return rows
+
+    # ---- hydrate, score, relationships --------------------------------------------------------
+    def _hydrate(
+        self, q: MemoryQuery, ranked: list[tuple[uuid.UUID, dict[str, float]]], steps: list[Step], degraded: list[str]
+    ) -> list[Hit]:
+        if not ranked:
+            return []
+        window = ranked[: max(q.limit * OVERFETCH + 10, q.limit)]
+        ids = [i for i, _ in window]
+        rows = self._step(steps, "postgres.hydrate", "postgres", {"ids": len(ids)},
+                          lambda: self.records.get_many(ids, include_deleted=False))
+        steps[-1].rows_in, steps[-1].rows_out = len(ids), len(rows)
+        now = datetime.now(UTC)
+        hits: list[Hit] = []
+        for mid, scores in window:
+            m = rows.get(mid)
+            # PostgreSQL is the truth: deleted or out-of-scope rows never leave the engine,
+            # whatever a lagging secondary store still holds.
+            if m is None or (q.agent_id is not None and m.agent_id != q.agent_id):
+                continue
+            if (q.since and m.created_at < q.since) or (q.until and m.created_at > q.until):
+                continue
+            d = decay(m.created_at, now, q.half_life)
+            base = scores.get("rrf", scores.get("vector", scores.get("fulltext", 1.0)))
+            parts = {**scores, "decay": d}
+            sources = ["postgres"]
+            if "vector" in scores:
+                sources.append("qdrant")
+            if "graph" in scores:
+                sources.append("neo4j" if "neo4j" not in degraded else "postgres-mentions")
+            hits.append(Hit(mid, base * d, parts, m, sources))
+        hits.sort(key=lambda h: (-h.score, -h.memory.created_at.timestamp()))
+        hits = hits[: q.limit]
+        self._relationships(hits, steps, degraded)
+        return hits
+
+    def _relationships(self, hits: list[Hit], steps: list[Step], degraded: list[str]) -> None:
+        if not hits or "neo4j" in degraded:
+            return
+        store = self._graph()
+        if store is None:
+            return
+        try:
+            rels = self._step(steps, "graph.relationships", store.name, {"ids": len(hits)},
+                              lambda: store.relationships([h.id for h in hits]))
+        except MemoryctlError:
+            degraded.append("neo4j")
+            return
+        for h in hits:
+            h.relationships = rels.get(h.id, [])
+
+    def _record(self, q: MemoryQuery, hits: list[Hit]) -> None:
+        """Recall events feed the nightly datasets; losing one is not worth failing a query."""
+        from psycopg.types.json import Jsonb
+
+        try:
+            with self.records.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO memory_events (agent_id, memory_id, query_id, event, payload)"
+                    " VALUES (%s, %s, %s, 'recall', %s)",
+                    [(h.memory.agent_id, h.id, q.query_id, Jsonb({"rank": r, "score": h.score, "text": q.text}))
+                     for r, h in enumerate(hits, start=1)],
+                )
+        except Exception:
+            pass
+
+
+def _fields(q: MemoryQuery) -> dict[str, Any]:
+    return {f: getattr(q, f) for f in q.__dataclass_fields__}

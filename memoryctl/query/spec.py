@@ -1,0 +1,214 @@
+"""What a caller can ask: ``MemoryQuery`` and its parts, parsed and validated before planning.
+
+Every field name that can reach a store as an identifier is checked against a whitelist here;
+values stay values (bound parameters in SQL/Cypher, payload values in Qdrant).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from memoryctl.errors import InputError
+from memoryctl.model import (
+    EntityRef,
+    parse_datetime,
+    validate_agent_id,
+    validate_kind,
+    validate_meta_key,
+    validate_relation_type,
+)
+from memoryctl.stores.protocols import Direction, MetaOp
+
+Combine = Literal["and", "or"]
+CANONICAL_FIELDS = ("kind", "agent_id", "created_at")
+OPS: tuple[MetaOp, ...] = ("=", "!=", "<", "<=", ">", ">=", "in")
+MAX_LIMIT = 1000
+MAX_HOPS = 3
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_WHERE = re.compile(r"^\s*(?P<field>[A-Za-z_][A-Za-z0-9_.]*)\s*(?P<op>!=|<=|>=|=|<|>|\bin\b)\s*(?P<value>.*?)\s*$", re.S)
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30d``, ``12h``, ``15m``, ``2w``, ``90s``."""
+    m = _DURATION.match(text or "")
+    if not m:
+        raise InputError(f"{text!r} is not a duration", hint="use a number and a unit: 90s, 15m, 12h, 7d, 2w")
+    return timedelta(seconds=float(m[1]) * _UNITS[m[2]])
+
+
+def parse_since(text: str, *, now: datetime | None = None) -> datetime:
+    """An ISO timestamp, or a duration meaning 'that long ago' (``7d`` = the last 7 days)."""
+    if _DURATION.match(text or ""):
+        return (now or datetime.now(UTC)) - parse_duration(text)
+    return parse_datetime(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """One relational filter. ``field`` is a canonical column or ``meta.<key>`` (metadata)."""
+
+    field: str
+    op: MetaOp
+    value: Any
+
+    @property
+    def meta_key(self) -> str | None:
+        return self.field[5:] if self.field.startswith("meta.") else None
+
+    @classmethod
+    def parse(cls, text: str) -> Where:
+        m = _WHERE.match(text)
+        if not m:
+            raise InputError(
+                f"--where {text!r} is not 'field OP value'",
+                hint="ops: = != < <= > >= in; fields: kind, agent_id, created_at, or a metadata key",
+            )
+        return cls.build(m["field"], m["op"], _value(m["value"], m["op"]))
+
+    @classmethod
+    def build(cls, field_: str, op: str, value: Any) -> Where:
+        if op not in OPS:
+            raise InputError(f"unknown operator {op!r}", hint="ops: " + " ".join(OPS))
+        if field_ in CANONICAL_FIELDS:
+            name = field_
+        else:
+            key = field_
+            for prefix in ("meta.", "metadata."):
+                if field_.startswith(prefix):
+                    key = field_[len(prefix) :]
+                    break
+            name = "meta." + validate_meta_key(key)
+        if op == "in":
+            if not isinstance(value, list) or not value:
+                raise InputError(f"'{field_} in …' needs a non-empty list", hint='e.g. kind in ["note","event"] or kind in note,event')
+            values = value
+        else:
+            if isinstance(value, list | dict):
+                raise InputError(f"'{field_} {op} …' needs a single value")
+            values = [value]
+        if name == "created_at":
+            values = [parse_datetime(v) for v in values]
+        elif name == "kind":
+            values = [validate_kind(str(v)) for v in values]
+        elif name == "agent_id":
+            values = [validate_agent_id(str(v)) for v in values]
+        else:
+            for v in values:
+                if not isinstance(v, str | int | float | bool):
+                    raise InputError(f"metadata filter values must be strings, numbers or booleans, not {v!r}")
+        if name in ("kind", "agent_id") and op not in ("=", "!=", "in"):
+            raise InputError(f"{name} supports only = != in")
+        return cls(name, op, values if op == "in" else values[0])  # type: ignore[arg-type]
+
+
+def _value(raw: str, op: str) -> Any:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        if op == "in":
+            return [_scalar(p.strip()) for p in raw.strip("()[]").split(",") if p.strip()]
+        return raw.strip().strip("'\"") if raw.strip()[:1] in "'\"" else raw.strip()
+    return value
+
+
+def _scalar(text: str) -> Any:
+    try:
+        value = json.loads(text)
+        return value if not isinstance(value, list | dict) else text
+    except json.JSONDecodeError:
+        return text.strip("'\"")
+
+
+@dataclass(frozen=True, slots=True)
+class GraphFilter:
+    entity: EntityRef
+    via: tuple[str, ...] = ()
+    hops: int = 1
+    direction: Direction = "both"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "via", tuple(validate_relation_type(v) for v in self.via))
+        if not isinstance(self.hops, int) or not 1 <= self.hops <= MAX_HOPS:
+            raise InputError(f"hops must be 1..{MAX_HOPS}, not {self.hops!r}")
+        if self.direction not in ("out", "in", "both"):
+            raise InputError(f"direction must be out, in or both, not {self.direction!r}")
+
+
+@dataclass(slots=True)
+class MemoryQuery:
+    """One question over all three stores. ``agent_id`` scopes it unless ``all_agents``."""
+
+    text: str | None = None
+    vector: Sequence[float] | None = None
+    agent_id: str | None = None
+    all_agents: bool = False
+    since: datetime | None = None
+    until: datetime | None = None
+    graph: GraphFilter | None = None
+    where: list[Where] = field(default_factory=list)
+    combine: Combine = "and"
+    limit: int = 10
+    threshold: float | None = None
+    half_life: timedelta | None = None  # None: the agent's configured half-life
+    decay: bool = True  # False: rank without time decay
+    query_id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+    def validate(self) -> MemoryQuery:
+        if self.text is not None and not self.text.strip():
+            self.text = None
+        if self.text is not None and self.vector is not None:
+            raise InputError("give text or a vector, not both")
+        if self.all_agents:
+            self.agent_id = None
+        elif not self.agent_id:
+            raise InputError("a query is scoped to one agent", hint="pass --agent A, or --all-agents as an operator")
+        else:
+            validate_agent_id(self.agent_id)
+        if not 1 <= self.limit <= MAX_LIMIT:
+            raise InputError(f"limit must be 1..{MAX_LIMIT}")
+        if self.combine not in ("and", "or"):
+            raise InputError("combine must be 'and' or 'or'")
+        if self.since and self.until and self.since > self.until:
+            raise InputError("--since is after --until")
+        if self.threshold is not None and not -1.0 <= self.threshold <= 1.0:
+            raise InputError("threshold is a cosine similarity in [-1, 1]")
+        if self.half_life is not None and self.half_life.total_seconds() <= 0:
+            raise InputError("half-life must be positive")
+        if not (self.text or self.vector is not None or self.graph or self.where or self.since or self.until):
+            raise InputError("empty query", hint="give TEXT, --entity, --where, or --since/--until")
+        return self
+
+    @property
+    def has_vector_leg(self) -> bool:
+        return self.text is not None or self.vector is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "vector": None if self.vector is None else f"<{len(self.vector)} floats>",
+            "agent_id": self.agent_id,
+            "all_agents": self.all_agents,
+            "since": self.since.isoformat() if self.since else None,
+            "until": self.until.isoformat() if self.until else None,
+            "graph": None
+            if not self.graph
+            else {
+                "entity": self.graph.entity.as_dict(),
+                "via": list(self.graph.via),
+                "hops": self.graph.hops,
+                "direction": self.graph.direction,
+            },
+            "where": [{"field": w.field, "op": w.op, "value": w.value} for w in self.where],
+            "combine": self.combine,
+            "limit": self.limit,
+            "threshold": self.threshold,
+            "half_life_s": self.half_life.total_seconds() if self.half_life and self.decay else None,
+        }
