@@ -93,7 +93,7 @@ class MemoryClient:
     # ---- writes -------------------------------------------------------------------------------
     def _enrich(self, m: Memory) -> Memory:
         """Add what the configured extractor finds to what the caller gave explicitly."""
-        found = self.stack.extractor.extract(m.text)
+        found = self.stack.extractor.extract(m.text, m.id)
         if found.entities:
             m.entities = dedupe_entities([*m.entities, *found.entities], m.agent_id)
         if found.relations:

@@ -98,7 +98,7 @@ class Stack:
         if s.profile == "embedded":
             from memoryctl.stores.vector_edge import EdgeVectorStore
 
-            return EdgeVectorStore(s.vectors_dir)
+            return EdgeVectorStore.from_settings(s)
         from memoryctl.stores.vector_qdrant import QdrantVectorStore
 
         return QdrantVectorStore.from_settings(s.qdrant)

@@ -1,0 +1,155 @@
+"""The write path against real PostgreSQL, real Neo4j and Qdrant (local mode or QDRANT_URL)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from memoryctl.client import MemoryClient
+from memoryctl.errors import InputError
+from memoryctl.model import EntityRef, Memory, MemoryRef, Relation
+from tests.conftest import cluster_settings
+
+pytestmark = pytest.mark.integration
+
+HOSTILE = [
+    "Robert'); DROP TABLE memories;--",
+    "a`b`c",
+    "}) MATCH (n) DETACH DELETE n //",
+    '{"$ne": null}',
+    "x\\' OR 1=1 --",
+    "name with ; semicolon and $param",
+]
+
+
+def write_jsonl(path: Path, n: int, *, agent: str = "a1", seed: int = 0) -> list[str]:
+    ids = []
+    with path.open("w") as f:
+        for i in range(n):
+            mid = str(uuid.UUID(int=seed * 1_000_000 + i + 1))
+            ids.append(mid)
+            f.write(json.dumps({
+                "id": mid,
+                "agent_id": agent,
+                "text": f"memory number {i} about project {i % 7}",
+                "kind": "note" if i % 2 else "dialogue",
+                "created_at": f"2026-11-{1 + i % 28:02d}T10:00:00Z",
+                "entities": [{"type": "User", "name": f"user{i % 5}"}, {"type": "Project", "name": f"p{i % 7}"}],
+                "relations": [{"from": {"type": "User", "name": f"user{i % 5}"}, "type": "AUTHORED", "to": "this"}],
+                "metadata": {"i": i},
+            }) + "\n")
+    return ids
+
+
+def counts(client: MemoryClient) -> dict[str, int]:
+    return {
+        "postgres": client.stack.records.count(include_deleted=True),
+        "qdrant": client.stack.require_vectors().count(),
+        "neo4j": client.stack.require_graph().count(),
+    }
+
+
+def test_import_twice_is_idempotent(cluster: MemoryClient, tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    write_jsonl(path, 300)
+    first = cluster.import_jsonl(path)
+    assert (first.inserted, first.updated, first.unchanged, len(first.invalid)) == (300, 0, 0, 0)
+    assert first.pending == {"qdrant": 0, "neo4j": 0}
+    assert counts(cluster) == {"postgres": 300, "qdrant": 300, "neo4j": 300}
+    second = cluster.import_jsonl(path)
+    assert (second.inserted, second.updated, second.unchanged) == (0, 0, 300)
+    assert counts(cluster) == {"postgres": 300, "qdrant": 300, "neo4j": 300}
+
+
+def test_changed_text_is_updated_not_duplicated(cluster: MemoryClient) -> None:
+    mid = uuid.uuid4()
+    cluster.add([Memory(id=mid, text="first version", agent_id="a1")])
+    out = cluster.add([Memory(id=mid, text="second version", agent_id="a1")])
+    assert (out.inserted, out.updated) == (0, 1)
+    assert cluster.get(mid).text == "second version"
+    assert counts(cluster) == {"postgres": 1, "qdrant": 1, "neo4j": 1}
+
+
+def test_bad_lines_reported_and_skipped_or_refused(cluster: MemoryClient, tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(
+        '{"text": "fine"}\n'
+        "not json\n"
+        '{"text": "bad rel", "relations": [{"from": "this", "type": "DROP_ALL", "to": "this"}]}\n'
+        '{"text": ""}\n'
+        '{"text": "bad entity type", "entities": [{"type": "User`) DETACH DELETE n", "name": "x"}]}\n'
+        '{"text": "fine too", "agent_id": "a2"}\n'
+    )
+    strict = cluster.import_jsonl(path, strict=True)
+    assert [b.line for b in strict.invalid] == [2, 3, 4, 5]
+    assert cluster.stack.records.count() == 0  # strict: nothing written
+    lenient = cluster.import_jsonl(path)
+    assert [b.line for b in lenient.invalid] == [2, 3, 4, 5]
+    assert "DROP_ALL" in lenient.invalid[1].error
+    assert lenient.inserted == 2
+
+
+def test_hostile_names_are_data(cluster: MemoryClient) -> None:
+    mid = uuid.uuid4()
+    ents = [EntityRef("User", name) for name in HOSTILE]
+    m = Memory(
+        id=mid,
+        text=" ".join(HOSTILE),
+        agent_id="a1",
+        metadata={"k": HOSTILE[0], "q": "'\"`"},
+        entities=ents,
+        relations=[Relation(ents[0], "AUTHORED", MemoryRef(mid))],
+    )
+    out = cluster.add([m])
+    assert out.pending == {"qdrant": 0, "neo4j": 0}
+    back = cluster.get(mid)
+    assert back.text == m.text and back.metadata == m.metadata
+    assert sorted(e.name for e in back.entities) == sorted(HOSTILE)
+    graph = cluster.stack.require_graph()
+    rels = graph.relationships([mid])[mid]
+    assert any(r["type"] == "AUTHORED" for r in rels)
+    assert counts(cluster) == {"postgres": 1, "qdrant": 1, "neo4j": 1}
+    with pytest.raises(InputError):
+        EntityRef("User) DETACH DELETE (n", "x")
+    with pytest.raises(InputError):
+        Relation(ents[0], "AUTHORED]->() DELETE n//", MemoryRef(mid))
+
+
+def test_neo4j_unreachable_import_lands_then_sync_delivers(
+    pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path
+) -> None:
+    """Neo4j down (nothing listens on its port) during an import: PostgreSQL and Qdrant get
+    everything, the graph deliveries wait in the outbox, and sync delivers them once it is back."""
+    down = MemoryClient(cluster_settings(pg_dsn, {**neo4j_clean, "uri": "bolt://127.0.0.1:9"}, tmp_path / "q"))
+    path = tmp_path / "m.jsonl"
+    write_jsonl(path, 200)
+    out = down.import_jsonl(path)
+    assert out.inserted == 200
+    assert out.pending == {"qdrant": 0, "neo4j": 200}
+    assert "graph" in out.delivery.failed
+    down.close()
+    up = MemoryClient(cluster_settings(pg_dsn, neo4j_clean, tmp_path / "q"))
+    report, pending = up.sync()
+    assert pending == {"qdrant": 0, "neo4j": 0}
+    assert report.delivered["graph"] == 200
+    assert counts(up) == {"postgres": 200, "qdrant": 200, "neo4j": 200}
+    up.close()
+
+
+def test_forget_hides_at_once_and_purge_removes_everywhere(cluster: MemoryClient) -> None:
+    keep, drop = uuid.uuid4(), uuid.uuid4()
+    cluster.add([
+        Memory(id=keep, text="the rollback went fine", agent_id="a1", entities=[EntityRef("User", "Alice")]),
+        Memory(id=drop, text="the rollback was a disaster", agent_id="a1", entities=[EntityRef("User", "Alice")]),
+    ])
+    cluster.forget([drop], agent_id="a1")
+    hits = cluster.query(text="rollback", agent_id="a1").hits
+    assert [h.id for h in hits] == [keep]
+    vec = cluster.stack.require_vectors()
+    assert vec.count() == 2  # soft: still there, flagged deleted
+    assert cluster.stack.records.purge([drop]) == [drop]
+    cluster.sync()
+    assert counts(cluster) == {"postgres": 1, "qdrant": 1, "neo4j": 1}

@@ -1,0 +1,152 @@
+"""Parsing and validating queries: whitelisted identifiers, values stay values."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memoryctl.errors import InputError
+from memoryctl.model import EntityRef
+from memoryctl.query.engine import _pushdown
+from memoryctl.query.fusion import decay, rrf
+from memoryctl.query.guard import Guard
+from memoryctl.query.relational import where_sql
+from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_duration, parse_since
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "op", "value"),
+    [
+        ("kind = ticket", "kind", "=", "ticket"),
+        ("sentiment < 0", "meta.sentiment", "<", 0),
+        ("meta.score >= 0.5", "meta.score", ">=", 0.5),
+        ('kind in ["note","event"]', "kind", "in", ["note", "event"]),
+        ("kind in note,event", "kind", "in", ["note", "event"]),
+        ("team != 'infra'", "meta.team", "!=", "infra"),
+        ("flag = true", "meta.flag", "=", True),
+    ],
+)
+def test_where_parse(text: str, field: str, op: str, value: object) -> None:
+    w = Where.parse(text)
+    assert (w.field, w.op, w.value) == (field, op, value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["nonsense", "kind > x", "`x` = 1", "a-b = 1", "meta.x; DROP = 1", "x = [1,2]", "kind in []", "created_at = soon"],
+)
+def test_where_rejects(text: str) -> None:
+    with pytest.raises(InputError):
+        Where.parse(text)
+
+
+def test_where_created_at_is_a_timestamp() -> None:
+    w = Where.parse("created_at >= 2026-11-01T00:00:00Z")
+    assert w.value == datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def test_durations() -> None:
+    assert parse_duration("7d") == timedelta(days=7)
+    assert parse_duration("90s") == timedelta(seconds=90)
+    now = datetime(2026, 11, 29, tzinfo=UTC)
+    assert parse_since("2d", now=now) == datetime(2026, 11, 27, tzinfo=UTC)
+    with pytest.raises(InputError):
+        parse_duration("7 days")
+
+
+def test_query_needs_scope_and_something_to_ask() -> None:
+    with pytest.raises(InputError, match="scoped"):
+        MemoryQuery(text="x").validate()
+    with pytest.raises(InputError, match="empty"):
+        MemoryQuery(agent_id="a").validate()
+    assert MemoryQuery(text="x", all_agents=True, agent_id="a").validate().agent_id is None
+    with pytest.raises(InputError):
+        GraphFilter(EntityRef("User", "A"), hops=4)
+    with pytest.raises(InputError):
+        GraphFilter(EntityRef("User", "A"), via=("NOT_A_REL",))
+
+
+def test_pushdown_carries_every_payload_filter() -> None:
+    ids = [uuid.uuid4()]
+    q = MemoryQuery(
+        text="x",
+        agent_id="a",
+        since=datetime(2026, 1, 1, tzinfo=UTC),
+        where=[Where.parse("kind in note,event"), Where.parse("kind != event"), Where.parse("sentiment > 0")],
+    )
+    flt = _pushdown(q, with_where=True, ids=ids)
+    assert flt is not None
+    assert flt.agent_id == "a" and flt.ids == ids and flt.kinds == ["event", "note"]
+    assert flt.exclude_kinds == ["event"] and flt.created_from == q.since
+    assert [(m.key, m.op, m.value) for m in flt.meta] == [("sentiment", ">", 0)]
+    contradiction = MemoryQuery(text="x", agent_id="a", where=[Where.parse("kind = a"), Where.parse("kind = b")])
+    assert _pushdown(contradiction, with_where=True) is None
+
+
+def test_rrf_rewards_agreement() -> None:
+    a, b, c = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    fused = rrf({"vector": [a, b, c], "graph": [c, b]})
+    total = {k: sum(v.values()) for k, v in fused.items()}
+    # b is second in both lists; a is first in one only; c is first and third
+    assert total[b] > total[a]
+    assert total[c] > total[b]
+    assert set(fused[a]) == {"vector"}
+
+
+def test_decay_halves_per_half_life() -> None:
+    now = datetime(2026, 11, 29, tzinfo=UTC)
+    assert decay(now - timedelta(days=30), now, timedelta(days=30)) == pytest.approx(0.5)
+    assert decay(now + timedelta(days=1), now, timedelta(days=30)) == 1.0
+    assert decay(now - timedelta(days=300), now, None) == 1.0
+
+
+def test_guard_times_out_and_opens_breaker() -> None:
+    import threading
+
+    from memoryctl.errors import StoreUnavailable
+
+    g = Guard(timeout_s=0.1, failures=2, reset_s=60)
+    stop = threading.Event()
+    for _ in range(2):
+        with pytest.raises(StoreUnavailable, match="no answer"):
+            g.call("neo4j", lambda: stop.wait(5))
+    with pytest.raises(StoreUnavailable, match="breaker"):
+        g.call("neo4j", lambda: 1)
+    assert g.call("qdrant", lambda: 42) == 42
+    stop.set()
+
+
+identifier_junk = st.lists(
+    st.sampled_from(list("abcXYZ_09 '\"`;{}()[]$-=<>!.,\\/*\n") + ["MATCH", "DROP", "--", "/*", " OR 1=1"]),
+    min_size=1,
+    max_size=20,
+).map("".join)
+
+
+@settings(max_examples=600, deadline=None)
+@given(field=identifier_junk, op=st.sampled_from(["=", "!=", "<", "<=", ">", ">=", "in"]), value=identifier_junk)
+def test_where_fuzz_never_reaches_sql_as_identifier(field: str, op: str, value: str) -> None:
+    """Generated hostile where clauses: either refused, or compiled with the key and value as parameters."""
+    try:
+        w = Where.parse(f"{field} {op} {value}")
+    except InputError:
+        return
+    frag, params = where_sql(w)
+    text = frag.as_string(None)  # type: ignore[arg-type]
+    if w.field.startswith("meta."):
+        assert params[0] == w.field[5:]  # the key is a bound parameter …
+        assert text in META_TEMPLATES  # … and the SQL text is one of the fixed templates
+    else:
+        assert w.field in ("kind", "agent_id", "created_at")
+        assert text.split(" ")[0] == f'"{w.field}"'
+
+
+META_TEMPLATES = {
+    "metadata -> %s = ANY(%s::jsonb[])",
+    "(metadata -> %s IS DISTINCT FROM %s::jsonb)",
+    *(f"metadata -> %s {op} %s::jsonb" for op in ("=", "<", "<=", ">", ">=")),
+}
