@@ -278,6 +278,11 @@ class EdgeVectorStore:
             ) from None
         os.ftruncate(self._lock_fd, 0)
         os.pwrite(self._lock_fd, str(os.getpid()).encode(), 0)
+        # Leftovers of a process that died mid-create or mid-drop; we hold the lock, nobody else runs.
+        for leftover in self.base.glob(".creating-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        for leftover in self.base.glob(".dropping-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
 
     @classmethod
     def from_settings(cls, settings: Any, **kwargs: Any) -> EdgeVectorStore:

@@ -443,6 +443,12 @@ class QdrantVectorStore:
                     # Another process created it between our check and our create: fine.
                     if not self.client.collection_exists(name):
                         raise exc
+                if self._model_of(name) is None:
+                    raise StoreError(
+                        STORE,
+                        f"collection {name} was created but its metadata (model id, dim) was not kept",
+                        hint="collection metadata needs Qdrant >= 1.16; upgrade the server",
+                    )
                 self._ensure_indexes(name, created=True)
             if activate_if_none and self._alias_target(fresh=True) is None:
                 self.client.update_collection_aliases(
@@ -592,16 +598,21 @@ class QdrantVectorStore:
         return merge_hits(lists, limit, model.distance)
 
     def _searchable(self, model_id: str) -> tuple[str, EmbeddingModelInfo]:
-        """The active collection, provided ``model_id`` made the query vector for it."""
+        """The active collection, provided ``model_id`` made the query vector for it.
+
+        The cached alias is tried first; on a mismatch the alias is read again before refusing, so
+        a swap made by another process is seen at once by a caller that already uses the new model.
+        """
+        active: EmbeddingModelInfo | None = None
         for fresh in (False, True):
             name = self._alias_target(fresh=fresh)
-            model = self._model_of(name) if name else None
-            if model is not None and model.model_id == model_id:
-                return name, model  # type: ignore[return-value]
-        active = model.model_id if model else None
+            active = self._model_of(name) if name else None
+            if name is not None and active is not None and active.model_id == model_id:
+                return name, active
         raise StoreError(
             STORE,
-            f"query vector is from model {model_id!r} but the active collection is for {active!r}",
+            f"query vector is from model {model_id!r} but the active collection is for "
+            f"{active.model_id if active else None!r}",
             hint="vectors of two models are not comparable even when their dimensions match; embed with "
             "the active model, or finish `memoryctl migrate` so the alias points at the new model",
         )

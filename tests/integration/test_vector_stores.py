@@ -117,7 +117,13 @@ def dataset(n: int = 60, seed: int = 7) -> list[VectorPoint]:
     kinds = ["note", "task", "event"]
     pts = []
     for i in range(n):
-        meta: dict[str, Any] = {"priority": i % 5, "score": round(i * 0.25, 2), "label": f"l{i % 4}"}
+        meta: dict[str, Any] = {
+            "priority": i % 5,
+            "score": round(i * 0.25, 2),
+            "label": f"l{i % 4}",
+            "due": (T0 + timedelta(hours=7 * i)).isoformat(),
+            "nested": {"not": "replicated"},
+        }
         if i % 3:
             meta["flag"] = i % 2 == 0
         pts.append(
