@@ -1,0 +1,52 @@
+"""Base system: admin user with sudo, SSH hardening, time sync, unattended security upgrades.
+
+Time sync is systemd-timesyncd, enabled by its package preset. (In a container it skips itself,
+ConditionVirtualization=!container, the host keeps the clock; pyinfra's ``enabled=True`` check
+then reports a change on every run, so the deploy relies on the preset instead.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyinfra.api import deploy
+from pyinfra.operations import apt, server, systemd
+
+from deploy.common import component, template
+from deploy.settings import REPO
+
+PACKAGES = ["sudo", "openssh-server", "systemd-timesyncd", "unattended-upgrades", "cron", "logrotate"]
+
+
+@deploy("Base system")
+def base() -> None:
+    settings = component("base")
+    admin = settings.get("admin_user", "ops")
+    keys = [
+        (REPO / key).read_text().strip() if not Path(key).is_absolute() else Path(key).read_text().strip()
+        for key in settings.get("admin_keys", [])
+    ]
+
+    apt.update(name="Refresh apt lists (at most hourly)", cache_time=3600)
+    apt.packages(name="Base packages", packages=PACKAGES, no_recommends=True)
+
+    server.user(
+        name=f"Admin user {admin}",
+        user=admin,
+        shell="/bin/bash",
+        groups=["sudo"],
+        public_keys=keys,
+        create_home=True,
+    )
+    template("base/sudoers.j2", f"/etc/sudoers.d/90-{admin}", admin_user=admin, mode="440")
+
+    sshd = template(
+        "base/sshd_hardening.conf.j2",
+        "/etc/ssh/sshd_config.d/50-memoryctl.conf",
+        permit_root_login=settings.get("permit_root_login", "prohibit-password"),
+    )
+    server.shell(name="Check sshd config", commands=["sshd -t"], _if=sshd.did_change)
+    systemd.service(name="Reload sshd", service="ssh", reloaded=True, _if=sshd.did_change)
+
+    template("base/20auto-upgrades.j2", "/etc/apt/apt.conf.d/20auto-upgrades")
+    template("base/50unattended-upgrades-memoryctl.j2", "/etc/apt/apt.conf.d/52unattended-upgrades-memoryctl")

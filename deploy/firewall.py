@@ -1,0 +1,54 @@
+"""nftables: the public side accepts SSH and WireGuard only; services only from the mesh.
+
+The node's service ports follow its roles, so every service is reachable over ``wg0`` from the
+mesh subnet and from nowhere else (the services also bind to the mesh address themselves).
+A changed ruleset is checked with ``nft -c`` before it is loaded atomically with ``nft -f``.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.operations import apt, server, systemd
+
+from deploy.common import component, has_role, template
+
+# What each role serves over the mesh.
+ROLE_PORTS = {
+    "db": [5432],  # PostgreSQL
+    "index": [6333, 6334, 6335, 7474, 7687],  # Qdrant http/grpc/p2p, Neo4j http/bolt
+    "gpu": [8000, 8001],  # vLLM generation, vLLM embeddings
+}
+
+
+def mesh_ports() -> list[int]:
+    return sorted({port for role, ports in ROLE_PORTS.items() if has_role(role) for port in ports})
+
+
+@deploy("Firewall (nftables)")
+def firewall() -> None:
+    mesh = host.data.mesh
+    settings = component("firewall")
+    apt.packages(name="nftables", packages=["nftables"], no_recommends=True)
+    rules = template(
+        "firewall/nftables.conf.j2",
+        "/etc/nftables.conf",
+        interface=mesh.get("interface", "wg0"),
+        mesh_subnet=mesh["subnet"],
+        mesh_ports=mesh_ports(),
+        ssh_port=settings.get("ssh_port", 22),
+        wireguard_port=mesh.get("port", 51820),
+        mode="755",
+    )
+    server.shell(name="Check the ruleset", commands=["nft -c -f /etc/nftables.conf"], _if=rules.did_change)
+    systemd.service(
+        name="nftables enabled (loads /etc/nftables.conf at boot)",
+        service="nftables",
+        running=True,
+        enabled=True,
+    )
+    server.shell(
+        name="Load the changed ruleset",
+        commands=["nft -f /etc/nftables.conf"],
+        _if=rules.did_change,
+    )

@@ -1,0 +1,123 @@
+"""memoryctl on the ``db`` node: offline install into a venv, config, cron with locking, logrotate.
+
+- ``/opt/memoryctl/venv`` from the controller's wheelhouse (see :mod:`deploy.wheelhouse`);
+  ``/usr/local/bin/memoryctl`` links to it. The install marker records the wheelhouse digest, so
+  the install runs again only when the wheels changed.
+- ``/etc/memoryctl/memoryctl.toml`` (0640 root:memoryctl) points at the mesh addresses of the
+  ``db``, ``index`` and ``gpu`` nodes, with the generated passwords and API keys.
+- ``/etc/cron.d/memoryctl``: ``sync``, ``reconcile`` and ``nightly`` as the memoryctl user, each
+  under ``flock -n`` and appending to ``/var/log/memoryctl/<job>.log``; logrotate rotates those.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.facts.files import FileContents
+from pyinfra.operations import apt, files, server
+
+from deploy.common import component, secrets, template
+from deploy.settings import REPO
+from deploy.wheelhouse import ensure_wheelhouse
+
+PREFIX = "/opt/memoryctl"
+VENV = f"{PREFIX}/venv"
+REMOTE_WHEELHOUSE = f"{PREFIX}/wheelhouse"
+MARKER = f"{VENV}/.memoryctl-wheelhouse"
+CONFIG = "/etc/memoryctl/memoryctl.toml"
+LOG_DIR = "/var/log/memoryctl"
+DATA_DIR = "/var/lib/memoryctl"
+USER = "memoryctl"
+DEFAULT_JOBS = {
+    "sync": "*/5 * * * *",
+    "reconcile": "30 4 * * *",
+    "nightly": "15 2 * * *",
+}
+
+
+@deploy("memoryctl")
+def memoryctl() -> None:
+    settings = component("memoryctl")
+    vllm = component("vllm")
+
+    apt.packages(
+        name="Python venv, cron, logrotate",
+        packages=["python3-venv", "cron", "logrotate", "util-linux"],
+        no_recommends=True,
+    )
+    server.group(name=f"Group {USER}", group=USER, system=True)
+    server.user(
+        name=f"User {USER}",
+        user=USER,
+        group=USER,
+        system=True,
+        home=DATA_DIR,
+        shell="/usr/sbin/nologin",
+        create_home=False,
+    )
+    files.directory(name="Data directory", path=DATA_DIR, user=USER, group=USER, mode="750")
+    files.directory(name="Log directory", path=LOG_DIR, user=USER, group=USER, mode="750")
+    files.directory(name="Config directory", path="/etc/memoryctl", user="root", group=USER, mode="750")
+
+    install(settings)
+
+    endpoints = host.data.endpoints
+    store = secrets()
+    template(
+        "memoryctl/memoryctl.toml.j2",
+        CONFIG,
+        data_dir=DATA_DIR,
+        endpoints=endpoints,
+        pg_user="memoryctl",
+        pg_database="memoryctl",
+        pg_password=store.token("postgres/memoryctl"),
+        qdrant_api_key=store.token("qdrant/api_key"),
+        neo4j_password=store.token("neo4j/password"),
+        vllm_api_key=store.token("vllm/api_key"),
+        model=vllm.get("model", "Qwen/Qwen2.5-7B-Instruct"),
+        embedding_model=vllm.get("embedding_model", "BAAI/bge-m3"),
+        user="root",
+        group=USER,
+        mode="640",
+    )
+    schedules = {**DEFAULT_JOBS, **settings.get("schedules", {})}
+    jobs = [{"name": name, "command": name, "schedule": schedule} for name, schedule in schedules.items()]
+    template(
+        "memoryctl/cron.j2",
+        "/etc/cron.d/memoryctl",
+        jobs=jobs,
+        run_as=USER,
+        venv=VENV,
+        config_path=CONFIG,
+        log_dir=LOG_DIR,
+        mode="644",
+    )
+    template("memoryctl/logrotate.j2", "/etc/logrotate.d/memoryctl", log_dir=LOG_DIR, run_as=USER, mode="644")
+
+
+def install(settings: dict[str, object]) -> None:
+    local = REPO / str(settings.get("wheelhouse", ".cache/wheelhouse"))
+    digest = ensure_wheelhouse(local)
+    files.directory(name="Install prefix", path=PREFIX, mode="755")
+    # Only the wheels: the build lock and source stamp stay on the controller.
+    files.sync(
+        name="Upload the wheelhouse",
+        src=str(local),
+        dest=REMOTE_WHEELHOUSE,
+        delete=True,
+        exclude=[".lock", ".source-digest"],
+    )
+    marker = host.get_fact(FileContents, path=MARKER) or []
+    if marker != [digest]:
+        pip = f"{VENV}/bin/pip install --quiet --no-index --find-links {REMOTE_WHEELHOUSE}"
+        server.shell(
+            name="Install memoryctl from the wheelhouse",
+            commands=[
+                f"test -x {VENV}/bin/pip || python3 -m venv {VENV}",
+                f"{pip} --upgrade memoryctl",
+                # Same version, new build (source changed without a version bump): take it anyway.
+                f"{pip} --force-reinstall --no-deps memoryctl",
+                f"echo {digest} > {MARKER}",
+            ],
+        )
+    files.link(name="memoryctl on PATH", path="/usr/local/bin/memoryctl", target=f"{VENV}/bin/memoryctl")

@@ -1,0 +1,112 @@
+"""Inventory files: one YAML document describes a cluster; this module turns it into pyinfra groups.
+
+The YAML (``inventory/local.yaml``, ``inventory/hetzner.example.yaml``) holds addresses, roles and
+component settings, never secrets: passwords, API keys and WireGuard private keys are generated on
+the controller into ``secrets_dir`` (outside git, mode 0600) and reused on every later run.
+
+Roles are inventory groups, so an operator re-maps them by editing ``roles:`` of a node:
+``db`` (PostgreSQL/TimescaleDB + memoryctl and its cron), ``index`` (Qdrant + Neo4j), ``gpu`` (vLLM).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from wireguard import KeyStore, MeshNode, MeshPlan, SecretDir
+from wireguard.keys import generate_token
+
+ROLES = ("db", "index", "gpu")
+REPO = Path(__file__).resolve().parent.parent
+
+
+class InventoryError(ValueError):
+    """The inventory YAML is missing a field or contradicts itself."""
+
+
+def _resolve(path: str) -> Path:
+    expanded = Path(os.path.expandvars(os.path.expanduser(path)))
+    return expanded if expanded.is_absolute() else REPO / expanded
+
+
+class ClusterInventory:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        doc = yaml.safe_load(path.read_text())
+        try:
+            self.name: str = doc["cluster"]
+            self.mesh: dict[str, Any] = doc["mesh"]
+            self.nodes: dict[str, dict[str, Any]] = doc["nodes"]
+            self.components: dict[str, Any] = doc.get("components", {})
+            ssh: dict[str, Any] = doc.get("ssh", {})
+        except (KeyError, TypeError) as exc:
+            raise InventoryError(f"{path}: missing {exc}") from None
+        secrets = (
+            os.environ.get("MEMORYCTL_SECRETS_DIR") or doc.get("secrets_dir") or f"~/.config/memoryctl/{self.name}"
+        )
+        self.secrets_dir = _resolve(secrets)
+        self.ssh = {f"ssh_{k}": (str(_resolve(v)) if k == "key" else v) for k, v in ssh.items()}
+        for name, node in self.nodes.items():
+            unknown = set(node.get("roles", [])) - set(ROLES)
+            if unknown:
+                raise InventoryError(f"{path}: node {name} has unknown roles {sorted(unknown)}; known: {ROLES}")
+        self.plan = MeshPlan(
+            self.mesh["subnet"],
+            [
+                MeshNode(name, node["public"], node["mesh"], int(self.mesh.get("port", 51820)))
+                for name, node in self.nodes.items()
+            ],
+        )
+        for role in ROLES:
+            if not self.group(role):
+                raise InventoryError(f"{path}: no node has the role {role!r}")
+
+    def group(self, role: str) -> list[str]:
+        return [name for name, node in self.nodes.items() if role in node.get("roles", [])]
+
+    def first(self, role: str) -> str:
+        """The mesh address of the first node with a role (the endpoint memoryctl is pointed at)."""
+        return str(self.nodes[self.group(role)[0]]["mesh"])
+
+    def host_data(self, name: str) -> dict[str, Any]:
+        node = self.nodes[name]
+        return {
+            "ssh_hostname": node["public"],
+            **self.ssh,
+            "public_address": node["public"],
+            "mesh_address": node["mesh"],
+            "roles": list(node.get("roles", [])),
+        }
+
+    def global_data(self) -> dict[str, Any]:
+        return {
+            "cluster_name": self.name,
+            "inventory_path": str(self.path),
+            "secrets_dir": str(self.secrets_dir),
+            "mesh": self.mesh,
+            "components": self.components,
+            "endpoints": {role: self.first(role) for role in ROLES},
+            "mesh_addresses": {name: node["mesh"] for name, node in self.nodes.items()},
+        }
+
+    def pyinfra_all(self) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
+        """The ``all`` group: every host with its own data, plus the data they share."""
+        return [(name, self.host_data(name)) for name in self.nodes], self.global_data()
+
+
+def load_inventory(path: str | Path) -> ClusterInventory:
+    return ClusterInventory(Path(path))
+
+
+class Secrets:
+    """Generated secrets of one cluster (controller side)."""
+
+    def __init__(self, secrets_dir: str | Path) -> None:
+        self.dir = SecretDir(Path(secrets_dir))
+        self.wireguard = KeyStore(self.dir)
+
+    def token(self, name: str) -> str:
+        return self.dir.get_or_create(name, generate_token)
