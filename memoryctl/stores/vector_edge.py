@@ -53,6 +53,7 @@ from typing import Any, cast
 import numpy as np
 import qdrant_edge as qe
 
+from memoryctl.config import Settings
 from memoryctl.errors import InputError, StoreError, StoreUnavailable
 from memoryctl.stores.protocols import (
     CollectionInfo,
@@ -285,7 +286,7 @@ class EdgeVectorStore:
             shutil.rmtree(leftover, ignore_errors=True)
 
     @classmethod
-    def from_settings(cls, settings: Any, **kwargs: Any) -> EdgeVectorStore:
+    def from_settings(cls, settings: Settings, **kwargs: Any) -> EdgeVectorStore:
         """From ``memoryctl.config.Settings``: the shards live under ``settings.vectors_dir``."""
         return cls(settings.vectors_dir, collection_prefix=settings.qdrant.collection_prefix, **kwargs)
 
