@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryctl.config import Settings, load_settings
-from memoryctl.delivery import STORE_OF_TARGET, Deliverer, DeliveryReport
+from memoryctl.delivery import Deliverer, DeliveryReport
 from memoryctl.errors import InputError, NotFoundError
 from memoryctl.importer import BadLine, read_jsonl
 from memoryctl.model import Memory, dedupe_entities, validate_agent_id
@@ -172,8 +172,7 @@ class MemoryClient:
         missing = [i for i in ids if i not in done]
         if missing and not self.stack.records.get_many(missing):
             raise NotFoundError(
-                f"no memory {', '.join(map(str, missing))}"
-                + (f" for agent {agent_id!r}" if agent_id else ""),
+                f"no memory {', '.join(map(str, missing))}" + (f" for agent {agent_id!r}" if agent_id else ""),
                 hint="check the id with `memoryctl get ID`",
             )
         out = WriteOutcome(ids=list(done), updated=len(done))
@@ -198,12 +197,12 @@ class MemoryClient:
         report = deliverer.deliver(memory_ids=ids, batch=batch, targets=usable)
         for target in targets:
             if target not in usable:
-                report.failed[target] = self.stack.unavailable.get(STORE_OF_TARGET[target], "unavailable")
+                report.failed[target] = self.stack.unavailable.get(self.stack.store_names[target], "unavailable")
         return report
 
     def _pending(self, ids: Sequence[uuid.UUID] | None) -> dict[str, int]:
         counts = self.stack.records.pending_count(ids)
-        return {STORE_OF_TARGET[t]: counts.get(t, 0) for t in ("vector", "graph")}
+        return {self.stack.store_names[t]: counts.get(t, 0) for t in ("vector", "graph")}
 
     # ---- reads --------------------------------------------------------------------------------
     @cached_property
@@ -217,6 +216,7 @@ class MemoryClient:
             guard=Guard(timeout_s=qs.store_timeout_s, failures=qs.breaker_failures, reset_s=qs.breaker_reset_s),
             unavailable=self.stack.unavailable,
             default_half_life=self._half_life,
+            graph_name=self.stack.store_names["graph"],
         )
 
     def _half_life(self, agent_id: str | None) -> timedelta | None:

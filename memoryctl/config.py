@@ -157,7 +157,9 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
             data = tomllib.loads(path.read_text())
         except FileNotFoundError:
             if explicit:
-                raise ConfigError(f"config file {path} does not exist", hint="check --config / MEMORYCTL_CONFIG") from None
+                raise ConfigError(
+                    f"config file {path} does not exist", hint="check --config / MEMORYCTL_CONFIG"
+                ) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     data.update({k: v for k, v in overrides.items() if v is not None})

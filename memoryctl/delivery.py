@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-
 from memoryctl.errors import MemoryctlError, StoreError
 from memoryctl.model import Memory, MemoryRef, NodeRef
 from memoryctl.stores.protocols import GraphEdge, GraphEntity, GraphMemory, GraphStore, VectorPoint, VectorStore
@@ -53,9 +52,7 @@ def graph_memory(m: Memory) -> GraphMemory:
         deleted=m.deleted_at is not None,
         entities=entities,
         mentions=m.entity_keys,
-        edges=[
-            GraphEdge(_node_id(r.source, m.agent_id), r.type, _node_id(r.target, m.agent_id)) for r in m.relations
-        ],
+        edges=[GraphEdge(_node_id(r.source, m.agent_id), r.type, _node_id(r.target, m.agent_id)) for r in m.relations],
     )
 
 
@@ -73,9 +70,6 @@ class DeliveryReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"delivered": dict(self.delivered), "failed": dict(self.failed), "seconds": round(self.seconds, 3)}
-
-
-STORE_OF_TARGET = {"vector": "qdrant", "graph": "neo4j"}
 
 
 class Deliverer:
@@ -125,7 +119,8 @@ class Deliverer:
                 items.clear()  # nothing is removed from the outbox
         if failed:
             self.records.defer(*failed)
-            raise StoreError(STORE_OF_TARGET[target], failed[1])
+            store = self.vectors if target == "vector" else self.graph
+            raise StoreError(store.name if store is not None else target, failed[1])
         return len({i.memory_id for i in items})
 
     def _apply(self, target: str, items: Sequence[OutboxItem]) -> None:
@@ -159,4 +154,3 @@ class Deliverer:
             self.graph.upsert_memories([graph_memory(m) for m in memories])
         if purge:
             self.graph.delete(purge)
-

@@ -65,7 +65,7 @@ def run_probes(probes: dict[str, Probe], deadline_s: float) -> HealthReport:
             res.setdefault("status", "ok")
         except MemoryctlError as exc:
             res = {"status": "down", "error": exc.message}
-        except Exception as exc:  # a probe must never take the command down  # noqa: BLE001
+        except Exception as exc:  # a probe must never take the command down
             res = {"status": "down", "error": f"{type(exc).__name__}: {exc}"}
         res["latency_ms"] = round((time.perf_counter() - t0) * 1000, 1)
         results[name] = res
@@ -97,7 +97,9 @@ def postgres_probe(stack: Stack) -> dict[str, Any]:
         policies: list[dict[str, Any]] = []
         if ts:
             policies = list(
-                conn.execute("SELECT proc_name, hypertable_name, schedule_interval::text FROM timescaledb_information.jobs")
+                conn.execute(
+                    "SELECT proc_name, hypertable_name, schedule_interval::text FROM timescaledb_information.jobs"
+                )
             )
     schema = schema_state(pool)
     applied = max((r["version"] for r in schema), default=0)
@@ -150,8 +152,12 @@ def outbox_probe(stack: Stack) -> dict[str, Any]:
 def runs_probe(stack: Stack) -> dict[str, Any]:
     last = stack.runs.last_per_command()
     res: dict[str, Any] = {
-        cmd: {"status": r["status"], "started_at": r["started_at"].isoformat(), "age_s": _age_s(r["started_at"]),
-              "error": r["error"]}
+        cmd: {
+            "status": r["status"],
+            "started_at": r["started_at"].isoformat(),
+            "age_s": _age_s(r["started_at"]),
+            "error": r["error"],
+        }
         for cmd, r in last.items()
     }
     failed = [c for c, r in last.items() if r["status"] == "failed"]
@@ -165,7 +171,7 @@ def default_probes(stack: Stack) -> dict[str, Probe]:
     probes: dict[str, Probe] = {
         "postgres": lambda: postgres_probe(stack),
         "qdrant": lambda: vector_probe(stack),
-        "neo4j": lambda: graph_probe(stack),
+        stack.store_names["graph"]: lambda: graph_probe(stack),
         "outbox": lambda: outbox_probe(stack),
         "runs": lambda: runs_probe(stack),
     }
@@ -192,6 +198,9 @@ def prometheus(report: HealthReport) -> str:
     for target in ("vector", "graph"):
         if isinstance(outbox.get(target), dict):
             lines.append(f'memoryctl_outbox_pending{{target="{target}"}} {outbox[target]["pending"]}')
-    lines += ["# HELP memoryctl_healthy 1 healthy, 0 otherwise.", "# TYPE memoryctl_healthy gauge",
-              f"memoryctl_healthy {1 if report.status == 'healthy' else 0}"]
+    lines += [
+        "# HELP memoryctl_healthy 1 healthy, 0 otherwise.",
+        "# TYPE memoryctl_healthy gauge",
+        f"memoryctl_healthy {1 if report.status == 'healthy' else 0}",
+    ]
     return "\n".join(lines) + "\n"

@@ -68,9 +68,7 @@ def validate_agent_id(value: str) -> str:
 
 def validate_kind(value: str) -> str:
     if not isinstance(value, str) or not _KIND.match(value):
-        raise InputError(
-            f"invalid kind {value!r}", hint="kinds are 1-64 characters of letters, digits and _ . -"
-        )
+        raise InputError(f"invalid kind {value!r}", hint="kinds are 1-64 characters of letters, digits and _ . -")
     return value
 
 
@@ -117,9 +115,7 @@ class EntityRef:
     def __post_init__(self) -> None:
         validate_entity_type(self.type)
         if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > MAX_NAME:
-            raise InputError(
-                f"invalid entity name {self.name!r}", hint=f"names are 1-{MAX_NAME} non-blank characters"
-            )
+            raise InputError(f"invalid entity name {self.name!r}", hint=f"names are 1-{MAX_NAME} non-blank characters")
         if any(unicodedata.category(c) == "Cc" for c in self.name):
             raise InputError(f"entity name {self.name!r} contains control characters")
 

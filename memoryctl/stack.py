@@ -13,13 +13,11 @@ from typing import TYPE_CHECKING
 
 from memoryctl.config import Settings
 from memoryctl.errors import MemoryctlError, StoreUnavailable
-from memoryctl.stores.pg import EmbeddedPostgres, pool_from_settings
+from memoryctl.stores.pg import EmbeddedPostgres, Pool, pool_from_settings
 from memoryctl.stores.records import RecordStore, RunLog
 from memoryctl.stores.schema import migrate, schema_state
 
 if TYPE_CHECKING:
-    from psycopg_pool import ConnectionPool
-
     from memoryctl.embed import Embedder
     from memoryctl.extract import Extractor
     from memoryctl.stores.protocols import GraphStore, VectorStore
@@ -34,10 +32,12 @@ class Stack:
         self._vectors: VectorStore | None = None
         self._graph: GraphStore | None = None
         self._tried: set[str] = set()
+        # Logical store names in reports: the embedded graph is SQL tables, not Neo4j.
+        self.store_names = {"vector": "qdrant", "graph": "neo4j" if settings.profile == "cluster" else "graph"}
 
     # ---- PostgreSQL (required) ----------------------------------------------------------------
     @cached_property
-    def pool(self) -> ConnectionPool:
+    def pool(self) -> Pool:
         s = self.settings
         if s.profile == "embedded":
             self._embedded_pg = EmbeddedPostgres(s.pg_dir)
@@ -89,7 +89,7 @@ class Stack:
                 self._graph = self._open_graph()
                 self._graph.ensure_schema()
             except MemoryctlError as exc:
-                self.unavailable["neo4j"] = exc.message
+                self.unavailable[self.store_names["graph"]] = exc.message
                 self._graph = None
         return self._graph
 
@@ -122,7 +122,8 @@ class Stack:
     def require_graph(self) -> GraphStore:
         store = self.graph()
         if store is None:
-            raise StoreUnavailable("neo4j", self.unavailable.get("neo4j", "unavailable"))
+            name = self.store_names["graph"]
+            raise StoreUnavailable(name, self.unavailable.get(name, "unavailable"))
         return store
 
     def close(self) -> None:

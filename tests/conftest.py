@@ -63,7 +63,7 @@ def neo4j_clean(neo4j_env: dict[str, str]) -> dict[str, str]:
     try:
         with GraphDatabase.driver(neo4j_env["uri"], auth=auth, connection_timeout=5) as driver:
             driver.execute_query("MATCH (n) CALL { WITH n DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS")
-    except Exception as exc:  # noqa: BLE001 - any failure here means the server is not usable
+    except Exception as exc:  # any failure here means the server is not usable
         pytest.fail(f"Neo4j at {neo4j_env['uri']} is unusable ({exc}): {HINT}", pytrace=False)
     return neo4j_env
 
@@ -72,8 +72,12 @@ def cluster_settings(pg_dsn: str, neo4j: dict[str, str], qdrant_path: Path, **ex
     """The cluster profile against the test servers; Qdrant via its local mode unless QDRANT_URL is set."""
     qdrant: dict[str, object] = {"timeout_s": 3.0}
     if os.environ.get("QDRANT_URL"):
-        qdrant.update(url=os.environ["QDRANT_URL"], api_key=os.environ.get("QDRANT_API_KEY"),
-                      collection_prefix=f"t{uuid.uuid4().hex[:8]}", alias=f"t{uuid.uuid4().hex[:8]}")
+        qdrant.update(
+            url=os.environ["QDRANT_URL"],
+            api_key=os.environ.get("QDRANT_API_KEY"),
+            collection_prefix=f"t{uuid.uuid4().hex[:8]}",
+            alias=f"t{uuid.uuid4().hex[:8]}",
+        )
     else:
         qdrant["path"] = str(qdrant_path)
     data: dict[str, object] = {

@@ -49,16 +49,26 @@ def demo(
     )
     alice = GraphFilter(EntityRef("User", "Alice"), ("AUTHORED",), 1, "both")
     examples = [
-        ('what did Alice say about the rollback? --entity User:Alice --via AUTHORED --since 7d',
-         MemoryQuery(text="what did Alice say about the rollback?", graph=alice, since=parse_since("7d"))),
-        ('"latency problems" --where "kind = ticket"',
-         MemoryQuery(text="latency problems", where=[Where.parse("kind = ticket")])),
-        ("--entity Project:Phoenix --hops 2  (graph only, newest first)",
-         MemoryQuery(graph=GraphFilter(EntityRef("Project", "Phoenix"), (), 2, "both"))),
-        ('"deploy pipeline worries" --entity User:Bob --combine or',
-         MemoryQuery(text="deploy pipeline worries", graph=GraphFilter(EntityRef("User", "Bob")), combine="or")),
-        ('--where "sentiment < 0" --since 7d  (relational + time)',
-         MemoryQuery(where=[Where.parse("sentiment < 0")], since=parse_since("7d"))),
+        (
+            "what did Alice say about the rollback? --entity User:Alice --via AUTHORED --since 7d",
+            MemoryQuery(text="what did Alice say about the rollback?", graph=alice, since=parse_since("7d")),
+        ),
+        (
+            '"latency problems" --where "kind = ticket"',
+            MemoryQuery(text="latency problems", where=[Where.parse("kind = ticket")]),
+        ),
+        (
+            "--entity Project:Phoenix --hops 2  (graph only, newest first)",
+            MemoryQuery(graph=GraphFilter(EntityRef("Project", "Phoenix"), (), 2, "both")),
+        ),
+        (
+            '"deploy pipeline worries" --entity User:Bob --combine or',
+            MemoryQuery(text="deploy pipeline worries", graph=GraphFilter(EntityRef("User", "Bob")), combine="or"),
+        ),
+        (
+            '--where "sentiment < 0" --since 7d  (relational + time)',
+            MemoryQuery(where=[Where.parse("sentiment < 0")], since=parse_since("7d")),
+        ),
     ]
     for title, q in examples:
         q.agent_id, q.limit = AGENT, 5
@@ -73,7 +83,14 @@ def demo(
 
     out.print(Rule("memoryctl stats --metric sentiment --bucket 1d --since 7d"), markup=False)
     now = datetime.now(UTC)
-    for row in stats(c.client.stack.pool, agent_id=AGENT, since=now - parse_duration("7d"), until=now,
-                     width_s=86400, metric="sentiment", kind=None):
+    for row in stats(
+        c.client.stack.pool,
+        agent_id=AGENT,
+        since=now - parse_duration("7d"),
+        until=now,
+        width_s=86400,
+        metric="sentiment",
+        kind=None,
+    ):
         avg = f"{row['avg']:+.2f}" if row["avg"] is not None else "  -  "
         out.print(f"{row['bucket']:%Y-%m-%d}  memories {row['count']:>2}  sentiment avg {avg}", markup=False)

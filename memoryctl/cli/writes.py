@@ -24,6 +24,7 @@ from memoryctl.model import (
     parse_datetime,
     parse_uuid,
     relation_from_spec,
+    utcnow,
     validate_meta_key,
 )
 
@@ -61,14 +62,20 @@ def report_pending(outcome: WriteOutcome) -> int:
 def add(
     ctx: typer.Context,
     text: Annotated[str, typer.Argument(help="The memory's text.")],
-    agent: Annotated[str | None, typer.Option("--agent", help="Agent namespace (default: config default_agent).")] = None,
+    agent: Annotated[
+        str | None, typer.Option("--agent", help="Agent namespace (default: config default_agent).")
+    ] = None,
     kind: Annotated[str, typer.Option(help="Kind, e.g. note, dialogue, event.")] = DEFAULT_KIND,
     at: Annotated[str | None, typer.Option("--at", help="created_at, ISO 8601 (default: now).")] = None,
     entity: Annotated[list[str] | None, typer.Option("--entity", help="TYPE:NAME, repeatable.")] = None,
-    rel: Annotated[list[str] | None, typer.Option("--rel", help='"FROM -REL-> TO"; FROM/TO is TYPE:NAME, this or memory:<uuid>.')] = None,
-    meta: Annotated[list[str] | None, typer.Option("--meta", help="key=value (JSON values allowed), repeatable.")] = None,
+    rel: Annotated[
+        list[str] | None, typer.Option("--rel", help='"FROM -REL-> TO"; FROM/TO is TYPE:NAME, this or memory:<uuid>.')
+    ] = None,
+    meta: Annotated[
+        list[str] | None, typer.Option("--meta", help="key=value (JSON values allowed), repeatable.")
+    ] = None,
     id_: Annotated[str | None, typer.Option("--id", help="Use this UUID (idempotent re-adds).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print {\"id\": …} as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help='Print {"id": …} as JSON.')] = False,
 ) -> None:
     """Store one memory (PostgreSQL first, then Qdrant and Neo4j) and print its id."""
     c = ctx_of(ctx)
@@ -78,7 +85,7 @@ def add(
         text=text,
         agent_id=c.agent(agent),
         kind=kind,
-        **({"created_at": parse_datetime(at)} if at else {}),
+        created_at=parse_datetime(at) if at else utcnow(),
         metadata=parse_params(meta or [], "--meta"),
         entities=[EntityRef.parse(e) for e in entity or []],
         relations=[relation_from_spec(r, mid) for r in rel or []],
@@ -94,7 +101,9 @@ def add(
 def import_(
     ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="JSONL file, one memory per line ('-' for stdin is not supported).")],
-    agent: Annotated[str | None, typer.Option("--agent", help="Put every line in this agent (overrides agent_id).")] = None,
+    agent: Annotated[
+        str | None, typer.Option("--agent", help="Put every line in this agent (overrides agent_id).")
+    ] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Refuse the whole file if any line is bad.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
@@ -109,7 +118,9 @@ def import_(
             TextColumn("importing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True
         ) as bar:
             task = bar.add_task("import", total=total)
-            outcome = c.client.import_jsonl(file, agent_id=agent, strict=strict, progress=lambda n: bar.advance(task, n))
+            outcome = c.client.import_jsonl(
+                file, agent_id=agent, strict=strict, progress=lambda n: bar.advance(task, n)
+            )
     else:
         outcome = c.client.import_jsonl(file, agent_id=agent, strict=strict)
     if as_json:
@@ -121,8 +132,7 @@ def import_(
             ("updated", outcome.updated),
             ("unchanged", outcome.unchanged),
             ("invalid lines", len(outcome.invalid)),
-            ("pending qdrant", outcome.pending.get("qdrant", 0)),
-            ("pending neo4j", outcome.pending.get("neo4j", 0)),
+            *((f"pending {store}", n) for store, n in outcome.pending.items()),
         ):
             table.add_row(label, str(value))
         out.print(table)
@@ -183,19 +193,24 @@ def sync(
     run_id = c.client.stack.runs.start("sync", trigger=_trigger(), actor=_actor())
     report, pending = c.client.sync()
     status = "ok" if not any(pending.values()) else "partial"
-    c.client.stack.runs.finish(run_id, status, counts={**report.delivered, "pending": pending}, error="; ".join(
-        f"{t}: {e}" for t, e in report.failed.items()) or None)
+    c.client.stack.runs.finish(
+        run_id,
+        status,
+        counts={**report.delivered, "pending": pending},
+        error="; ".join(f"{t}: {e}" for t, e in report.failed.items()) or None,
+    )
     if as_json:
         print_json({**report.as_dict(), "pending": pending})
     else:
-        out.print(
-            f"delivered: qdrant {report.delivered.get('vector', 0)}, neo4j {report.delivered.get('graph', 0)}; "
-            f"pending: qdrant {pending['qdrant']}, neo4j {pending['neo4j']}",
-            markup=False,
-        )
+        names = c.client.stack.store_names
+        delivered = ", ".join(f"{names[t]} {n}" for t, n in report.delivered.items())
+        waiting = ", ".join(f"{s} {n}" for s, n in pending.items())
+        out.print(f"delivered: {delivered}; pending: {waiting}", markup=False)
     if any(pending.values()):
         stores = ", ".join(s for s, n in pending.items() if n)
-        err.print(f"still pending for {stores}: " + "; ".join(f"{t}: {e}" for t, e in report.failed.items()), markup=False)
+        err.print(
+            f"still pending for {stores}: " + "; ".join(f"{t}: {e}" for t, e in report.failed.items()), markup=False
+        )
         raise typer.Exit(int(ExitCode.PARTIAL))
 
 

@@ -80,7 +80,9 @@ class Step:
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("name", "store", "detail", "ms", "rows_in", "rows_out", "status", "error")}
+        return {
+            k: getattr(self, k) for k in ("name", "store", "detail", "ms", "rows_in", "rows_out", "status", "error")
+        }
 
 
 @dataclass(slots=True)
@@ -182,7 +184,9 @@ class QueryEngine:
         unavailable: dict[str, str],
         default_half_life: Callable[[str | None], Any] = lambda agent: None,
         record_events: bool = True,
+        graph_name: str = "neo4j",
     ) -> None:
+        self.graph_name = graph_name
         self.records = records
         self.rel = RelationalQueries(records.pool)
         self._vectors = vectors
@@ -285,6 +289,7 @@ class QueryEngine:
         if q.has_vector_leg:
             fns["vector"] = lambda s: self._vector_or_fulltext(q, s, degraded, notes, ids=None, with_where=False)
         if q.graph is not None:
+
             def graph_leg(s: list[Step]) -> list[tuple[uuid.UUID, dict[str, float]]]:
                 ids = self._graph_ids(q, s, degraded, notes)
                 rows = self._pg_filter(q, s, ids=ids, limit=depth, with_where=False) if ids else []
@@ -310,8 +315,15 @@ class QueryEngine:
             scores["rrf"] = sum(parts.values())
             ranked.append((mid, scores))
         ranked.sort(key=lambda p: -p[1]["rrf"])
-        steps.append(Step("fuse", "engine", {"method": "rrf", "k": 60, "legs": {n: len(r) for n, r in legs.items()}},
-                          rows_in=sum(len(r) for r in legs.values()), rows_out=len(ranked)))
+        steps.append(
+            Step(
+                "fuse",
+                "engine",
+                {"method": "rrf", "k": 60, "legs": {n: len(r) for n, r in legs.items()}},
+                rows_in=sum(len(r) for r in legs.values()),
+                rows_out=len(ranked),
+            )
+        )
         return ranked
 
     # ---- legs ---------------------------------------------------------------------------------
@@ -334,17 +346,22 @@ class QueryEngine:
             if store is None:
                 from memoryctl.errors import StoreUnavailable
 
-                raise StoreUnavailable("neo4j", self.unavailable.get("neo4j", "unavailable"))
+                raise StoreUnavailable(self.graph_name, self.unavailable.get(self.graph_name, "unavailable"))
             ids = self._step(steps, "graph.traverse", store.name, detail, lambda: store.traverse(traversal))
             steps[-1].rows_out = len(ids)
             return ids
         except MemoryctlError as exc:
             if "agent" in exc.message and q.agent_id is None:
                 raise
-            degraded.append("neo4j")
-            notes.append(f"neo4j unavailable ({exc.message}); graph filter fell back to PostgreSQL mentions (1 hop)")
+            degraded.append(self.graph_name)
+            notes.append(
+                f"{self.graph_name} unavailable ({exc.message}); graph filter fell back to PostgreSQL mentions (1 hop)"
+            )
             ids = self._step(
-                steps, "fallback.mentions", "postgres", detail,
+                steps,
+                "fallback.mentions",
+                "postgres",
+                detail,
                 lambda: self.rel.mentions(q, g.entity.type, g.entity.name, limit=GRAPH_CANDIDATE_CAP),
             )
             steps[-1].rows_out = len(ids)
@@ -376,8 +393,7 @@ class QueryEngine:
                 vector = list(q.vector)
             else:
                 assert q.text is not None
-                vector = self._step(steps, "embed.query", "embedder", {"model": embedder.info.model_id},
-                                    lambda: embedder.embed_query(q.text or "").tolist())
+                vector = self._embed(q.text, embedder, steps)
             detail = {
                 "model": embedder.info.model_id,
                 "limit": depth,
@@ -392,7 +408,10 @@ class QueryEngine:
                 "threshold": q.threshold,
             }
             hits = self._step(
-                steps, "vector.search", store.name, detail,
+                steps,
+                "vector.search",
+                store.name,
+                detail,
                 lambda: store.search(vector, flt, depth, model_id=embedder.info.model_id, score_threshold=q.threshold),
             )
             steps[-1].rows_in = len(ids) if ids is not None else None
@@ -406,11 +425,29 @@ class QueryEngine:
             degraded.append("qdrant")
             notes.append(f"qdrant unavailable ({exc.message}); text fell back to PostgreSQL full-text search")
             rows = self._step(
-                steps, "fallback.fulltext", "postgres", {"text": q.text, "ids": len(ids) if ids is not None else None},
+                steps,
+                "fallback.fulltext",
+                "postgres",
+                {"text": q.text, "ids": len(ids) if ids is not None else None},
                 lambda: self._fulltext(q, ids, depth, with_where),
             )
             steps[-1].rows_out = len(rows)
             return [(i, {"fulltext": r}) for i, r in rows]
+
+    def _embed(self, text: str, embedder: Embedder, steps: list[Step]) -> list[float]:
+        """Not under the store timeout: a local model's first call loads it (seconds, once per
+        process), and the http embedder enforces its own timeout and retries."""
+        step = Step("embed.query", "embedder", {"model": embedder.info.model_id})
+        steps.append(step)
+        t0 = time.perf_counter()
+        try:
+            vector: list[float] = embedder.embed_query(text).tolist()
+            return vector
+        except MemoryctlError as exc:
+            step.status, step.error = "failed", exc.message
+            raise
+        finally:
+            step.ms = round((time.perf_counter() - t0) * 1000, 2)
 
     def _fulltext(
         self, q: MemoryQuery, ids: Sequence[uuid.UUID] | None, depth: int, with_where: bool
@@ -432,10 +469,19 @@ class QueryEngine:
         limit: int,
         with_where: bool = True,
     ) -> list[tuple[uuid.UUID, datetime]]:
-        detail = {"where": [f"{w.field} {w.op}" for w in q.where] if with_where else [],
-                  "time": bool(q.since or q.until), "ids": len(ids) if ids is not None else None, "limit": limit}
-        rows = self._step(steps, "postgres.filter", "postgres", detail,
-                          lambda: self.rel.filter(q, ids=ids, limit=limit, with_where=with_where))
+        detail = {
+            "where": [f"{w.field} {w.op}" for w in q.where] if with_where else [],
+            "time": bool(q.since or q.until),
+            "ids": len(ids) if ids is not None else None,
+            "limit": limit,
+        }
+        rows = self._step(
+            steps,
+            "postgres.filter",
+            "postgres",
+            detail,
+            lambda: self.rel.filter(q, ids=ids, limit=limit, with_where=with_where),
+        )
         steps[-1].rows_in = len(ids) if ids is not None else None
         steps[-1].rows_out = len(rows)
         return rows
@@ -448,8 +494,13 @@ class QueryEngine:
             return []
         window = ranked[: max(q.limit * OVERFETCH + 10, q.limit)]
         ids = [i for i, _ in window]
-        rows = self._step(steps, "postgres.hydrate", "postgres", {"ids": len(ids)},
-                          lambda: self.records.get_many(ids, include_deleted=False))
+        rows = self._step(
+            steps,
+            "postgres.hydrate",
+            "postgres",
+            {"ids": len(ids)},
+            lambda: self.records.get_many(ids, include_deleted=False),
+        )
         steps[-1].rows_in, steps[-1].rows_out = len(ids), len(rows)
         now = datetime.now(UTC)
         hits: list[Hit] = []
@@ -468,7 +519,7 @@ class QueryEngine:
             if "vector" in scores:
                 sources.append("qdrant")
             if "graph" in scores:
-                sources.append("neo4j" if "neo4j" not in degraded else "postgres-mentions")
+                sources.append(self.graph_name if self.graph_name not in degraded else "postgres-mentions")
             hits.append(Hit(mid, base * d, parts, m, sources))
         hits.sort(key=lambda h: (-h.score, -h.memory.created_at.timestamp()))
         hits = hits[: q.limit]
@@ -476,16 +527,21 @@ class QueryEngine:
         return hits
 
     def _relationships(self, hits: list[Hit], steps: list[Step], degraded: list[str]) -> None:
-        if not hits or "neo4j" in degraded:
+        if not hits or self.graph_name in degraded:
             return
         store = self._graph()
         if store is None:
             return
         try:
-            rels = self._step(steps, "graph.relationships", store.name, {"ids": len(hits)},
-                              lambda: store.relationships([h.id for h in hits]))
+            rels = self._step(
+                steps,
+                "graph.relationships",
+                store.name,
+                {"ids": len(hits)},
+                lambda: store.relationships([h.id for h in hits]),
+            )
         except MemoryctlError:
-            degraded.append("neo4j")
+            degraded.append(self.graph_name)
             return
         for h in hits:
             h.relationships = rels.get(h.id, [])
@@ -499,8 +555,10 @@ class QueryEngine:
                 cur.executemany(
                     "INSERT INTO memory_events (agent_id, memory_id, query_id, event, payload)"
                     " VALUES (%s, %s, %s, 'recall', %s)",
-                    [(h.memory.agent_id, h.id, q.query_id, Jsonb({"rank": r, "score": h.score, "text": q.text}))
-                     for r, h in enumerate(hits, start=1)],
+                    [
+                        (h.memory.agent_id, h.id, q.query_id, Jsonb({"rank": r, "score": h.score, "text": q.text}))
+                        for r, h in enumerate(hits, start=1)
+                    ],
                 )
         except Exception:
             pass

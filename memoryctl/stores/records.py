@@ -19,10 +19,9 @@ from typing import Any
 
 from psycopg import Connection
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool
 
 from memoryctl.model import EntityRef, Memory, node_from_json
-from memoryctl.stores.pg import pg_errors
+from memoryctl.stores.pg import Pool, pg_errors
 
 TARGETS = ("vector", "graph")
 
@@ -85,7 +84,7 @@ def _same(existing: dict[str, Any], m: Memory) -> bool:
 class RecordStore:
     name = "postgres"
 
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
     # ---- writes -------------------------------------------------------------------------------
@@ -235,8 +234,12 @@ class RecordStore:
             rows = conn.execute(
                 "SELECT id, memory_id, op, attempts FROM outbox WHERE target = %s AND next_attempt_at <= now()"
                 " AND (%s::uuid[] IS NULL OR memory_id = ANY(%s)) ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED",
-                (target, list(memory_ids) if memory_ids is not None else None,
-                 list(memory_ids) if memory_ids is not None else None, limit),
+                (
+                    target,
+                    list(memory_ids) if memory_ids is not None else None,
+                    list(memory_ids) if memory_ids is not None else None,
+                    limit,
+                ),
             ).fetchall()
             items = [OutboxItem(r["id"], r["memory_id"], r["op"], r["attempts"]) for r in rows]
             yield items
@@ -272,8 +275,10 @@ class RecordStore:
             rows = conn.execute(
                 "SELECT target, count(DISTINCT memory_id) AS n FROM outbox"
                 " WHERE (%s::uuid[] IS NULL OR memory_id = ANY(%s)) GROUP BY target",
-                (list(memory_ids) if memory_ids is not None else None,
-                 list(memory_ids) if memory_ids is not None else None),
+                (
+                    list(memory_ids) if memory_ids is not None else None,
+                    list(memory_ids) if memory_ids is not None else None,
+                ),
             ).fetchall()
         return {r["target"]: int(r["n"]) for r in rows}
 
@@ -290,7 +295,7 @@ class RecordStore:
 class RunLog:
     """Maintenance run records (`maintenance_runs`): shown by `health` and `memoryctl runs`."""
 
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
     def start(self, command: str, *, trigger: str, actor: str | None) -> int:

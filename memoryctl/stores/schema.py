@@ -14,9 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from psycopg_pool import ConnectionPool
-
-from memoryctl.stores.pg import pg_errors
+from memoryctl.stores.pg import Pool, pg_errors
 
 _ADVISORY_KEY = 0x6D656D6F  # "memo"
 _FILE = re.compile(r"^(?P<version>\d{4})_(?P<variant>[a-z_]+)\.sql$")
@@ -45,13 +43,13 @@ def choose_variant(variants: dict[str, Migration], timescale: bool) -> Migration
     return variants["timescale" if timescale else "plain"]
 
 
-def timescale_available(pool: ConnectionPool) -> bool:
+def timescale_available(pool: Pool) -> bool:
     with pg_errors(), pool.connection() as conn:
         row = conn.execute("SELECT 1 AS ok FROM pg_available_extensions WHERE name = 'timescaledb'").fetchone()
     return row is not None
 
 
-def migrate(pool: ConnectionPool, *, timescale: bool | None = None) -> list[dict[str, Any]]:
+def migrate(pool: Pool, *, timescale: bool | None = None) -> list[dict[str, Any]]:
     """Apply pending migrations; return what was applied (empty when up to date)."""
     applied: list[dict[str, Any]] = []
     if timescale is None:
@@ -77,7 +75,7 @@ def migrate(pool: ConnectionPool, *, timescale: bool | None = None) -> list[dict
     return applied
 
 
-def schema_state(pool: ConnectionPool) -> list[dict[str, Any]]:
+def schema_state(pool: Pool) -> list[dict[str, Any]]:
     with pg_errors(), pool.connection() as conn:
         exists = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL AS ok").fetchone()
         if not exists or not exists["ok"]:

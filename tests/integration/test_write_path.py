@@ -31,16 +31,26 @@ def write_jsonl(path: Path, n: int, *, agent: str = "a1", seed: int = 0) -> list
         for i in range(n):
             mid = str(uuid.UUID(int=seed * 1_000_000 + i + 1))
             ids.append(mid)
-            f.write(json.dumps({
-                "id": mid,
-                "agent_id": agent,
-                "text": f"memory number {i} about project {i % 7}",
-                "kind": "note" if i % 2 else "dialogue",
-                "created_at": f"2026-11-{1 + i % 28:02d}T10:00:00Z",
-                "entities": [{"type": "User", "name": f"user{i % 5}"}, {"type": "Project", "name": f"p{i % 7}"}],
-                "relations": [{"from": {"type": "User", "name": f"user{i % 5}"}, "type": "AUTHORED", "to": "this"}],
-                "metadata": {"i": i},
-            }) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "id": mid,
+                        "agent_id": agent,
+                        "text": f"memory number {i} about project {i % 7}",
+                        "kind": "note" if i % 2 else "dialogue",
+                        "created_at": f"2026-11-{1 + i % 28:02d}T10:00:00Z",
+                        "entities": [
+                            {"type": "User", "name": f"user{i % 5}"},
+                            {"type": "Project", "name": f"p{i % 7}"},
+                        ],
+                        "relations": [
+                            {"from": {"type": "User", "name": f"user{i % 5}"}, "type": "AUTHORED", "to": "this"}
+                        ],
+                        "metadata": {"i": i},
+                    }
+                )
+                + "\n"
+            )
     return ids
 
 
@@ -141,10 +151,12 @@ def test_neo4j_unreachable_import_lands_then_sync_delivers(
 
 def test_forget_hides_at_once_and_purge_removes_everywhere(cluster: MemoryClient) -> None:
     keep, drop = uuid.uuid4(), uuid.uuid4()
-    cluster.add([
-        Memory(id=keep, text="the rollback went fine", agent_id="a1", entities=[EntityRef("User", "Alice")]),
-        Memory(id=drop, text="the rollback was a disaster", agent_id="a1", entities=[EntityRef("User", "Alice")]),
-    ])
+    cluster.add(
+        [
+            Memory(id=keep, text="the rollback went fine", agent_id="a1", entities=[EntityRef("User", "Alice")]),
+            Memory(id=drop, text="the rollback was a disaster", agent_id="a1", entities=[EntityRef("User", "Alice")]),
+        ]
+    )
     cluster.forget([drop], agent_id="a1")
     hits = cluster.query(text="rollback", agent_id="a1").hits
     assert [h.id for h in hits] == [keep]

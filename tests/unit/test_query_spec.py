@@ -121,7 +121,7 @@ def test_guard_times_out_and_opens_breaker() -> None:
 
 
 identifier_junk = st.lists(
-    st.sampled_from(list("abcXYZ_09 '\"`;{}()[]$-=<>!.,\\/*\n") + ["MATCH", "DROP", "--", "/*", " OR 1=1"]),
+    st.sampled_from([*list("abcXYZ_09 '\"`;{}()[]$-=<>!.,\\/*\n"), "MATCH", "DROP", "--", "/*", " OR 1=1"]),
     min_size=1,
     max_size=20,
 ).map("".join)
