@@ -116,8 +116,8 @@ def stats_sql(*, timescale: bool) -> str:
         else ("date_bin(%(width)s::interval, created_at, %(origin)s::timestamptz)")
     )
     # bucket is one of the two constants above; everything else is a bound parameter.
-    return (  # noqa: S608
-        "WITH buckets AS (SELECT generate_series(date_bin(%(width)s::interval, %(since)s::timestamptz,"
+    return (
+        "WITH buckets AS (SELECT generate_series(date_bin(%(width)s::interval, %(since)s::timestamptz,"  # noqa: S608
         " %(origin)s::timestamptz), %(until)s::timestamptz, %(width)s::interval) AS bucket),"
         f" agg AS (SELECT {bucket} AS bucket, count(*) AS n,"
         " avg((metadata ->> %(metric)s)::float8) FILTER (WHERE jsonb_typeof(metadata -> %(metric)s) = 'number') AS avg,"
