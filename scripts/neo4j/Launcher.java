@@ -52,6 +52,9 @@ public class Launcher {
                 .setConfig(GraphDatabaseSettings.pagecache_memory, ByteUnit.mebiBytes(pagecacheMiB))
                 .setConfig(GraphDatabaseSettings.preallocate_logical_logs, false)
                 .setConfig(GraphDatabaseSettings.udc_enabled, false)
+                // Same hardening as production: LOAD CSV must not read server-local files, even
+                // from the read-only power-user Cypher (read transactions allow LOAD CSV).
+                .setConfig(GraphDatabaseSettings.allow_file_urls, false)
                 .build();
 
         CountDownLatch stopped = new CountDownLatch(1);

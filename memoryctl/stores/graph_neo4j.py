@@ -1,0 +1,470 @@
+"""The graph in Neo4j (the cluster profile), through the official Python driver over Bolt.
+
+Semantics (origin-tracked edges, traversal rules, ordering, purge of orphan entities) are defined
+once in ``memoryctl.stores.graph_sql`` and shared with ``SqlGraphStore``; the integration tests run
+the same cases against both. This module only turns them into Cypher.
+
+Why the Cypher looks the way it does:
+
+- Values are always parameters. Cypher cannot parameterise relationship types, labels or the bounds
+  of a variable-length pattern, so those are spliced in as literals -- and only after validation:
+  relationship types must be members of ``RELATION_TYPES`` (asserted right where they are spliced),
+  labels come from a constant map, hops is an ``int`` in 1..3.
+- Writes are batched with ``UNWIND``, one statement per (relationship type, endpoint labels) group,
+  all in one write transaction per ``upsert_memories`` call.
+- Every edge carries ``origin`` (the memory that declared it), indexed per relationship type, so a
+  re-upsert replaces exactly that memory's declarations, and a shared edge survives either owner.
+- Every call has a deadline: the driver's connection/acquisition timeouts and a server-side
+  transaction timeout; managed transactions retry transient failures only within the same budget.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from itertools import islice
+from typing import Any, TypeVar
+
+import neo4j
+from neo4j import exceptions as nx
+
+from memoryctl.config import Neo4jSettings
+from memoryctl.errors import InputError, StoreError, StoreUnavailable, UsageError
+from memoryctl.model import RELATION_TYPES, validate_agent_id
+from memoryctl.stores.graph_sql import (
+    ALL_RELATION_TYPES,
+    PreparedEdge,
+    check_ids,
+    check_traversal,
+    node_ref,
+    prepare_batch,
+    relationship_sort_key,
+)
+from memoryctl.stores.protocols import GraphMemory, GraphRecord, GraphTraversal
+
+T = TypeVar("T")
+
+# Labels and key properties by "is this endpoint a memory": constants, never input.
+_NODE = {True: ("Memory", "id"), False: ("Entity", "key")}
+_ARROWS = {"out": ("-", "->"), "in": ("<-", "-"), "both": ("-", "-")}
+_LOAD_CSV = re.compile(r"\bLOAD\s+CSV\b", re.IGNORECASE)
+# Procedures a read-only power-user query may call. Community Edition has no roles, and DBMS-mode
+# procedures (dbms.killConnections, dbms.listConfig, ...) run even in a READ transaction, so the
+# plan is inspected before the query runs; db.* write procedures are refused by the server itself.
+_ALLOWED_PROCEDURES = re.compile(r"^(db\.[A-Za-z.]+|dbms\.components)\b")
+
+
+def _rel(rel_type: str) -> str:
+    """The one place a relationship type becomes Cypher text."""
+    assert rel_type in RELATION_TYPES, f"relationship type {rel_type!r} is not whitelisted"
+    return rel_type
+
+
+def _drop_declared_cypher() -> str:
+    parts = [
+        f"MATCH (a)-[r:{_rel(t)} {{origin: mid}}]->(b) DELETE r RETURN elementId(a) AS a, elementId(b) AS b"
+        for t in ALL_RELATION_TYPES
+    ]
+    return "UNWIND $ids AS mid CALL (mid) {\n  " + "\n  UNION ALL\n  ".join(parts) + "\n} RETURN a, b"
+
+
+_DROP_DECLARED = _drop_declared_cypher()
+
+_UPSERT_ENTITIES = (
+    "UNWIND $rows AS e MERGE (n:Entity {key: e.key}) SET n.name = e.name, n.type = e.type, n.agent_id = e.agent_id"
+)
+_UPSERT_MEMORIES = (
+    "UNWIND $rows AS m MERGE (n:Memory {id: m.id}) "
+    "SET n.agent_id = m.agent_id, n.created_at = m.created_at, n.deleted = m.deleted"
+)
+# Entities left without any edge go; so do memory placeholders (created by an edge pointing at a
+# memory whose own upsert had not arrived) that nothing points at any more. Real memories stay.
+_PURGE_ORPHANS = (
+    "UNWIND $eids AS eid MATCH (n) WHERE elementId(n) = eid "
+    "AND (n:Entity OR (n:Memory AND n.agent_id IS NULL)) AND NOT (n)--() DELETE n"
+)
+_DELETE_MEMORIES = (
+    "UNWIND $ids AS mid MATCH (m:Memory {id: mid}) "
+    "OPTIONAL MATCH (m)--(x) WHERE x <> m "
+    "WITH m, collect(DISTINCT elementId(x)) AS near "
+    "DETACH DELETE m RETURN near"
+)
+_NODE_OK = (
+    "x.agent_id IS NOT NULL AND ($agent IS NULL OR x.agent_id = $agent) "
+    "AND NOT (x:Memory AND coalesce(x.deleted, false))"
+)
+_TRAVERSE = """
+MATCH (s:Entity {key: $start})
+WHERE s.agent_id IS NOT NULL AND ($agent IS NULL OR s.agent_id = $agent)
+OPTIONAL MATCH p = (s)%(left)s[:%(types)s*1..%(hops)d]%(right)s(n)
+WHERE all(x IN nodes(p) WHERE %(node_ok)s)
+WITH s, n, min(length(p)) AS d
+WITH s, collect(CASE WHEN n IS NULL THEN null ELSE {n: n, d: d} END) AS found
+UNWIND found + [{n: s, d: 0}] AS r
+WITH r.n AS n, min(r.d) AS d
+CALL (n, d) {
+  WITH n, d WHERE n:Memory
+  RETURN n.id AS id, d AS dist
+  UNION ALL
+  MATCH (m:Memory)-[:MENTIONS]->(n:Entity)
+  WHERE m.agent_id IS NOT NULL AND NOT coalesce(m.deleted, false) AND ($agent IS NULL OR m.agent_id = $agent)
+  RETURN m.id AS id, d + 1 AS dist
+}
+WITH id, min(dist) AS dist
+RETURN id ORDER BY dist, id
+"""
+_RELATIONSHIPS = """
+UNWIND $ids AS mid
+MATCH (m:Memory {id: mid})-[r]-(x)
+WHERE NOT (x:Memory AND coalesce(x.deleted, false))
+RETURN DISTINCT mid, type(r) AS type, CASE WHEN startNode(r) = m THEN 'out' ELSE 'in' END AS direction,
+       x:Memory AS is_memory, x.id AS xid, x.key AS key, x.type AS etype, x.name AS name
+"""
+_SCHEMA = [
+    "CREATE CONSTRAINT memory_id IF NOT EXISTS FOR (m:Memory) REQUIRE m.id IS UNIQUE",
+    "CREATE CONSTRAINT entity_key IF NOT EXISTS FOR (e:Entity) REQUIRE e.key IS UNIQUE",
+    "CREATE INDEX memory_agent IF NOT EXISTS FOR (m:Memory) ON (m.agent_id)",
+    "CREATE INDEX entity_agent IF NOT EXISTS FOR (e:Entity) ON (e.agent_id)",
+    *(
+        f"CREATE INDEX rel_origin_{_rel(t).lower()} IF NOT EXISTS FOR ()-[r:{_rel(t)}]-() ON (r.origin)"
+        for t in ALL_RELATION_TYPES
+    ),
+]
+
+
+def _native(value: Any) -> Any:
+    """Driver values -> plain Python (neo4j.time -> datetime, graph objects -> dicts)."""
+    if isinstance(value, neo4j.graph.Node):
+        return {"labels": sorted(value.labels), **{k: _native(v) for k, v in value.items()}}
+    if isinstance(value, neo4j.graph.Relationship):
+        return {"type": value.type, **{k: _native(v) for k, v in value.items()}}
+    if isinstance(value, neo4j.graph.Path):
+        return {"nodes": [_native(n) for n in value.nodes], "relationships": [_native(r) for r in value.relationships]}
+    if isinstance(value, list):
+        return [_native(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _native(v) for k, v in value.items()}
+    to_native = getattr(value, "to_native", None)
+    return to_native() if callable(to_native) else value
+
+
+def _plan_operators(plan: Any) -> Iterator[tuple[str, str]]:
+    """(operatorType, details) for every operator of an EXPLAIN plan (a dict tree from the driver)."""
+    if not isinstance(plan, dict):
+        return
+    args = plan.get("args") or {}
+    yield str(plan.get("operatorType", "")), str(args.get("Details", ""))
+    for child in plan.get("children") or ():
+        yield from _plan_operators(child)
+
+
+class Neo4jGraphStore:
+    """``GraphStore`` on Neo4j 5 (Bolt). Also offers ``run_read`` for read-only power-user Cypher."""
+
+    name = "neo4j"
+    engine = "neo4j"
+
+    def __init__(self, settings: Neo4jSettings) -> None:
+        self._settings = settings
+        self._timeout = float(settings.timeout_s)
+        password = settings.password.get_secret_value() if settings.password is not None else None
+        try:
+            self._driver = neo4j.GraphDatabase.driver(
+                settings.uri,
+                auth=(settings.user, password) if password is not None else None,
+                connection_timeout=self._timeout,
+                connection_acquisition_timeout=self._timeout,
+                max_transaction_retry_time=self._timeout,
+                max_connection_pool_size=16,
+                notifications_min_severity="OFF",
+            )
+        except (nx.ConfigurationError, ValueError) as exc:
+            raise StoreError(self.name, f"invalid Neo4j settings: {exc}", hint="check neo4j.uri") from exc
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """Map driver failures onto memoryctl's errors (StoreUnavailable = degrade, not crash)."""
+        hint = (
+            f"check that Neo4j is running and reachable at {self._settings.uri} "
+            "(memoryctl health; neo4j.uri / neo4j.timeout_s)"
+        )
+        try:
+            yield
+        except (nx.ServiceUnavailable, nx.SessionExpired) as exc:
+            raise StoreUnavailable(self.name, f"{what}: Neo4j unavailable ({exc})", hint=hint) from exc
+        except nx.AuthError as exc:
+            raise StoreError(
+                self.name,
+                f"{what}: authentication failed ({exc.message})",
+                hint="set neo4j.user / neo4j.password (MEMORYCTL_NEO4J__PASSWORD)",
+            ) from exc
+        except nx.Neo4jError as exc:
+            code = exc.code or ""
+            if "TransactionTimedOut" in code or "Timeout" in code:
+                raise StoreUnavailable(self.name, f"{what}: timed out after {self._timeout}s", hint=hint) from exc
+            raise StoreError(self.name, f"{what}: {code}: {exc.message}") from exc
+        except nx.DriverError as exc:
+            raise StoreUnavailable(self.name, f"{what}: {exc}", hint=hint) from exc
+        except (TimeoutError, OSError) as exc:
+            raise StoreUnavailable(self.name, f"{what}: {exc}", hint=hint) from exc
+
+    def _session(self, mode: str = neo4j.WRITE_ACCESS) -> neo4j.Session:
+        return self._driver.session(database=self._settings.database, default_access_mode=mode)
+
+    def _write(self, what: str, fn: Callable[[neo4j.ManagedTransaction], T]) -> T:
+        with self._errors(what), self._session() as session:
+            return session.execute_write(neo4j.unit_of_work(timeout=self._timeout)(fn))
+
+    def _read(self, what: str, fn: Callable[[neo4j.ManagedTransaction], T]) -> T:
+        with self._errors(what), self._session(neo4j.READ_ACCESS) as session:
+            return session.execute_read(neo4j.unit_of_work(timeout=self._timeout)(fn))
+
+    # -- GraphStore -------------------------------------------------------------------------
+
+    def ensure_schema(self) -> None:
+        """Constraints and indexes; schema commands need auto-commit transactions, one each."""
+        with self._errors("ensure_schema"), self._session() as session:
+            for stmt in _SCHEMA:
+                session.run(neo4j.Query(stmt, timeout=max(self._timeout, 30.0))).consume()
+
+    def upsert_memories(self, items: Sequence[GraphMemory]) -> None:
+        batch = prepare_batch(items)
+        if not batch.memories:
+            return
+        groups: dict[tuple[str, bool, bool], list[dict[str, Any]]] = {}
+        for e in batch.edges:
+            groups.setdefault((e.type, e.src_is_memory, e.dst_is_memory), []).append(_edge_row(e))
+
+        def work(tx: neo4j.ManagedTransaction) -> None:
+            if batch.entities:
+                tx.run(_UPSERT_ENTITIES, rows=batch.entities).consume()
+            tx.run(_UPSERT_MEMORIES, rows=batch.memories).consume()
+            touched = {v for rec in tx.run(_DROP_DECLARED, ids=batch.ids) for v in (rec["a"], rec["b"])}
+            for (rel_type, src_mem, dst_mem), rows in sorted(groups.items()):
+                tx.run(_create_edges_cypher(rel_type, src_mem, dst_mem), rows=rows).consume()
+            if touched:
+                tx.run(_PURGE_ORPHANS, eids=sorted(touched)).consume()
+
+        self._write("upsert_memories", work)
+
+    def set_deleted(self, ids: Sequence[uuid.UUID], deleted: bool = True) -> None:
+        keys = check_ids(ids)
+        if keys:
+            self._write(
+                "set_deleted",
+                lambda tx: tx.run(
+                    "UNWIND $ids AS mid MATCH (m:Memory {id: mid}) SET m.deleted = $deleted",
+                    ids=keys,
+                    deleted=bool(deleted),
+                ).consume(),
+            )
+
+    def delete(self, ids: Sequence[uuid.UUID]) -> None:
+        keys = check_ids(ids)
+        if not keys:
+            return
+
+        def work(tx: neo4j.ManagedTransaction) -> None:
+            touched = {v for rec in tx.run(_DROP_DECLARED, ids=keys) for v in (rec["a"], rec["b"])}
+            for rec in tx.run(_DELETE_MEMORIES, ids=keys):
+                touched.update(rec["near"])
+            if touched:
+                tx.run(_PURGE_ORPHANS, eids=sorted(touched)).consume()
+
+        self._write("delete", work)
+
+    def traverse(self, query: GraphTraversal) -> list[uuid.UUID]:
+        q = check_traversal(query)
+        assert type(q.hops) is int and 1 <= q.hops <= 3
+        left, right = _ARROWS[q.direction]
+        cypher = _TRAVERSE % {
+            "left": left,
+            "right": right,
+            "types": "|".join(_rel(t) for t in q.relation_types),
+            "hops": q.hops,
+            "node_ok": _NODE_OK,
+        }
+        if q.limit is not None:
+            cypher += "LIMIT $limit\n"
+        params = {"start": q.start_key, "agent": q.agent_id, "limit": q.limit}
+
+        def work(tx: neo4j.ManagedTransaction) -> list[uuid.UUID]:
+            return [uuid.UUID(rec["id"]) for rec in tx.run(cypher, params)]
+
+        return self._read("traverse", work)
+
+    def relationships(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
+        keys = check_ids(ids)
+        result: dict[uuid.UUID, list[dict[str, Any]]] = {uuid.UUID(k): [] for k in keys}
+        if not keys:
+            return result
+
+        def work(tx: neo4j.ManagedTransaction) -> list[dict[str, Any]]:
+            return [rec.data() for rec in tx.run(_RELATIONSHIPS, ids=keys)]
+
+        for row in self._read("relationships", work):
+            if row["is_memory"]:
+                node: dict[str, Any] = {"kind": "memory", "id": node_ref(row["xid"])[0]}
+            else:
+                node = {"kind": "entity", "key": row["key"], "type": row["etype"], "name": row["name"]}
+            result[uuid.UUID(row["mid"])].append({"type": row["type"], "direction": row["direction"], "node": node})
+        for rels in result.values():
+            rels.sort(key=relationship_sort_key)
+        return result
+
+    def scroll(self, *, agent_id: str | None = None, batch: int = 1000) -> Iterator[list[GraphRecord]]:
+        agent = validate_agent_id(agent_id) if agent_id is not None else None
+        if type(batch) is not int or batch < 1:
+            raise InputError(f"batch must be a positive integer, not {batch!r}")
+        after = ""
+        while True:
+            params = {"agent": agent, "after": after, "batch": batch}
+
+            def work(tx: neo4j.ManagedTransaction, params: dict[str, Any] = params) -> list[dict[str, Any]]:
+                return [
+                    rec.data()
+                    for rec in tx.run(
+                        "MATCH (m:Memory) WHERE m.id > $after AND m.agent_id IS NOT NULL"
+                        " AND ($agent IS NULL OR m.agent_id = $agent)"
+                        " RETURN m.id AS id, m.agent_id AS agent_id, coalesce(m.deleted, false) AS deleted"
+                        " ORDER BY m.id LIMIT $batch",
+                        params,
+                    )
+                ]
+
+            rows = self._read("scroll", work)
+            if not rows:
+                return
+            yield [GraphRecord(id=uuid.UUID(r["id"]), agent_id=r["agent_id"], deleted=r["deleted"]) for r in rows]
+            if len(rows) < batch:
+                return
+            after = rows[-1]["id"]
+
+    def count(self, *, agent_id: str | None = None) -> int:
+        agent = validate_agent_id(agent_id) if agent_id is not None else None
+
+        def work(tx: neo4j.ManagedTransaction) -> int:
+            rec = tx.run(
+                "MATCH (m:Memory) WHERE m.agent_id IS NOT NULL AND ($agent IS NULL OR m.agent_id = $agent)"
+                " RETURN count(m) AS c",
+                agent=agent,
+            ).single()
+            return int(rec["c"]) if rec else 0
+
+        return self._read("count", work)
+
+    def ping(self) -> dict[str, Any]:
+        def work(tx: neo4j.ManagedTransaction) -> dict[str, Any]:
+            comp = tx.run(
+                "CALL dbms.components() YIELD name, versions, edition RETURN name, versions, edition"
+            ).single()
+            mem = tx.run("MATCH (m:Memory) RETURN count(m) AS c").single()
+            ent = tx.run("MATCH (e:Entity) RETURN count(e) AS c").single()
+            return {
+                "engine": self.engine,
+                "uri": self._settings.uri,
+                "database": self._settings.database,
+                "name": comp["name"] if comp else None,
+                "version": (comp["versions"] or [None])[0] if comp else None,
+                "edition": comp["edition"] if comp else None,
+                "memories": int(mem["c"]) if mem else 0,
+                "entities": int(ent["c"]) if ent else 0,
+            }
+
+        with self._errors("ping"):
+            self._driver.verify_connectivity()
+        return self._read("ping", work)
+
+    def close(self) -> None:
+        self._driver.close()
+
+    # -- power users ------------------------------------------------------------------------
+
+    def run_read(
+        self,
+        cypher: str,
+        params: dict[str, Any] | None = None,
+        agent_id: str | None = None,
+        *,
+        limit: int = 1000,
+    ) -> list[dict[str, Any]]:
+        """Run caller-written Cypher in a READ transaction and return at most ``limit`` rows.
+
+        The server refuses every write (CREATE, MERGE, DELETE, SET, REMOVE, schema commands, write
+        procedures) in a read transaction; that refusal is reported as a ``UsageError`` saying so.
+        Because Community Edition has no roles, the plan is checked first (``EXPLAIN``) and
+        ``LOAD CSV`` and DBMS procedures other than ``dbms.components`` are refused too.
+        With ``agent_id`` the query gets ``$agent_id`` and must use it (scoping is the caller's
+        Cypher, so at least make forgetting it an error).
+        """
+        if not isinstance(cypher, str) or not cypher.strip():
+            raise UsageError("empty Cypher query")
+        bound: dict[str, Any] = dict(params or {})
+        if not all(isinstance(k, str) for k in bound):
+            raise UsageError("Cypher parameter names must be strings")
+        if agent_id is not None:
+            agent = validate_agent_id(agent_id)
+            if bound.get("agent_id", agent) != agent:
+                raise UsageError("params['agent_id'] differs from the agent the query is scoped to")
+            if "$agent_id" not in cypher:
+                raise UsageError(
+                    "this query is scoped to an agent but does not use $agent_id",
+                    hint="filter with e.g. WHERE m.agent_id = $agent_id",
+                )
+            bound["agent_id"] = agent
+        if type(limit) is not int or limit < 1:
+            raise UsageError(f"limit must be a positive integer, not {limit!r}")
+        if _LOAD_CSV.search(cypher):
+            raise UsageError("LOAD CSV is not allowed in read-only queries")
+
+        def work(tx: neo4j.ManagedTransaction) -> list[dict[str, Any]]:
+            plan = tx.run("EXPLAIN " + cypher, bound).consume().plan
+            for op, details in _plan_operators(plan):
+                if "LoadCSV" in op:
+                    raise UsageError("LOAD CSV is not allowed in read-only queries")
+                if "ProcedureCall" in op and not _ALLOWED_PROCEDURES.match(details.strip()):
+                    raise UsageError(
+                        f"procedure call {details.split('(')[0].strip()!r} is not allowed in read-only queries",
+                        hint="db.* read procedures and dbms.components are allowed",
+                    )
+            result = tx.run(cypher, bound)
+            return [{k: _native(rec[k]) for k in rec.keys()} for rec in islice(result, limit)]
+
+        try:
+            return self._read("run_read", work)
+        except StoreError as exc:
+            cause = exc.__cause__
+            code = getattr(cause, "code", "") or ""
+            if code == "Neo.ClientError.Statement.AccessMode":
+                raise UsageError(
+                    "write refused: run_read runs in a read-only transaction, and this query writes "
+                    f"(CREATE, MERGE, DELETE, SET, REMOVE, schema or write procedures are refused): "
+                    f"{getattr(cause, 'message', '')}",
+                    hint="use memoryctl's write commands to change the graph",
+                ) from cause
+            if code.startswith(("Neo.ClientError.Statement.", "Neo.ClientError.Procedure.", "Neo.ClientError.Schema.")):
+                raise UsageError(f"Cypher rejected: {code}: {getattr(cause, 'message', '')}") from cause
+            raise
+
+
+def _edge_row(e: PreparedEdge) -> dict[str, Any]:
+    return {"src": e.src, "dst": e.dst, "origin": e.origin, "agent_id": e.agent_id}
+
+
+def _create_edges_cypher(rel_type: str, src_is_memory: bool, dst_is_memory: bool) -> str:
+    src_label, src_key = _NODE[src_is_memory]
+    dst_label, dst_key = _NODE[dst_is_memory]
+    return (
+        f"UNWIND $rows AS e "
+        f"MERGE (a:{src_label} {{{src_key}: e.src}}) "
+        f"MERGE (b:{dst_label} {{{dst_key}: e.dst}}) "
+        f"MERGE (a)-[r:{_rel(rel_type)} {{origin: e.origin}}]->(b) "
+        f"SET r.agent_id = e.agent_id"
+    )
+
+
+__all__ = ["Neo4jGraphStore"]
