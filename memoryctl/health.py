@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from memoryctl import __version__
+from memoryctl._version import __version__
 from memoryctl.errors import ExitCode, MemoryctlError
 from memoryctl.stack import Stack
 from memoryctl.stores.pg import pg_errors

@@ -14,7 +14,7 @@ from typing import Annotated
 import click
 import typer
 
-from memoryctl import __version__
+from memoryctl._version import __version__
 from memoryctl.cli import demo, ops, query, writes
 from memoryctl.cli.context import Ctx
 from memoryctl.cli.output import err
