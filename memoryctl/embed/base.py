@@ -116,9 +116,7 @@ def embed_batched(
     cleaned = [clean_text(t) for t in texts]
     if not cleaned:
         return np.zeros((0, dim), dtype=np.float32)
-    parts = [
-        finish_vectors(run(list(batch)), len(batch), dim, who=who) for batch in chunks(cleaned, batch_size)
-    ]
+    parts = [finish_vectors(run(list(batch)), len(batch), dim, who=who) for batch in chunks(cleaned, batch_size)]
     if len(parts) == 1:
         return parts[0]
     out: FloatArray = np.concatenate(parts, axis=0)

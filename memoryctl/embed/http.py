@@ -170,21 +170,16 @@ class HttpEmbedder:
             if not isinstance(item, dict) or not isinstance(item.get("embedding"), list):
                 raise StoreError(
                     STORE,
-                    f"{bad}: data[{pos}] has no 'embedding' list "
-                    "(base64 encoding is not requested and not accepted)",
+                    f"{bad}: data[{pos}] has no 'embedding' list (base64 encoding is not requested and not accepted)",
                     hint=hint,
                 )
             index = item.get("index", pos)
             if not isinstance(index, int) or not 0 <= index < n or rows[index] is not None:
-                raise StoreError(
-                    STORE, f"{bad}: data[{pos}] has invalid or duplicate index {index!r}", hint=hint
-                )
+                raise StoreError(STORE, f"{bad}: data[{pos}] has invalid or duplicate index {index!r}", hint=hint)
             rows[index] = item["embedding"]
         widths = {len(r) for r in rows}
         if len(widths) != 1 or 0 in widths:
-            raise StoreError(
-                STORE, f"{bad}: embeddings of differing or zero length {sorted(widths)}", hint=hint
-            )
+            raise StoreError(STORE, f"{bad}: embeddings of differing or zero length {sorted(widths)}", hint=hint)
         width = widths.pop()
         if self._dim is not None and width != self._dim:
             raise StoreError(
@@ -218,11 +213,7 @@ def _hint_for(status: int) -> str:
     if status in (401, 403):
         return "check embedder.api_key (vLLM --api-key)"
     if status == 404:
-        return (
-            "check embedder.url (the server root, without /v1/embeddings) and embedder.model (GET /v1/models)"
-        )
+        return "check embedder.url (the server root, without /v1/embeddings) and embedder.model (GET /v1/models)"
     if status in (400, 413, 422):
-        return (
-            "the server rejected the input; a text may exceed the model's context, or embedder.model is wrong"
-        )
+        return "the server rejected the input; a text may exceed the model's context, or embedder.model is wrong"
     return "see the embeddings server's log"

@@ -102,7 +102,8 @@ def _load(adapter_dir: Path | None, checksum: str) -> Any:
             # Merged weights: same outputs, plain BERT speed, no peft code on the hot path.
             transformer.auto_model = wrapped.merge_and_unload()
         model.eval()
-        dim = int(model.get_sentence_embedding_dimension() or 0)
+        get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        dim = int(get_dim() or 0)
         if dim != MINILM_DIM:
             raise ConfigError(f"all-MiniLM-L6-v2 reports dimension {dim}, expected {MINILM_DIM}")
         _models[checksum] = model
@@ -112,9 +113,7 @@ def _load(adapter_dir: Path | None, checksum: str) -> Any:
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (+ optional merged LoRA) on CPU. Loaded on first use, once per process."""
 
-    def __init__(
-        self, *, adapter_path: str | None = None, batch_size: int = 64, model_id: str | None = None
-    ) -> None:
+    def __init__(self, *, adapter_path: str | None = None, batch_size: int = 64, model_id: str | None = None) -> None:
         # Fail at configuration time, not on the first write, but without importing torch (slow).
         for module in ("torch", "sentence_transformers", *(("peft",) if adapter_path else ())):
             if importlib.util.find_spec(module) is None:
@@ -150,9 +149,7 @@ class MiniLMEmbedder:
         return embed_batched(texts, self._batch_size, MINILM_DIM, self._run, who="all-MiniLM-L6-v2")
 
     def embed_query(self, text: str) -> FloatArray:
-        row: FloatArray = finish_vectors(
-            self._run([clean_text(text)]), 1, MINILM_DIM, who="all-MiniLM-L6-v2"
-        )[0]
+        row: FloatArray = finish_vectors(self._run([clean_text(text)]), 1, MINILM_DIM, who="all-MiniLM-L6-v2")[0]
         return row
 
     def close(self) -> None:
