@@ -1,0 +1,43 @@
+"""Lazy access to the optional training stack (torch, transformers, peft).
+
+``import lora`` must work on a core install: the CLI imports it to print ``nightly --help``, the
+registry and the vLLM client need no torch at all. Only a code path that actually trains or runs a
+model calls :func:`require_torch`, and a missing extra becomes one ConfigError that names the fix
+instead of an ImportError traceback from deep inside a training step.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from memoryctl.errors import ConfigError
+
+LORA_EXTRA_HINT = "pip install 'memoryctl[lora]'"
+
+
+def require(module: str) -> ModuleType:
+    """Import ``module`` or raise ConfigError with the install hint."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - exercised only on installs without the extra
+        raise ConfigError(
+            f"LoRA training needs the optional package {module!r}, which is not installed ({exc})",
+            hint=LORA_EXTRA_HINT,
+        ) from exc
+
+
+def require_torch() -> ModuleType:
+    """Check the whole training stack at once so a half-installed extra fails before any work."""
+    for name in ("transformers", "peft", "safetensors"):
+        require(name)
+    return require("torch")
+
+
+def torch_available() -> bool:
+    """True when the [lora] extra is importable; tests use it to skip cleanly."""
+    try:
+        require_torch()
+    except ConfigError:
+        return False
+    return True

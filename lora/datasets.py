@@ -1,0 +1,241 @@
+"""Training sets built from plain rows (pure Python: no torch, no database driver).
+
+The lead's nightly job reads PostgreSQL (recall/feedback events joined to memories, or dialogue
+memories) and hands the rows here as mappings. Keeping the builders free of I/O makes them easy to
+unit-test and lets the same code run on exported JSONL.
+
+Two decisions worth knowing:
+
+* **Held-out split by hashing an id**, not by random sampling: an example stays on the same side
+  of the split across nightly runs and machines, so "recall@k on the held-out slice" measured for
+  yesterday's adapter and today's candidate is measured on comparable data, and a query never leaks
+  from held-out into training when the data set grows.
+* **Too little data is a normal outcome**, returned as :class:`Skipped` with the reason and the
+  counts — the nightly run records "skipped", it does not fail (and cron does not page anyone).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lora.manifest import DataWindow
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Training was not attempted; ``reason`` is for the run record and the operator."""
+
+    reason: str
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EmbeddingPair:
+    """A query and the memory text that answered it (recalled and judged useful).
+
+    ``group`` decides the split side: all pairs of one query share it, so a query is never
+    in both training and held-out data.
+    """
+
+    id: str
+    query: str
+    positive_id: str
+    positive: str
+    group: str
+
+
+@dataclass(frozen=True)
+class GenerationExample:
+    """An instruction and the response the model should learn to produce."""
+
+    id: str
+    instruction: str
+    response: str
+    group: str
+
+
+@dataclass(frozen=True)
+class EmbeddingDataset:
+    train: tuple[EmbeddingPair, ...]
+    heldout: tuple[EmbeddingPair, ...]
+    window: DataWindow | None = None
+    dropped: int = 0  # rows rejected (empty text, duplicates)
+
+    def counts(self) -> dict[str, int]:
+        return {"train": len(self.train), "heldout": len(self.heldout), "dropped": self.dropped}
+
+
+@dataclass(frozen=True)
+class GenerationDataset:
+    train: tuple[GenerationExample, ...]
+    heldout: tuple[GenerationExample, ...]
+    window: DataWindow | None = None
+    dropped: int = 0
+
+    def counts(self) -> dict[str, int]:
+        return {"train": len(self.train), "heldout": len(self.heldout), "dropped": self.dropped}
+
+
+def split_bucket(key: str, salt: str = "memoryctl-lora-heldout-v1") -> float:
+    """Map ``key`` to a stable number in [0, 1): the held-out side is ``bucket < fraction``.
+
+    sha256 rather than ``hash()``: Python's string hash is randomised per process.
+    """
+    digest = hashlib.sha256(f"{salt}:{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def is_heldout(key: str, fraction: float) -> bool:
+    return split_bucket(key) < fraction
+
+
+def _text(row: Mapping[str, Any], name: str) -> str:
+    value = row.get(name)
+    return value.strip() if isinstance(value, str) else ""
+
+
+def build_embedding_dataset(
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    min_examples: int,
+    min_heldout: int,
+    heldout_fraction: float,
+    window: DataWindow | None = None,
+) -> EmbeddingDataset | Skipped:
+    """Build (query, positive) pairs for contrastive training with in-batch negatives.
+
+    Each row: ``id`` (unique, e.g. the feedback event id), ``query``, ``positive`` (memory text),
+    ``positive_id`` (memory UUID) and optionally ``query_id`` (groups pairs of one query; defaults
+    to the query text itself, so identical queries land on the same side of the split).
+    Rows with empty text and repeated (query, positive_id) pairs are dropped.
+    """
+    seen: set[tuple[str, str]] = set()
+    train: list[EmbeddingPair] = []
+    heldout: list[EmbeddingPair] = []
+    dropped = 0
+    for row in rows:
+        query, positive = _text(row, "query"), _text(row, "positive")
+        positive_id = str(row.get("positive_id") or "")
+        if not query or not positive or not positive_id or (query, positive_id) in seen:
+            dropped += 1
+            continue
+        seen.add((query, positive_id))
+        group = str(row.get("query_id") or query)
+        pair = EmbeddingPair(str(row.get("id") or f"{group}:{positive_id}"), query, positive_id, positive, group)
+        (heldout if is_heldout(group, heldout_fraction) else train).append(pair)
+    return _finish(EmbeddingDataset, train, heldout, dropped, min_examples, min_heldout, window)
+
+
+def build_generation_dataset(
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    min_examples: int,
+    min_heldout: int,
+    heldout_fraction: float,
+    window: DataWindow | None = None,
+) -> GenerationDataset | Skipped:
+    """Build instruction/response pairs. Each row: ``id``, ``instruction``, ``response``, optional
+    ``group`` (e.g. the conversation id, so one conversation is not split across both sides)."""
+    seen: set[tuple[str, str]] = set()
+    train: list[GenerationExample] = []
+    heldout: list[GenerationExample] = []
+    dropped = 0
+    for row in rows:
+        instruction, response = _text(row, "instruction"), _text(row, "response")
+        if not instruction or not response or (instruction, response) in seen:
+            dropped += 1
+            continue
+        seen.add((instruction, response))
+        ex_id = str(row.get("id") or hashlib.sha256(f"{instruction}\0{response}".encode()).hexdigest()[:16])
+        group = str(row.get("group") or ex_id)
+        ex = GenerationExample(ex_id, instruction, response, group)
+        (heldout if is_heldout(group, heldout_fraction) else train).append(ex)
+    return _finish(GenerationDataset, train, heldout, dropped, min_examples, min_heldout, window)
+
+
+def pairs_from_turns(turns: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Turn an ordered dialogue (rows with ``id``, ``role``, ``text``, optional ``conversation_id``)
+    into instruction/response rows: each user turn followed by an assistant turn becomes one pair.
+    Useful when the generation data are memories of kind "dialogue turn"."""
+    out: list[dict[str, str]] = []
+    for prev, cur in itertools.pairwise(turns):
+        same_conv = prev.get("conversation_id") == cur.get("conversation_id")
+        if same_conv and prev.get("role") == "user" and cur.get("role") == "assistant":
+            out.append(
+                {
+                    "id": str(cur.get("id")),
+                    "instruction": str(prev.get("text") or ""),
+                    "response": str(cur.get("text") or ""),
+                    "group": str(cur.get("conversation_id") or cur.get("id")),
+                }
+            )
+    return out
+
+
+def _finish(
+    cls: Any,
+    train: list[Any],
+    heldout: list[Any],
+    dropped: int,
+    min_examples: int,
+    min_heldout: int,
+    window: DataWindow | None,
+) -> Any:
+    counts = {"train": len(train), "heldout": len(heldout), "dropped": dropped}
+    if len(train) < min_examples:
+        return Skipped(f"only {len(train)} training examples (minimum {min_examples})", counts)
+    if len(heldout) < min_heldout:
+        return Skipped(f"only {len(heldout)} held-out examples (minimum {min_heldout})", counts)
+    # Sort by id so the dataset (and hence training) does not depend on the order rows came in.
+    return cls(tuple(sorted(train, key=lambda e: e.id)), tuple(sorted(heldout, key=lambda e: e.id)), window, dropped)
+
+
+def contrastive_batches(
+    pairs: Sequence[EmbeddingPair], batch_size: int, *, seed: int, epoch: int = 0
+) -> Iterator[list[EmbeddingPair]]:
+    """Yield shuffled batches in which no memory and no query appears twice.
+
+    With in-batch negatives every other positive in the batch is a negative for a query; two pairs
+    sharing a positive (or the same query) would teach the model to push a correct answer away.
+    Deterministic for a given (seed, epoch). Pairs that cannot be placed without a clash carry
+    over to the next batch; a final batch with a single pair (no negative) is dropped.
+    """
+    order = list(pairs)
+    random.Random(f"{seed}:{epoch}").shuffle(order)
+    pending = order
+    while pending:
+        batch: list[EmbeddingPair] = []
+        used_pos: set[str] = set()
+        used_q: set[str] = set()
+        rest: list[EmbeddingPair] = []
+        for p in pending:
+            if len(batch) < batch_size and p.positive_id not in used_pos and p.query not in used_q:
+                batch.append(p)
+                used_pos.add(p.positive_id)
+                used_q.add(p.query)
+            else:
+                rest.append(p)
+        if len(batch) < 2:
+            return
+        yield batch
+        pending = rest
+
+
+def endless_contrastive_batches(
+    pairs: Sequence[EmbeddingPair], batch_size: int, *, seed: int
+) -> Iterator[list[EmbeddingPair]]:
+    """Cycle through epochs (re-shuffled each epoch) so training is driven by a step count."""
+    epoch = 0
+    while True:
+        produced = False
+        for batch in contrastive_batches(pairs, batch_size, seed=seed, epoch=epoch):
+            produced = True
+            yield batch
+        if not produced:
+            raise ValueError("not enough distinct pairs to form a batch of two")
+        epoch += 1
