@@ -12,7 +12,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host
-from pyinfra.operations import files
+from pyinfra.operations import apt, files
 
 from deploy.settings import REPO, ClusterInventory, Secrets, load_inventory
 
@@ -66,3 +66,12 @@ def component(name: str) -> dict[str, Any]:
 
 def has_role(role: str) -> bool:
     return role in host.data.roles
+
+
+def apt_repository(name: str, key_url: str, line: str) -> None:
+    """A third-party apt repository (its key, ``sources.list.d/<name>.list``), lists refreshed
+    only when the repository was just added, so a re-run stays a no-op."""
+    apt.packages(name="Tools for apt keys", packages=["ca-certificates", "curl", "gnupg"], no_recommends=True)
+    apt.key(name=f"{name} apt key", src=key_url)
+    repo = apt.repo(name=f"{name} apt repository", src=line, filename=name)
+    apt.update(name=f"Refresh apt lists ({name} added)", _if=repo.did_change)

@@ -12,7 +12,7 @@ from pyinfra import host
 from pyinfra.api import HiddenValue, StringCommand, deploy
 from pyinfra.operations import apt, server, systemd
 
-from deploy.common import component, secrets, template
+from deploy.common import apt_repository, component, secrets, template
 
 KEY_URL = "https://debian.neo4j.com/neotechnology.gpg.key"
 REPO_LINE = "deb https://debian.neo4j.com stable 5"
@@ -33,11 +33,8 @@ def neo4j() -> None:
     if not settings.get("enabled", True):
         host.noop("neo4j: disabled in the inventory, nothing to install")
         return
-    apt.key(name="Neo4j apt key", src=settings.get("key_url", KEY_URL))
-    apt.repo(name="Neo4j apt repository", src=settings.get("repo", REPO_LINE))
-    installed = apt.packages(
-        name="Neo4j and Java", packages=["openjdk-17-jre-headless", "neo4j"], update=True, no_recommends=True
-    )
+    apt_repository("neo4j", settings.get("key_url", KEY_URL), settings.get("repo", REPO_LINE))
+    installed = apt.packages(name="Neo4j and Java", packages=["openjdk-17-jre-headless", "neo4j"], no_recommends=True)
     server.shell(
         name="Initial neo4j password",
         commands=[

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import HiddenValue, QuoteString, StringCommand, deploy
+from pyinfra.facts.postgres import PostgresRoles
 from pyinfra.facts.server import Users
 from pyinfra.operations import apt, postgres, server, systemd
 
-from deploy.common import component, secrets, template
+from deploy.common import apt_repository, component, secrets, template
 
 DATABASE = "memoryctl"
 ROLE = "memoryctl"
@@ -49,12 +50,11 @@ def postgresql() -> None:
     timescale_installed = None
     if timescale:
         timescale_settings = component("timescaledb")
-        apt.key(name="TimescaleDB apt key", src=timescale_settings.get("key_url", TIMESCALE_KEY))
-        apt.repo(
-            name="TimescaleDB apt repository",
-            src=f"deb {timescale_settings.get('repo_url', TIMESCALE_REPO)} bookworm main",
+        apt_repository(
+            "timescaledb",
+            timescale_settings.get("key_url", TIMESCALE_KEY),
+            f"deb {timescale_settings.get('repo_url', TIMESCALE_REPO)} bookworm main",
         )
-        apt.update(name="Refresh apt lists", _if=lambda: True)
         timescale_installed = apt.packages(
             name="TimescaleDB", packages=[f"timescaledb-2-postgresql-{version}"], no_recommends=True
         )
@@ -114,7 +114,17 @@ def role_and_database(password: str) -> None:
     after the install; from then on the fact-driven operations keep them (and report no change).
     """
     if "postgres" in host.get_fact(Users):
-        postgres.role(name=f"Role {ROLE}", role=ROLE, password=password, login=True, _sudo=True, _sudo_user="postgres")
+        roles = host.get_fact(PostgresRoles, _sudo=True, _sudo_user="postgres")
+        # pyinfra ALTERs the password of an existing role on every run: pass it only to create the
+        # role, so a re-run is a no-op. (Rotating it is an operator action, see docs/deploy.md.)
+        postgres.role(
+            name=f"Role {ROLE}",
+            role=ROLE,
+            password=None if ROLE in roles else password,
+            login=True,
+            _sudo=True,
+            _sudo_user="postgres",
+        )
         postgres.database(
             name=f"Database {DATABASE}",
             database=DATABASE,

@@ -107,7 +107,5 @@ def vllm() -> None:
             name=f"Restart vllm@{name} (config changed)",
             service=f"vllm@{name}",
             restarted=True,
-            _if=lambda args=args: (
-                args.did_change() or env.did_change() or unit.did_change() or package.did_change()
-            ),
+            _if=lambda args=args: args.did_change() or env.did_change() or unit.did_change() or package.did_change(),
         )
