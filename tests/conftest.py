@@ -62,7 +62,8 @@ def neo4j_clean(neo4j_env: dict[str, str]) -> dict[str, str]:
     auth = ("neo4j", neo4j_env["password"]) if neo4j_env["password"] else None
     try:
         with GraphDatabase.driver(neo4j_env["uri"], auth=auth, connection_timeout=5) as driver:
-            driver.execute_query("MATCH (n) CALL { WITH n DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS")
+            with driver.session() as session:  # an auto-commit transaction, as IN TRANSACTIONS needs
+                session.run("MATCH (n) CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS").consume()
     except Exception as exc:  # any failure here means the server is not usable
         pytest.fail(f"Neo4j at {neo4j_env['uri']} is unusable ({exc}): {HINT}", pytrace=False)
     return neo4j_env

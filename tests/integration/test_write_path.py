@@ -67,7 +67,7 @@ def test_import_twice_is_idempotent(cluster: MemoryClient, tmp_path: Path) -> No
     write_jsonl(path, 300)
     first = cluster.import_jsonl(path)
     assert (first.inserted, first.updated, first.unchanged, len(first.invalid)) == (300, 0, 0, 0)
-    assert first.pending == {"qdrant": 0, "neo4j": 0}
+    assert first.pending == {"qdrant": 0, "neo4j": 0}, first.delivery.failed
     assert counts(cluster) == {"postgres": 300, "qdrant": 300, "neo4j": 300}
     second = cluster.import_jsonl(path)
     assert (second.inserted, second.updated, second.unchanged) == (0, 0, 300)
