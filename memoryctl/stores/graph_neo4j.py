@@ -194,7 +194,7 @@ class Neo4jGraphStore:
         )
         try:
             yield
-        except (nx.ServiceUnavailable, nx.SessionExpired) as exc:
+        except (nx.ServiceUnavailable, nx.SessionExpired, nx.ConnectionPoolError, nx.TransientError) as exc:
             raise StoreUnavailable(self.name, f"{what}: Neo4j unavailable ({exc})", hint=hint) from exc
         except nx.AuthError as exc:
             raise StoreError(
@@ -208,7 +208,7 @@ class Neo4jGraphStore:
                 raise StoreUnavailable(self.name, f"{what}: timed out after {self._timeout}s", hint=hint) from exc
             raise StoreError(self.name, f"{what}: {code}: {exc.message}") from exc
         except nx.DriverError as exc:
-            raise StoreUnavailable(self.name, f"{what}: {exc}", hint=hint) from exc
+            raise StoreError(self.name, f"{what}: {exc}") from exc
         except (TimeoutError, OSError) as exc:
             raise StoreUnavailable(self.name, f"{what}: {exc}", hint=hint) from exc
 

@@ -8,8 +8,8 @@
 //   java -Xmx512m <add-opens flags> -cp '<lib>/*' Launcher.java <home> <port> <password-file> [pagecache]
 //
 // The password is read from a file (mode 0600, created by scripts/neo4j-server) so it never shows
-// up in `ps`. It is applied to the built-in `neo4j` user through the system database at every
-// start, which makes "password file regenerated" and "fresh home" both just work.
+// up in `ps`. It is applied to the built-in `neo4j` user through the system database whenever it
+// differs from the one last applied, so "password file regenerated" and "fresh home" both just work.
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -72,17 +72,22 @@ public class Launcher {
         }, "neo4j-shutdown"));
 
         // Embedded transactions run with full privileges, so the system database accepts the
-        // admin command here without a login; the driver then needs this password.
-        GraphDatabaseService system = dbms.database(GraphDatabaseSettings.SYSTEM_DATABASE_NAME);
-        try {
-            system.executeTransactionally(
-                    "ALTER USER neo4j SET PASSWORD $pw CHANGE NOT REQUIRED", Map.of("pw", password));
-        } catch (RuntimeException e) {
-            // Setting the password it already has is refused; that is the normal restart case.
-            String msg = String.valueOf(e.getMessage());
-            if (!msg.contains("same")) {
-                throw e;
+        // admin command here without a login; the driver then needs this password. A marker with
+        // the password's SHA-256 skips it on restarts (compiling that query costs seconds here).
+        Path marker = home.resolve("password.applied");
+        String digest = sha256(password);
+        if (!Files.exists(marker) || !Files.readString(marker, StandardCharsets.UTF_8).strip().equals(digest)) {
+            GraphDatabaseService system = dbms.database(GraphDatabaseSettings.SYSTEM_DATABASE_NAME);
+            try {
+                system.executeTransactionally(
+                        "ALTER USER neo4j SET PASSWORD $pw CHANGE NOT REQUIRED", Map.of("pw", password));
+            } catch (RuntimeException e) {
+                // Setting the password it already has is refused; that is fine too.
+                if (!String.valueOf(e.getMessage()).contains("same")) {
+                    throw e;
+                }
             }
+            Files.writeString(marker, digest + "\n", StandardCharsets.UTF_8);
         }
         // Touch the default database so the readiness line means "queries will work".
         dbms.database(GraphDatabaseSettings.DEFAULT_DATABASE_NAME).executeTransactionally("RETURN 1");
@@ -92,5 +97,14 @@ public class Launcher {
                 + org.neo4j.kernel.internal.Version.getNeo4jVersion() + ")");
         System.out.flush();
         stopped.await();
+    }
+
+    private static String sha256(String text) throws java.security.NoSuchAlgorithmException {
+        byte[] hash = java.security.MessageDigest.getInstance("SHA-256").digest(text.getBytes(StandardCharsets.UTF_8));
+        StringBuilder hex = new StringBuilder();
+        for (byte b : hash) {
+            hex.append(String.format("%02x", b));
+        }
+        return hex.toString();
     }
 }
