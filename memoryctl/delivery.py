@@ -108,19 +108,19 @@ class Deliverer:
         return report
 
     def _one_batch(self, target: str, limit: int, memory_ids: Sequence[uuid.UUID] | None) -> int:
-        failed: tuple[list[OutboxItem], str] | None = None
+        failure: MemoryctlError | None = None
+        failed_items: list[OutboxItem] = []
         with self.records.claim(target, limit=limit, memory_ids=memory_ids) as items:
             if not items:
                 return 0
             try:
                 self._apply(target, items)
             except MemoryctlError as exc:
-                failed = (items, exc.message)
+                failure, failed_items = exc, list(items)
                 items.clear()  # nothing is removed from the outbox
-        if failed:
-            self.records.defer(*failed)
-            store = self.vectors if target == "vector" else self.graph
-            raise StoreError(store.name if store is not None else target, failed[1])
+        if failure is not None:
+            self.records.defer(failed_items, failure.message)
+            raise failure
         return len({i.memory_id for i in items})
 
     def _apply(self, target: str, items: Sequence[OutboxItem]) -> None:
@@ -140,8 +140,22 @@ class Deliverer:
         live = [m for m in memories if m.deleted_at is None]
         dead = [m.id for m in memories if m.deleted_at is not None]
         if live:
+            # Never put one model's vectors into another model's collection (same dimension or not):
+            # a process still configured for the old model after `migrate` swapped the alias leaves
+            # its batch in the outbox for a process with the active model instead.
+            model_id = self.embedder.info.model_id
+            active = self.vectors.active_model()
+            if active is not None and active.model_id != model_id:
+                raise StoreError(
+                    "qdrant",
+                    f"embedder {model_id!r} is not the active model {active.model_id!r}; delivery waits",
+                    hint="restart long-running memoryctl processes after `memoryctl migrate` (they then embed "
+                    "with the active model); nothing is lost, the outbox keeps the entries",
+                )
             vectors = self.embedder.embed_documents([m.text for m in live])
-            self.vectors.upsert([vector_point(m, v) for m, v in zip(live, vectors.tolist(), strict=True)])
+            self.vectors.upsert(
+                [vector_point(m, v) for m, v in zip(live, vectors.tolist(), strict=True)], model_id=model_id
+            )
         if dead:
             self.vectors.set_deleted(dead, True)
         if purge:

@@ -6,6 +6,7 @@ command starts it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -37,16 +38,25 @@ def pg_admin_dsn() -> str:
     return dsn
 
 
+@contextlib.contextmanager
+def fresh_database(admin_dsn: str) -> Iterator[str]:
+    """A new, empty database (the name is generated here, never user text), dropped afterwards."""
+    name = f"mctl_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base, _, _ = admin_dsn.rpartition("/")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
 def pg_dsn(pg_admin_dsn: str) -> Iterator[str]:
-    """A fresh, empty database per test, dropped afterwards."""
-    name = f"mctl_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base, _, _ = pg_admin_dsn.rpartition("/")
-    yield f"{base}/{name}"
-    with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    """A fresh, empty database per test."""
+    with fresh_database(pg_admin_dsn) as dsn:
+        yield dsn
 
 
 @pytest.fixture(scope="session")
@@ -54,9 +64,8 @@ def neo4j_env() -> dict[str, str]:
     return {"uri": _env("MEMORYCTL_TEST_NEO4J_URI"), "password": os.environ.get("MEMORYCTL_TEST_NEO4J_PASSWORD", "")}
 
 
-@pytest.fixture
-def neo4j_clean(neo4j_env: dict[str, str]) -> dict[str, str]:
-    """Neo4j Community has one user database: empty it before the test."""
+def wipe_neo4j(neo4j_env: dict[str, str]) -> dict[str, str]:
+    """Neo4j Community has one user database: empty it."""
     from neo4j import GraphDatabase
 
     auth = ("neo4j", neo4j_env["password"]) if neo4j_env["password"] else None
@@ -67,6 +76,11 @@ def neo4j_clean(neo4j_env: dict[str, str]) -> dict[str, str]:
     except Exception as exc:  # any failure here means the server is not usable
         pytest.fail(f"Neo4j at {neo4j_env['uri']} is unusable ({exc}): {HINT}", pytrace=False)
     return neo4j_env
+
+
+@pytest.fixture
+def neo4j_clean(neo4j_env: dict[str, str]) -> dict[str, str]:
+    return wipe_neo4j(neo4j_env)
 
 
 def cluster_settings(pg_dsn: str, neo4j: dict[str, str], qdrant_path: Path, **extra: object) -> Settings:
@@ -85,7 +99,8 @@ def cluster_settings(pg_dsn: str, neo4j: dict[str, str], qdrant_path: Path, **ex
         "profile": "cluster",
         "data_dir": qdrant_path.parent,
         "postgres": {"dsn": pg_dsn, "connect_timeout_s": 3},
-        "neo4j": {"uri": neo4j["uri"], "password": neo4j["password"] or None, "timeout_s": 3.0},
+        # Generous: a JVM on 2 busy cores; the tests that need a short timeout set their own.
+        "neo4j": {"uri": neo4j["uri"], "password": neo4j["password"] or None, "timeout_s": 15.0},
         "qdrant": qdrant,
         "embedder": {"kind": "hash"},
     }

@@ -1,0 +1,329 @@
+"""The unified query engine against real PostgreSQL, real Neo4j and Qdrant (local mode or
+QDRANT_URL), with the real local embedding model: a hand-made memory set with known answers for
+every plan shape, agent isolation, soft deletes, and degraded answers."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from memoryctl.client import MemoryClient
+from memoryctl.model import EntityRef, Memory, MemoryRef, Relation
+from memoryctl.query.spec import GraphFilter, MemoryQuery, Where
+from tests.conftest import cluster_settings, fresh_database, wipe_neo4j
+
+pytestmark = pytest.mark.integration
+
+NOW = datetime.now(UTC)
+ALICE, BOB, CAROL = EntityRef("User", "Alice"), EntityRef("User", "Bob"), EntityRef("User", "Carol")
+PHOENIX, OPS101 = EntityRef("Project", "Phoenix"), EntityRef("Ticket", "OPS-101")
+PAYMENTS = EntityRef("Service", "payments")
+
+
+def _said(mid: uuid.UUID, who: EntityRef, text: str, hours: float, agent: str = "a1", **kw: object) -> Memory:
+    return Memory(
+        id=mid,
+        agent_id=agent,
+        text=text,
+        kind="dialogue",
+        created_at=NOW - timedelta(hours=hours),
+        entities=[who],
+        relations=[Relation(who, "AUTHORED", MemoryRef(mid))],
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def dataset() -> dict[str, Memory]:
+    ids = {name: uuid.uuid5(uuid.NAMESPACE_URL, name) for name in "m1 m2 m3 m4 m5 m6 m7 m8 m9 m10 x1".split()}
+    return {
+        "m1": _said(
+            ids["m1"],
+            ALICE,
+            "Alice: the rollback of the payments service finished, errors are back to normal.",
+            1,
+            metadata={"sentiment": 0.6},
+        ),
+        "m2": _said(
+            ids["m2"],
+            ALICE,
+            "Alice: I started the rollback of payments because latency doubled.",
+            3,
+            metadata={"sentiment": -0.4},
+        ),
+        "m3": _said(
+            ids["m3"],
+            BOB,
+            "Bob: can we skip the rollback and hotfix the connection pool instead?",
+            4,
+            metadata={"sentiment": -0.1},
+        ),
+        "m4": _said(
+            ids["m4"], ALICE, "Alice: lunch today is pizza at the usual place.", 2, metadata={"sentiment": 0.9}
+        ),
+        "m5": _said(
+            ids["m5"],
+            ALICE,
+            "Alice: the rollback of the search service last month took two hours.",
+            24 * 20,
+            metadata={"sentiment": -0.7},
+        ),
+        "m6": Memory(
+            id=ids["m6"],
+            agent_id="a1",
+            kind="ticket",
+            created_at=NOW - timedelta(hours=5),
+            text="OPS-101: payments p99 latency doubled after the 2.4 deploy.",
+            entities=[OPS101],
+            relations=[Relation(OPS101, "BELONGS_TO", PHOENIX)],
+            metadata={"severity": 1},
+        ),
+        "m7": Memory(
+            id=ids["m7"],
+            agent_id="a1",
+            kind="document",
+            created_at=NOW - timedelta(hours=30),
+            text="Phoenix roadmap: milestone 3 ships the new checkout flow.",
+            entities=[PHOENIX],
+        ),
+        # two hops from Phoenix: payments DEPENDS_ON OPS-101, which BELONGS_TO Phoenix
+        "m10": Memory(
+            id=ids["m10"],
+            agent_id="a1",
+            kind="note",
+            created_at=NOW - timedelta(hours=50),
+            text="The payments team owns the card processing integration.",
+            entities=[PAYMENTS],
+            relations=[Relation(PAYMENTS, "DEPENDS_ON", OPS101)],
+        ),
+        # same text, different ages: decay decides
+        "m8": Memory(
+            id=ids["m8"],
+            agent_id="a1",
+            kind="note",
+            created_at=NOW - timedelta(days=1),
+            text="The nightly backup job finished without errors.",
+        ),
+        "m9": Memory(
+            id=ids["m9"],
+            agent_id="a1",
+            kind="note",
+            created_at=NOW - timedelta(days=60),
+            text="The nightly backup job finished without errors.",
+        ),
+        # another agent: a near copy of m1 with the same entity name
+        "x1": _said(
+            ids["x1"],
+            ALICE,
+            "Alice: the rollback of the payments service finished, errors are back to normal.",
+            1,
+            agent="a2",
+        ),
+    }
+
+
+def _client(pg: str, neo4j: dict[str, str], tmp: Path, **extra: object) -> MemoryClient:
+    return MemoryClient(cluster_settings(pg, neo4j, tmp / "qdrant", embedder={"kind": "local"}, **extra))
+
+
+@pytest.fixture(scope="module")
+def world(
+    pg_admin_dsn: str, neo4j_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[MemoryClient, dict[str, Memory]]]:
+    data = dataset()
+    with fresh_database(pg_admin_dsn) as dsn:
+        wipe_neo4j(neo4j_env)
+        client = _client(dsn, neo4j_env, tmp_path_factory.mktemp("q"))
+        client.init()
+        out = client.add(list(data.values()), extract=False)
+        assert out.pending == {"qdrant": 0, "neo4j": 0}, out.delivery.failed
+        yield client, data
+        client.close()
+
+
+def ids_of(result: object) -> list[str]:
+    return [str(h.id) for h in result.hits]  # type: ignore[attr-defined]
+
+
+def names(data: dict[str, Memory], result: object) -> list[str]:
+    by_id = {str(m.id): k for k, m in data.items()}
+    return [by_id[i] for i in ids_of(result)]
+
+
+def test_graph_vector_time(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
+    client, data = world
+    r = client.query(
+        MemoryQuery(
+            text="what did Alice say about the rollback?",
+            agent_id="a1",
+            graph=GraphFilter(ALICE, ("AUTHORED",)),
+            since=NOW - timedelta(days=7),
+        )
+    )
+    got = names(data, r)
+    assert set(got) == {"m1", "m2", "m4"}  # Alice's, within 7 days (m5 too old; m3 is Bob's; x1 other agent)
+    assert set(got[:2]) == {"m1", "m2"}  # the rollback ones first, lunch last
+    assert r.degraded == []
+    assert r.plan.startswith("graph → vector")
+    steps = {s.name: s for s in r.steps}
+    assert steps["graph.traverse"].rows_out == 4  # m1 m2 m4 m5: the time filter is pushed into Qdrant
+    assert steps["vector.search"].detail["filter"]["ids"] == 4
+    assert all(h.scores["vector"] > 0 and 0 < h.scores["decay"] <= 1 for h in r.hits)
+    assert r.hits[0].relationships and r.hits[0].relationships[0]["type"] == "AUTHORED"
+
+
+def test_relational_vector_pushdown(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
+    client, data = world
+    r = client.query(MemoryQuery(text="latency problems", agent_id="a1", where=[Where.parse("kind = ticket")]))
+    assert names(data, r) == ["m6"]
+    assert [s.name for s in r.steps if s.store == "postgres"] == ["postgres.hydrate"]  # nothing pulled up first
+    r = client.query(MemoryQuery(text="rollback", agent_id="a1", where=[Where.parse("sentiment < 0")]))
+    assert set(names(data, r)) == {"m2", "m3", "m5"}
+
+
+def test_or_fuses_legs(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
+    client, data = world
+    r = client.query(MemoryQuery(text="rollback", agent_id="a1", graph=GraphFilter(BOB), combine="or", limit=5))
+    got = names(data, r)
+    assert got[0] == "m3"  # the only memory both legs return
+    assert {"m1", "m2"} <= set(got)
+    assert "rrf" in r.hits[0].scores and "vector" in r.hits[0].scores and "graph" in r.hits[0].scores
+    assert r.plan.startswith("or")
+
+
+def test_graph_only_hops_and_types(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
+    """Entities reached within N hops along the allowed types; a hit is a memory that mentions one
+    of them (or is itself on the path). Newest first."""
+    client, data = world
+    one = client.query(MemoryQuery(agent_id="a1", graph=GraphFilter(PHOENIX, hops=1)))
+    assert names(data, one) == ["m6", "m7"]  # m7 mentions Phoenix; m6 mentions OPS-101 (BELONGS_TO Phoenix)
+    two = client.query(MemoryQuery(agent_id="a1", graph=GraphFilter(PHOENIX, hops=2)))
+    assert names(data, two) == ["m6", "m7", "m10"]  # + payments DEPENDS_ON OPS-101
+    typed = client.query(MemoryQuery(agent_id="a1", graph=GraphFilter(PHOENIX, via=("DEPENDS_ON",), hops=2)))
+    assert names(data, typed) == ["m7"]  # BELONGS_TO not allowed: only Phoenix itself
+    outgoing = client.query(MemoryQuery(agent_id="a1", graph=GraphFilter(PHOENIX, hops=2, direction="out")))
+    assert names(data, outgoing) == ["m7"]  # every edge points at Phoenix, none away from it
+    assert {s.store for s in two.steps} == {"neo4j", "postgres"}
+
+
+def test_time_only(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
+    client, data = world
+    r = client.query(MemoryQuery(agent_id="a1", since=NOW - timedelta(hours=6), limit=20))
+    assert names(data, r) == ["m1", "m4", "m2", "m3", "m6"]
+
+
+def test_decay_orders_equal_texts_by_age(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
+    client, data = world
+    q = MemoryQuery(text="nightly backup job finished", agent_id="a1", half_life=timedelta(days=30), limit=20)
+    r = client.query(q)
+    got = names(data, r)
+    assert got[0] == "m8" and got.index("m9") > 0
+    ratio = r.hits[got.index("m9")].score / r.hits[0].score
+    assert ratio == pytest.approx(0.5 ** (59 / 30), rel=0.02)
+    flat = client.query(MemoryQuery(text="nightly backup job finished", agent_id="a1", decay=False, limit=2))
+    assert flat.hits[0].score == pytest.approx(flat.hits[1].score, abs=1e-5)
+
+
+def test_threshold_is_a_similarity_floor(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
+    client, _ = world
+    loose = client.query(MemoryQuery(text="pizza for lunch", agent_id="a1", limit=20, decay=False))
+    sims = sorted((h.scores["vector"] for h in loose.hits), reverse=True)
+    cut = (sims[0] + sims[1]) / 2
+    tight = client.query(MemoryQuery(text="pizza for lunch", agent_id="a1", threshold=cut, decay=False))
+    assert len(tight.hits) == 1 and tight.hits[0].scores["vector"] >= cut
+
+
+def test_agent_isolation_every_path(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
+    client, data = world
+    queries = [
+        MemoryQuery(text="rollback payments", agent_id="a2"),
+        MemoryQuery(text="rollback", agent_id="a2", graph=GraphFilter(ALICE, ("AUTHORED",))),
+        MemoryQuery(agent_id="a2", graph=GraphFilter(ALICE)),
+        MemoryQuery(agent_id="a2", since=NOW - timedelta(days=90)),
+        MemoryQuery(text="rollback", agent_id="a2", graph=GraphFilter(ALICE), combine="or"),
+        MemoryQuery(agent_id="a2", where=[Where.parse("kind = dialogue")]),
+    ]
+    for q in queries:
+        assert names(data, client.query(q)) == ["x1"], q
+
+
+def test_degraded_neo4j_unreachable(pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path) -> None:
+    data = dataset()
+    with _client(pg_dsn, neo4j_clean, tmp_path) as healthy:
+        healthy.add(list(data.values()), extract=False)
+    # same PostgreSQL and Qdrant data; nothing listens where Neo4j should be
+    broken = _client(pg_dsn, {"uri": "bolt://127.0.0.1:9", "password": ""}, tmp_path)
+    try:
+        t0 = time.perf_counter()
+        r = broken.query(MemoryQuery(text="rollback", agent_id="a1", graph=GraphFilter(ALICE)))
+        assert time.perf_counter() - t0 < 10  # includes the local model's first load
+        assert r.degraded == ["neo4j"]
+        assert set(names(data, r)) <= {"m1", "m2", "m4", "m5"} and "m1" in names(data, r)
+        assert any(s.name == "fallback.mentions" for s in r.steps)
+        iso = broken.query(MemoryQuery(agent_id="a2", graph=GraphFilter(ALICE)))
+        assert names(data, iso) == ["x1"]
+    finally:
+        broken.close()
+
+
+def test_degraded_qdrant_unreachable(world: tuple[MemoryClient, dict[str, Memory]], tmp_path: Path) -> None:
+    client, data = world
+    settings = cluster_settings(
+        client.settings.postgres.dsn,
+        {
+            "uri": client.settings.neo4j.uri,
+            "password": client.settings.neo4j.password.get_secret_value() if client.settings.neo4j.password else "",
+        },
+        tmp_path / "unused",
+        embedder={"kind": "local"},
+        qdrant={"url": "http://127.0.0.1:9", "timeout_s": 1.0},
+    )
+    broken = MemoryClient(settings)
+    try:
+        t0 = time.perf_counter()
+        r = broken.query(MemoryQuery(text="rollback payments", agent_id="a1"))
+        assert time.perf_counter() - t0 < 10
+        assert r.degraded == ["qdrant"]
+        assert names(data, r)[0] in {"m1", "m2"}
+        assert any("full-text" in n for n in r.notes)
+        assert names(data, broken.query(MemoryQuery(text="rollback payments", agent_id="a2"))) == ["x1"]
+    finally:
+        broken.close()
+
+
+def test_soft_deleted_never_returned(pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path) -> None:
+    data = dataset()
+    client = _client(pg_dsn, neo4j_clean, tmp_path)
+    try:
+        client.add(list(data.values()), extract=False)
+        client.forget([data["m1"].id, data["m6"].id], agent_id="a1")
+        gone = {str(data["m1"].id), str(data["m6"].id)}
+        queries = [
+            MemoryQuery(text="rollback payments finished", agent_id="a1", limit=50),
+            MemoryQuery(text="rollback", agent_id="a1", graph=GraphFilter(ALICE, ("AUTHORED",)), limit=50),
+            MemoryQuery(agent_id="a1", graph=GraphFilter(PHOENIX, hops=2), limit=50),
+            MemoryQuery(agent_id="a1", since=NOW - timedelta(days=90), limit=50),
+            MemoryQuery(text="latency", agent_id="a1", graph=GraphFilter(ALICE), combine="or", limit=50),
+            MemoryQuery(agent_id="a1", where=[Where.parse("kind in dialogue,ticket")], limit=50),
+        ]
+        for q in queries:
+            assert not gone & set(ids_of(client.query(q))), q
+        # the fallbacks too
+        client.stack.records.pool  # noqa: B018 - keep the database; break the secondary stores
+        fallback = _client(
+            pg_dsn,
+            {"uri": "bolt://127.0.0.1:9", "password": ""},
+            tmp_path / "other",
+            qdrant={"url": "http://127.0.0.1:9", "timeout_s": 1.0},
+        )
+        try:
+            for q in queries:
+                assert not gone & set(ids_of(fallback.query(q))), q
+        finally:
+            fallback.close()
+    finally:
+        client.close()
