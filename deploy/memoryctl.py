@@ -18,7 +18,7 @@ from pyinfra.operations import apt, files, server
 
 from deploy.common import component, secrets, template
 from deploy.settings import REPO
-from deploy.wheelhouse import ensure_wheelhouse
+from deploy.wheelhouse import STAMP, ensure_wheelhouse
 
 PREFIX = "/opt/memoryctl"
 VENV = f"{PREFIX}/venv"
@@ -99,16 +99,18 @@ def install(settings: dict[str, object]) -> None:
     local = REPO / str(settings.get("wheelhouse", ".cache/wheelhouse"))
     digest = ensure_wheelhouse(local)
     files.directory(name="Install prefix", path=PREFIX, mode="755")
-    # Only the wheels: the build lock and source stamp stay on the controller.
-    files.sync(
-        name="Upload the wheelhouse",
-        src=str(local),
-        dest=REMOTE_WHEELHOUSE,
-        delete=True,
-        exclude=[".lock", ".source-digest"],
-    )
+    # The marker names the wheelhouse last installed: when it matches, nothing is uploaded or
+    # checked file by file, which keeps the no-op re-run fast.
     marker = host.get_fact(FileContents, path=MARKER) or []
     if marker != [digest]:
+        # Only the wheels: the build lock and source stamp stay on the controller.
+        files.sync(
+            name="Upload the wheelhouse",
+            src=str(local),
+            dest=REMOTE_WHEELHOUSE,
+            delete=True,
+            exclude=[".lock", STAMP],
+        )
         pip = f"{VENV}/bin/pip install --quiet --no-index --find-links {REMOTE_WHEELHOUSE}"
         server.shell(
             name="Install memoryctl from the wheelhouse",

