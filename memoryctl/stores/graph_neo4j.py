@@ -62,22 +62,33 @@ def _rel(rel_type: str) -> str:
     return rel_type
 
 
-def _drop_declared_cypher() -> str:
-    parts = [
-        f"MATCH (a)-[r:{_rel(t)} {{origin: mid}}]->(b) DELETE r RETURN elementId(a) AS a, elementId(b) AS b"
-        for t in ALL_RELATION_TYPES
-    ]
-    return "UNWIND $ids AS mid CALL (mid) {\n  " + "\n  UNION ALL\n  ".join(parts) + "\n} RETURN a, b"
+# Dropping the edges a memory declared, cheaply: most touch the memory node itself (its MENTIONS,
+# ``Alice -AUTHORED-> this``) and are found by expanding from it. The others ("remote" edges, e.g.
+# ``Alice -KNOWS-> Bob``) are found through the per-type ``origin`` index, but only for the types
+# the memory recorded in ``remote_types`` when it declared them -- usually none.
+_OLD_REMOTE_TYPES = (
+    "UNWIND $ids AS mid MATCH (m:Memory {id: mid}) UNWIND coalesce(m.remote_types, []) AS t RETURN DISTINCT t"
+)
+_DROP_NEAR = (
+    "UNWIND $ids AS mid MATCH (m:Memory {id: mid})-[r]-(x) WHERE r.origin = mid "
+    "DELETE r RETURN elementId(x) AS a, elementId(x) AS b"
+)
 
 
-_DROP_DECLARED = _drop_declared_cypher()
+def _drop_remote_cypher(rel_type: str) -> str:
+    return (
+        f"UNWIND $ids AS mid MATCH (a)-[r:{_rel(rel_type)} {{origin: mid}}]->(b) "
+        "DELETE r RETURN elementId(a) AS a, elementId(b) AS b"
+    )
+
 
 _UPSERT_ENTITIES = (
     "UNWIND $rows AS e MERGE (n:Entity {key: e.key}) SET n.name = e.name, n.type = e.type, n.agent_id = e.agent_id"
 )
 _UPSERT_MEMORIES = (
     "UNWIND $rows AS m MERGE (n:Memory {id: m.id}) "
-    "SET n.agent_id = m.agent_id, n.created_at = m.created_at, n.deleted = m.deleted"
+    "SET n.agent_id = m.agent_id, n.created_at = m.created_at, n.deleted = m.deleted, "
+    "n.remote_types = m.remote_types"
 )
 # Entities left without any edge go; so do memory placeholders (created by an edge pointing at a
 # memory whose own upsert had not arrived) that nothing points at any more. Real memories stay.
@@ -236,14 +247,19 @@ class Neo4jGraphStore:
         if not batch.memories:
             return
         groups: dict[tuple[str, bool, bool], list[dict[str, Any]]] = {}
+        remote: dict[str, set[str]] = {m["id"]: set() for m in batch.memories}
         for e in batch.edges:
+            if e.origin not in (e.src, e.dst):
+                remote[e.origin].add(e.type)
             groups.setdefault((e.type, e.src_is_memory, e.dst_is_memory), []).append(_edge_row(e))
+
+        memories = [{**m, "remote_types": sorted(remote[m["id"]])} for m in batch.memories]
 
         def work(tx: neo4j.ManagedTransaction) -> None:
             if batch.entities:
                 tx.run(_UPSERT_ENTITIES, rows=batch.entities).consume()
-            tx.run(_UPSERT_MEMORIES, rows=batch.memories).consume()
-            touched = {v for rec in tx.run(_DROP_DECLARED, ids=batch.ids) for v in (rec["a"], rec["b"])}
+            touched = _drop_declared(tx, batch.ids)
+            tx.run(_UPSERT_MEMORIES, rows=memories).consume()
             for (rel_type, src_mem, dst_mem), rows in sorted(groups.items()):
                 tx.run(_create_edges_cypher(rel_type, src_mem, dst_mem), rows=rows).consume()
             if touched:
@@ -269,7 +285,7 @@ class Neo4jGraphStore:
             return
 
         def work(tx: neo4j.ManagedTransaction) -> None:
-            touched = {v for rec in tx.run(_DROP_DECLARED, ids=keys) for v in (rec["a"], rec["b"])}
+            touched = _drop_declared(tx, keys)
             for rec in tx.run(_DELETE_MEMORIES, ids=keys):
                 touched.update(rec["near"])
             if touched:
@@ -449,6 +465,15 @@ class Neo4jGraphStore:
             if code.startswith(("Neo.ClientError.Statement.", "Neo.ClientError.Procedure.", "Neo.ClientError.Schema.")):
                 raise UsageError(f"Cypher rejected: {code}: {getattr(cause, 'message', '')}") from cause
             raise
+
+
+def _drop_declared(tx: neo4j.ManagedTransaction, ids: list[str]) -> set[str]:
+    """Delete every edge the memories ``ids`` declared; return the element ids of their ends."""
+    old_types = [rec["t"] for rec in tx.run(_OLD_REMOTE_TYPES, ids=ids)]
+    touched = {v for rec in tx.run(_DROP_NEAR, ids=ids) for v in (rec["a"], rec["b"])}
+    for rel_type in sorted(t for t in old_types if t in RELATION_TYPES):
+        touched.update(v for rec in tx.run(_drop_remote_cypher(rel_type), ids=ids) for v in (rec["a"], rec["b"]))
+    return touched
 
 
 def _edge_row(e: PreparedEdge) -> dict[str, Any]:
