@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 import random
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -102,3 +103,15 @@ def trainable_parameters(model: Any) -> dict[str, int]:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
     return {"trainable": int(trainable), "total": int(total)}
+
+
+def get_peft_model(model: Any, lora_config: Any) -> Any:
+    """peft.get_peft_model, minus a FutureWarning that peft 0.21 triggers inside transformers 5
+    (``is_gradient_checkpointing`` deprecated) on every call; it is not ours to fix and clutters
+    the nightly log."""
+    from lora._deps import require
+
+    peft = require("peft")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return peft.get_peft_model(model, lora_config)

@@ -25,7 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from lora._common import TrainResult, base_manifest, deterministic, torch_threads, trainable_parameters
+from lora._common import (
+    TrainResult,
+    base_manifest,
+    deterministic,
+    get_peft_model,
+    torch_threads,
+    trainable_parameters,
+)
 from lora._deps import LORA_EXTRA_HINT, require, require_torch
 from lora.config import LoraTrainingConfig
 from lora.datasets import EmbeddingDataset, endless_contrastive_batches
@@ -202,7 +209,7 @@ def train_embedding_adapter(
             target_modules=list(config.target_modules_for()),
             bias="none",
         )
-        model = peft.get_peft_model(model, lora_cfg)
+        model = get_peft_model(model, lora_cfg)
         params = trainable_parameters(model)
         optim = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=config.lr, weight_decay=config.weight_decay
