@@ -55,9 +55,9 @@ def main() -> None:
         )
         for field, schema in (
             ("agent_id", qe.KeywordIndexParams(is_tenant=True)),
-            ("id", qe.PayloadSchemaType.Keyword),
+            ("id", qe.KeywordIndexParams(enable_hnsw=False)),
             ("created_at", qe.PayloadSchemaType.Datetime),
-            ("deleted", qe.PayloadSchemaType.Bool),
+            ("deleted", qe.BoolIndexParams(enable_hnsw=False)),
         ):
             shard.update(qe.UpdateOperation.create_field_index(field, schema))
         start = time.perf_counter()

@@ -223,12 +223,12 @@ def build_filter(flt: VectorFilter, ids: Sequence[uuid.UUID] | None = None) -> q
     return qe.Filter(must=must or None, must_not=must_not or None)
 
 
-def _index_schema(kind: str, is_tenant: bool) -> Any:
+def _index_schema(kind: str, is_tenant: bool, hnsw: bool) -> Any:
     if kind == "keyword":
-        return qe.KeywordIndexParams(is_tenant=True) if is_tenant else qe.PayloadSchemaType.Keyword
+        return qe.KeywordIndexParams(is_tenant=is_tenant or None, enable_hnsw=hnsw)
     if kind == "datetime":
-        return qe.PayloadSchemaType.Datetime
-    return qe.PayloadSchemaType.Bool
+        return qe.DatetimeIndexParams(enable_hnsw=hnsw)
+    return qe.BoolIndexParams(enable_hnsw=hnsw)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -432,9 +432,9 @@ class EdgeVectorStore:
     @staticmethod
     def _ensure_indexes(shard: qe.EdgeShard) -> None:
         present = set(shard.info().payload_schema)
-        for field, kind, tenant in PAYLOAD_SCHEMA:
+        for field, kind, tenant, hnsw in PAYLOAD_SCHEMA:
             if field not in present:
-                shard.update(qe.UpdateOperation.create_field_index(field, _index_schema(kind, tenant)))
+                shard.update(qe.UpdateOperation.create_field_index(field, _index_schema(kind, tenant, hnsw)))
 
     def payload_schema(self, model_id: str | None = None) -> dict[str, str]:
         """Field -> index type of a collection (for ``health`` and tests)."""
@@ -540,12 +540,13 @@ class EdgeVectorStore:
         *,
         model_id: str,
         score_threshold: float | None = None,
+        inactive_ok: bool = False,
     ) -> list[VectorHit]:
         if limit <= 0 or empty_selection(flt):
             return []
         with self._errors("search"):
             active = self._active_id()
-            if active != model_id:
+            if active != model_id and not inactive_ok:
                 raise StoreError(
                     STORE,
                     f"query vector is from model {model_id!r} but the active collection is for {active!r}",

@@ -69,15 +69,19 @@ _META_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _SLUG = re.compile(r"[^a-z0-9]+")
 Distance = Literal["cosine", "dot", "euclid"]
 
-# The payload schema every collection (and every Edge shard) is created with.
-# (field, kind, is_tenant): ``agent_id`` is the tenant key so Qdrant co-locates each agent's points.
-PAYLOAD_SCHEMA: tuple[tuple[str, str, bool], ...] = (
-    ("agent_id", "keyword", True),
-    ("kind", "keyword", False),
-    ("created_at", "datetime", False),
-    ("entity_keys", "keyword", False),
-    ("deleted", "bool", False),
-    ("content_hash", "keyword", False),
+# The payload schema every collection (and every Edge shard) is created with:
+# (field, kind, is_tenant, hnsw). ``agent_id`` is the tenant key, so Qdrant co-locates each agent's
+# points. ``hnsw`` False = no per-value HNSW subgraphs for that field: ``deleted`` is false for almost
+# every point (its subgraph would duplicate the main graph) and ``content_hash`` is unique per point
+# (a subgraph per value is never usable); both only filter, and each subgraph adds build time to
+# optimize() / the server's indexer.
+PAYLOAD_SCHEMA: tuple[tuple[str, str, bool, bool], ...] = (
+    ("agent_id", "keyword", True, True),
+    ("kind", "keyword", False, True),
+    ("created_at", "datetime", False, True),
+    ("entity_keys", "keyword", False, True),
+    ("deleted", "bool", False, False),
+    ("content_hash", "keyword", False, False),
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -259,12 +263,12 @@ def build_filter(flt: VectorFilter, ids: Sequence[uuid.UUID] | None = None) -> q
     return qm.Filter(must=must or None, must_not=must_not or None)
 
 
-def _schema(kind: str, is_tenant: bool) -> qm.PayloadSchemaParams | qm.PayloadSchemaType:
+def _schema(kind: str, is_tenant: bool, hnsw: bool) -> qm.PayloadSchemaParams:
     if kind == "keyword":
-        return qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=is_tenant or None)
+        return qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=is_tenant or None, enable_hnsw=hnsw)
     if kind == "datetime":
-        return qm.PayloadSchemaType.DATETIME
-    return qm.PayloadSchemaType.BOOL
+        return qm.DatetimeIndexParams(type=qm.DatetimeIndexType.DATETIME, enable_hnsw=hnsw)
+    return qm.BoolIndexParams(type=qm.BoolIndexType.BOOL, enable_hnsw=hnsw)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -473,9 +477,9 @@ class QdrantVectorStore:
         present = set(self.client.get_collection(name).payload_schema or {})
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # local mode warns that indexes have no effect there
-            for field, kind, tenant in PAYLOAD_SCHEMA:
+            for field, kind, tenant, hnsw in PAYLOAD_SCHEMA:
                 if field not in present:
-                    self.client.create_payload_index(name, field, field_schema=_schema(kind, tenant), wait=True)
+                    self.client.create_payload_index(name, field, field_schema=_schema(kind, tenant, hnsw), wait=True)
 
     def active_model(self) -> EmbeddingModelInfo | None:
         with self._errors("active_model"):
@@ -573,11 +577,12 @@ class QdrantVectorStore:
         *,
         model_id: str,
         score_threshold: float | None = None,
+        inactive_ok: bool = False,
     ) -> list[VectorHit]:
         if limit <= 0 or empty_selection(flt):
             return []
         with self._errors("search"):
-            name, model = self._searchable(model_id)
+            name, model = self._collection_for(model_id) if inactive_ok else self._searchable(model_id)
             check_vector(vector, model)
             query = [float(x) for x in vector]
             id_lists: list[Sequence[uuid.UUID] | None] = (
