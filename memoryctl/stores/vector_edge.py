@@ -88,11 +88,13 @@ ACTIVE_FILE = "active"
 MODEL_FILE = "model.json"
 SHARD_DIR = "shard"
 LOCK_FILE = ".lock"
-# Measured with benchmarks/vector_chunks.py (100k x 384, 2 cores): exact top-10 costs ~10-15 ms at
-# 100k points, so exact search stays below "interactive" cost far beyond what one agent
-# accumulates; above that, HNSW with a high ef keeps recall usable (0.74 at ef=1024 even on random
-# vectors, the worst case; real embeddings do much better).
-DEFAULT_EXACT_BELOW = 200_000
+# Search params, measured at 100k x 384 on 2 cores. Exact top-10 costs ~6 ms idle
+# (shared/notes/embedded-engines.md) and ~86 ms with a load average of 9 (benchmarks/vector_chunks.py);
+# HNSW after optimize() is ~10x faster, but its recall@10 on random vectors is 0.15 at the default
+# ef and 0.74 at ef=1024. So: exact below 100k points (right answers at interactive cost for the
+# sizes an embedded store holds; a per-agent filter narrows it further), HNSW with a high ef above.
+# Re-measure recall on real embeddings (clustered, so far kinder to HNSW) before lowering either.
+DEFAULT_EXACT_BELOW = 100_000
 DEFAULT_HNSW_EF = 512
 
 _DIST = {"cosine": qe.Distance.Cosine, "dot": qe.Distance.Dot, "euclid": qe.Distance.Euclid}
