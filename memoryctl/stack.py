@@ -61,8 +61,10 @@ class Stack:
     @cached_property
     def embedder(self) -> Embedder:
         from memoryctl.embed import make_embedder
+        from memoryctl.ops.models import effective_embedder_settings
 
-        return make_embedder(self.settings.embedder)
+        # The model `migrate` made active (recorded in PostgreSQL) wins over the config: see ops.models.
+        return make_embedder(effective_embedder_settings(lambda: self.pool, self.settings.embedder))
 
     @cached_property
     def extractor(self) -> Extractor:

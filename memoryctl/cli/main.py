@@ -15,7 +15,7 @@ import click
 import typer
 
 from memoryctl._version import __version__
-from memoryctl.cli import demo, ops, query, writes
+from memoryctl.cli import demo, maint, ops, query, writes
 from memoryctl.cli.context import Ctx
 from memoryctl.cli.output import err
 from memoryctl.errors import ExitCode, MemoryctlError
@@ -66,6 +66,9 @@ app.command("stats")(query.stats)
 app.command("cypher")(query.cypher)
 app.command("health")(ops.health)
 app.command("runs")(ops.runs)
+app.command("reconcile")(maint.reconcile)
+app.command("migrate")(maint.migrate)
+app.command("reembed")(maint.reembed)
 config_app.command("show")(ops.config_show)
 
 

@@ -145,18 +145,25 @@ class VectorStore(Protocol):
         *,
         model_id: str,
         score_threshold: float | None = None,
+        inactive_ok: bool = False,
     ) -> list[VectorHit]:
         """Nearest neighbours under ``flt``. ``model_id`` must equal the active model's id:
 
         the query vector was made by that model, and searching another model's collection is
-        refused (``StoreError``) even when dimensions match.
+        refused (``StoreError``) even when dimensions match. ``inactive_ok`` searches the collection
+        of ``model_id`` even though it is not active: only ``migrate`` sets it, to measure recall
+        on the new collection before the swap (the vector is still from that collection's model).
         """
         ...
 
     def scroll(
         self, *, agent_id: str | None = None, model_id: str | None = None, batch: int = 1000
     ) -> Iterator[list[VectorRecord]]:
-        """Every point, page by page, without vectors."""
+        """Every point, page by page, without vectors, in ascending id order.
+
+        The order is part of the contract: UUID byte order, which is PostgreSQL's ``uuid`` order, so
+        reconciliation can merge-join the stores' pages without loading any id set into memory.
+        """
         ...
 
     def count(self, *, agent_id: str | None = None, model_id: str | None = None) -> int: ...
@@ -244,7 +251,9 @@ class GraphStore(Protocol):
         """Per memory, its edges as ``{"type", "direction", "node": {...}}`` for query results."""
         ...
 
-    def scroll(self, *, agent_id: str | None = None, batch: int = 1000) -> Iterator[list[GraphRecord]]: ...
+    def scroll(self, *, agent_id: str | None = None, batch: int = 1000) -> Iterator[list[GraphRecord]]:
+        """Every memory node, keyset pages in ascending id order (the same order as the vector store's)."""
+        ...
 
     def count(self, *, agent_id: str | None = None) -> int: ...
 

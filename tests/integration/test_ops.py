@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,7 @@ from memoryctl.model import EntityRef, Memory
 from memoryctl.ops.migrate import MigrationInterrupted, Migrator
 from memoryctl.ops.models import parse_model_spec
 from memoryctl.ops.pgstate import OpsState
-from memoryctl.ops.reconcile import reconcile
+from memoryctl.ops.reconcile import Reconciler, reconcile
 from memoryctl.ops.reembed import reembed_changed
 from memoryctl.stack import Stack
 from memoryctl.stores.protocols import GraphMemory, VectorFilter
@@ -68,7 +68,8 @@ def wipe_neo4j(env: dict[str, str]) -> None:
     from neo4j import GraphDatabase
 
     with GraphDatabase.driver(env["uri"], auth=("neo4j", env["password"]), connection_timeout=5) as driver:
-        driver.execute_query("MATCH (n) CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS")
+        with driver.session() as session:  # CALL ... IN TRANSACTIONS needs an auto-commit transaction
+            session.run("MATCH (n) CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS").consume()
 
 
 @pytest.fixture
@@ -192,11 +193,19 @@ def test_purge_after_grace(pg_dsn: str, neo4j_ops: dict[str, str], tmp_path: Pat
 
 
 def test_model_mismatch_is_reported_not_repaired(cluster: MemoryClient) -> None:
+    """Same dimension, another model id: every vector is stale, and reconcile must not 'fix' it."""
+    stack = cluster.stack
     cluster.add(memories(20), extract=False)
-    settings = cluster.settings.model_copy(update={"embedder": parse_model_spec("kind=hash,model=hash/other-v2")})
-    with Stack(settings) as other:
-        report = reconcile(other, repair=True)
-    assert report.model["match"] is False and report.drift == 1
+    other = make_embedder(parse_model_spec("kind=hash,model=hash/other-v2"))
+    vectors = stack.require_vectors()
+    vectors.delete([memories(20)[0].id])  # one missing point: repair must not embed it with `other`
+    report = Reconciler(
+        stack.records, vectors, stack.require_graph(), other, delete_grace=timedelta(days=7)
+    ).run(repair=True)
+    assert report.model["match"] is False and report.model["collection"] == stack.embedder.info.model_id
+    assert report.stores["vector"].missing == 1 and report.stores["vector"].repaired == 0
+    assert report.unrepaired >= 1
+    assert vectors.count() == 19
 
 
 # ------------------------------------------------------------------------------------- reembed

@@ -1,0 +1,385 @@
+"""``memoryctl reconcile``: find and (with ``--repair``) fix drift between PostgreSQL and the stores.
+
+PostgreSQL is the source of truth; the vector store and the graph are projections of it. Drift
+happens when a delivery was lost outside the outbox (a store restored from an old snapshot, a
+manual delete, a bug), or when a purge reached one store and not the other. Categories, per store:
+
+- **orphan**: the store has the id, PostgreSQL does not (and no purge is pending for it).
+- **missing**: PostgreSQL has a live memory the store lacks, with no delivery pending in the outbox.
+  A soft-deleted memory missing from a store is not drift: absence is its final state anyway.
+- **stale**: both have it but they disagree: content hash (vector store), deleted flag, agent.
+- **purge-due**: soft-deleted in PostgreSQL longer than ``delete_grace`` (counted once, not per store).
+- **model**: the active collection was built by another model than the configured embedder; every
+  vector is then stale, which only ``memoryctl migrate`` can fix, so it is reported, not repaired.
+
+How: one merge-join over the id-ordered keyset pages of the three stores (``ops.streams``); memory
+is bounded by the page size and the candidate buffer, never by the number of memories. Candidates
+are confirmed in chunks before they count: an outbox entry for that target means "delivery
+pending", not drift; an orphan that PostgreSQL has by now (written after its page was read) is a
+race, not an orphan. ``--repair`` acts on confirmed findings only, so running it twice, or while
+writes continue, is harmless: orphans are deleted from their store, missing/stale memories are
+enqueued and delivered through the normal outbox path, purge-due rows are purged (the purge
+reaches the stores through the outbox as well).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from memoryctl.delivery import Deliverer, DeliveryReport
+from memoryctl.ops.pgstate import OpsState
+from memoryctl.ops.runs import recorded_run
+from memoryctl.ops.streams import merge_join, ordered
+from memoryctl.query.spec import parse_duration
+from memoryctl.stores.protocols import GraphRecord, GraphStore, VectorRecord, VectorStore
+from memoryctl.stores.records import RecordStore
+
+if TYPE_CHECKING:
+    from memoryctl.embed import Embedder
+    from memoryctl.stack import Stack
+
+CATEGORIES = ("orphan", "missing", "stale")
+TARGET_OF = {"vector": "vector", "graph": "graph"}
+SAMPLES = 10
+
+
+@dataclass(slots=True)
+class StoreDrift:
+    name: str
+    scanned: int = 0
+    orphan: int = 0
+    missing: int = 0
+    stale: int = 0
+    pending: int = 0  # looked like drift, but an outbox entry will deliver it: not drift
+    raced: int = 0  # changed while we scanned (re-checked): not drift
+    repaired: int = 0
+    samples: dict[str, list[str]] = field(default_factory=lambda: {c: [] for c in CATEGORIES})
+
+    @property
+    def drift(self) -> int:
+        return self.orphan + self.missing + self.stale
+
+    def note(self, category: str, mid: uuid.UUID) -> None:
+        setattr(self, category, getattr(self, category) + 1)
+        if len(self.samples[category]) < SAMPLES:
+            self.samples[category].append(str(mid))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "scanned": self.scanned,
+            "orphan": self.orphan,
+            "missing": self.missing,
+            "stale": self.stale,
+            "pending": self.pending,
+            "raced": self.raced,
+            "repaired": self.repaired,
+            "samples": {k: v for k, v in self.samples.items() if v},
+        }
+
+
+@dataclass(slots=True)
+class ReconcileReport:
+    agent_id: str | None
+    repair: bool
+    postgres_scanned: int = 0
+    stores: dict[str, StoreDrift] = field(default_factory=dict)
+    purge_due: int = 0
+    purged: int = 0
+    purge_samples: list[str] = field(default_factory=list)
+    model: dict[str, Any] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # store -> why it was not compared
+    delivery: DeliveryReport = field(default_factory=DeliveryReport)
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def drift(self) -> int:
+        """Findings that need action (before repair); a model mismatch counts as one."""
+        return sum(s.drift for s in self.stores.values()) + self.purge_due + (0 if self.model.get("match", True) else 1)
+
+    @property
+    def unrepaired(self) -> int:
+        if not self.repair:
+            return self.drift
+        left = sum(max(0, s.drift - s.repaired) for s in self.stores.values()) + (self.purge_due - self.purged)
+        return left + (0 if self.model.get("match", True) else 1)
+
+    @property
+    def ids_per_s(self) -> float:
+        total = self.postgres_scanned + sum(s.scanned for s in self.stores.values())
+        return total / self.seconds if self.seconds else 0.0
+
+    def counts(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "postgres": self.postgres_scanned,
+            "drift": self.drift,
+            "purge_due": self.purge_due,
+            "purged": self.purged,
+        }
+        for s in self.stores.values():
+            out[f"{s.name}_scanned"] = s.scanned
+            for c in CATEGORIES:
+                out[f"{s.name}_{c}"] = getattr(s, c)
+            out[f"{s.name}_repaired"] = s.repaired
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "agent_id": self.agent_id,
+            "repair": self.repair,
+            "drift": self.drift,
+            "unrepaired": self.unrepaired,
+            "postgres": {"scanned": self.postgres_scanned},
+            "stores": {k: v.as_dict() for k, v in self.stores.items()},
+            "purge_due": self.purge_due,
+            "purged": self.purged,
+            "purge_samples": self.purge_samples,
+            "model": self.model,
+            "skipped": self.skipped,
+            "delivery": self.delivery.as_dict(),
+            "errors": self.errors,
+            "seconds": round(self.seconds, 3),
+            "ids_per_s": round(self.ids_per_s, 1),
+        }
+
+
+@dataclass(slots=True)
+class _Candidate:
+    store: str
+    category: str
+    id: uuid.UUID
+
+
+class Reconciler:
+    """One reconciliation pass. ``vectors``/``graph`` may be None (store down): reported as skipped."""
+
+    def __init__(
+        self,
+        records: RecordStore,
+        vectors: VectorStore | None,
+        graph: GraphStore | None,
+        embedder: Embedder | None,
+        *,
+        delete_grace: timedelta,
+        page: int = 2000,
+        chunk: int = 2000,
+        vector_model_id: str | None = None,
+    ) -> None:
+        self.records = records
+        self.state = OpsState(records.pool)
+        self.vectors = vectors
+        self.graph = graph
+        self.embedder = embedder
+        self.delete_grace = delete_grace
+        self.page = page
+        self.chunk = chunk
+        self.vector_model_id = vector_model_id  # None = the active collection
+
+    def run(
+        self,
+        *,
+        agent_id: str | None = None,
+        repair: bool = False,
+        progress: Callable[[int], None] | None = None,
+        skipped: dict[str, str] | None = None,
+    ) -> ReconcileReport:
+        started = time.perf_counter()
+        report = ReconcileReport(agent_id=agent_id, repair=repair, skipped=dict(skipped or {}))
+        cutoff = self.state.now() - self.delete_grace
+        vector_ok = self._check_model(report)
+        streams: list[tuple[Any, Any]] = [
+            (ordered(self.records.scroll(agent_id=agent_id, batch=self.page), _pg_key, "postgres"), _pg_key)
+        ]
+        slots: list[str] = []
+        if self.vectors is not None:
+            report.stores["vector"] = StoreDrift(self.vectors.name)
+            vpages = self.vectors.scroll(agent_id=agent_id, model_id=self.vector_model_id, batch=self.page)
+            streams.append((ordered(vpages, _rec_key, self.vectors.name), _rec_key))
+            slots.append("vector")
+        if self.graph is not None:
+            report.stores["graph"] = StoreDrift(self.graph.name)
+            streams.append(
+                (ordered(self.graph.scroll(agent_id=agent_id, batch=self.page), _rec_key, self.graph.name), _rec_key)
+            )
+            slots.append("graph")
+
+        candidates: list[_Candidate] = []
+        purge_due: list[uuid.UUID] = []
+        for joined in merge_join(streams):
+            pg = joined.rows[0]
+            if pg is not None:
+                report.postgres_scanned += 1
+                if progress is not None:
+                    progress(1)
+                deleted_at = pg["deleted_at"]
+                if deleted_at is not None and deleted_at < cutoff:
+                    purge_due.append(joined.id)
+            for slot, row in zip(slots, joined.rows[1:], strict=True):
+                drift = report.stores[slot]
+                if row is not None:
+                    drift.scanned += 1
+                category = _classify(slot, pg, row)
+                if category is not None:
+                    candidates.append(_Candidate(slot, category, joined.id))
+            if len(candidates) >= self.chunk:
+                self._confirm(candidates, report, repair=repair, vector_ok=vector_ok)
+                candidates = []
+            if len(purge_due) >= self.chunk:
+                self._purge(purge_due, report, repair=repair)
+                purge_due = []
+        if candidates:
+            self._confirm(candidates, report, repair=repair, vector_ok=vector_ok)
+        if purge_due:
+            self._purge(purge_due, report, repair=repair)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    # ------------------------------------------------------------------------------------------
+    def _check_model(self, report: ReconcileReport) -> bool:
+        """Whether vectors may be (re)written: the embedder must be the collection's model."""
+        if self.vectors is None:
+            return False
+        if self.vector_model_id is not None:
+            collection_model: str | None = self.vector_model_id
+        else:
+            active = self.vectors.active_model()
+            collection_model = active.model_id if active else None
+        embedder_model = self.embedder.info.model_id if self.embedder is not None else None
+        match = collection_model is not None and collection_model == embedder_model
+        report.model = {"collection": collection_model, "embedder": embedder_model, "match": match}
+        if not match:
+            report.model["hint"] = (
+                "the active collection was built by another model than the configured embedder: every vector is "
+                "stale. Run `memoryctl migrate --to-model ...` (or fix [embedder] in the config); reconcile does "
+                "not re-embed across models"
+            )
+        return match
+
+    def _confirm(
+        self, candidates: Sequence[_Candidate], report: ReconcileReport, *, repair: bool, vector_ok: bool
+    ) -> None:
+        ids = list({c.id for c in candidates})
+        pending = self.state.pending_targets(ids)
+        orphan_ids = [c.id for c in candidates if c.category == "orphan"]
+        now_in_pg = self.state.existing(orphan_ids)
+        delete: dict[str, list[uuid.UUID]] = {"vector": [], "graph": []}
+        fix: dict[str, list[uuid.UUID]] = {"vector": [], "graph": []}
+        redeliver: set[uuid.UUID] = set()
+        for c in candidates:
+            drift = report.stores[c.store]
+            if TARGET_OF[c.store] in pending.get(c.id, set()):
+                drift.pending += 1
+                continue
+            if c.category == "orphan" and c.id in now_in_pg:
+                # Written after its PostgreSQL page was read, or moved to another agent: re-deliver.
+                drift.raced += 1
+                redeliver.add(c.id)
+                continue
+            drift.note(c.category, c.id)
+            if c.category == "orphan":
+                delete[c.store].append(c.id)
+            else:
+                fix[c.store].append(c.id)
+                redeliver.add(c.id)
+        if not repair:
+            return
+        if delete["vector"] and self.vectors is not None:
+            self.vectors.delete(delete["vector"], model_id=self.vector_model_id)
+            report.stores["vector"].repaired += len(delete["vector"])
+        if delete["graph"] and self.graph is not None:
+            self.graph.delete(delete["graph"])
+            report.stores["graph"].repaired += len(delete["graph"])
+        if redeliver:
+            self._redeliver(sorted(redeliver), fix, report, vector_ok=vector_ok)
+
+    def _redeliver(
+        self, ids: list[uuid.UUID], fix: dict[str, list[uuid.UUID]], report: ReconcileReport, *, vector_ok: bool
+    ) -> None:
+        """Enqueue and deliver through the outbox: the same code path, and nothing lost if it fails."""
+        self.records.enqueue(ids, "upsert")
+        targets = [t for t in ("vector", "graph") if t in report.stores and (t != "vector" or vector_ok)]
+        result = Deliverer(self.records, self.vectors, self.graph, self.embedder).deliver(
+            memory_ids=ids, targets=targets
+        )
+        report.delivery.merge(result)
+        for target, why in result.failed.items():
+            report.errors.append(f"{target}: {why}")
+        still = self.state.pending_targets(ids)
+        for target in targets:
+            report.stores[target].repaired += sum(1 for i in fix[target] if target not in still.get(i, set()))
+
+    def _purge(self, ids: list[uuid.UUID], report: ReconcileReport, *, repair: bool) -> None:
+        report.purge_due += len(ids)
+        report.purge_samples.extend(str(i) for i in ids[: max(0, SAMPLES - len(report.purge_samples))])
+        if not repair:
+            return
+        done = self.records.purge(ids)
+        report.purged += len(done)
+        targets = [t for t in ("vector", "graph") if t in report.stores]
+        if done and targets:
+            deliverer = Deliverer(self.records, self.vectors, self.graph, self.embedder)
+            report.delivery.merge(deliverer.deliver(memory_ids=done, targets=targets))
+
+
+def _pg_key(row: dict[str, Any]) -> uuid.UUID:
+    key: uuid.UUID = row["id"]
+    return key
+
+
+def _rec_key(row: VectorRecord | GraphRecord) -> uuid.UUID:
+    return row.id
+
+
+def _classify(slot: str, pg: dict[str, Any] | None, row: VectorRecord | GraphRecord | None) -> str | None:
+    if pg is None:
+        return "orphan" if row is not None else None
+    deleted = pg["deleted_at"] is not None
+    if row is None:
+        return None if deleted else "missing"
+    if row.deleted != deleted or row.agent_id != pg["agent_id"]:
+        return "stale"
+    if slot == "vector" and not deleted and isinstance(row, VectorRecord) and row.content_hash != pg["content_hash"]:
+        return "stale"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+def reconcile(
+    stack: Stack,
+    *,
+    agent_id: str | None = None,
+    repair: bool = False,
+    progress: Callable[[int], None] | None = None,
+    page: int = 2000,
+) -> ReconcileReport:
+    """Reconcile the stack's stores, recording the run in ``maintenance_runs``."""
+    vectors = stack.vectors()
+    graph = stack.graph()
+    skipped = {name: why for name, why in stack.unavailable.items() if name != "postgres"}
+    embedder = stack.embedder if vectors is not None else None
+    with recorded_run(stack.runs, "reconcile") as rec:
+        rec.details = {"agent_id": agent_id, "repair": repair}
+        report = Reconciler(
+            stack.records,
+            vectors,
+            graph,
+            embedder,
+            delete_grace=parse_duration(stack.settings.delete_grace),
+            page=page,
+        ).run(agent_id=agent_id, repair=repair, progress=progress, skipped=skipped)
+        rec.counts = report.counts()
+        rec.details.update(
+            model=report.model,
+            skipped=report.skipped,
+            errors=report.errors,
+            seconds=round(report.seconds, 3),
+            samples={k: v.samples for k, v in report.stores.items()},
+        )
+        if report.skipped or report.errors or (repair and report.unrepaired):
+            rec.status = "partial"
+    return report

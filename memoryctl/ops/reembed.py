@@ -1,0 +1,240 @@
+"""The embed-and-upsert pipeline shared by ``migrate`` (into a new collection) and ``reembed``.
+
+Why its own module: both commands turn PostgreSQL rows into points of one named collection, and
+the throughput that matters for a 500k-memory migration is decided here: PostgreSQL reads run in a
+background thread one page ahead, so the database round trip overlaps the model and the vector
+store instead of adding to them. Vectors always go to an explicitly named collection
+(``upsert(model_id=...)``), never "whatever is active", so a swap by another process in the middle
+of a batch can never put one model's vectors into another model's collection.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from memoryctl.delivery import vector_point
+from memoryctl.errors import StoreError
+from memoryctl.model import Memory
+from memoryctl.stores.protocols import VectorRecord, VectorStore
+from memoryctl.stores.records import RecordStore
+
+if TYPE_CHECKING:
+    from memoryctl.embed import Embedder
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class PipelineStats:
+    embedded: int = 0
+    removed: int = 0
+    batches: int = 0
+    embed_s: float = 0.0  # model time (excluded from the pipeline target)
+    upsert_s: float = 0.0
+    wait_s: float = 0.0  # waiting for PostgreSQL pages the prefetcher had not produced yet
+
+    def merge(self, other: PipelineStats) -> None:
+        for f in ("embedded", "removed", "batches", "embed_s", "upsert_s", "wait_s"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "embedded": self.embedded,
+            "removed": self.removed,
+            "batches": self.batches,
+            "embed_s": round(self.embed_s, 3),
+            "upsert_s": round(self.upsert_s, 3),
+            "wait_s": round(self.wait_s, 3),
+        }
+
+
+_DONE = object()
+
+
+def prefetch(source: Iterable[T], depth: int = 2) -> Iterator[T]:
+    """Iterate ``source`` in a daemon thread, ``depth`` items ahead; errors re-raised in order."""
+    q: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            for item in source:
+                while not stop.is_set():
+                    try:
+                        q.put(item, timeout=0.2)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(_DONE)
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            q.put(exc)
+
+    t = threading.Thread(target=run, daemon=True, name="memoryctl-prefetch")
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+
+
+@dataclass(slots=True)
+class Reembedder:
+    """Embeds memories with ``embedder`` into the collection of ``model_id``."""
+
+    vectors: VectorStore
+    embedder: Embedder
+    model_id: str
+    remove_deleted: bool = True  # migrate: the new collection holds live memories only
+    stats: PipelineStats = field(default_factory=PipelineStats)
+
+    def __post_init__(self) -> None:
+        if self.embedder.info.model_id != self.model_id:
+            raise StoreError(
+                "qdrant",
+                f"refusing to write vectors of {self.embedder.info.model_id!r} into the collection of"
+                f" {self.model_id!r}",
+            )
+
+    def apply(self, memories: Sequence[Memory]) -> None:
+        live = [m for m in memories if m.deleted_at is None]
+        dead = [m.id for m in memories if m.deleted_at is not None]
+        if live:
+            t0 = time.perf_counter()
+            vecs = self.embedder.embed_documents([m.text for m in live])
+            t1 = time.perf_counter()
+            self.vectors.upsert(
+                [vector_point(m, v) for m, v in zip(live, vecs.tolist(), strict=True)], model_id=self.model_id
+            )
+            self.stats.embed_s += t1 - t0
+            self.stats.upsert_s += time.perf_counter() - t1
+            self.stats.embedded += len(live)
+        if dead:
+            if self.remove_deleted:
+                self.vectors.delete(dead, model_id=self.model_id)
+            else:
+                self.vectors.set_deleted(dead, True, model_id=self.model_id)
+            self.stats.removed += len(dead)
+        self.stats.batches += 1
+
+    def run(
+        self,
+        pages: Iterable[list[Memory]],
+        *,
+        after_batch: Callable[[list[Memory]], None] | None = None,
+    ) -> PipelineStats:
+        """Apply every page (PostgreSQL prefetched one page ahead); ``after_batch`` checkpoints."""
+        it = prefetch(pages)
+        while True:
+            t0 = time.perf_counter()
+            page = next(it, None)
+            self.stats.wait_s += time.perf_counter() - t0
+            if page is None:
+                return self.stats
+            self.apply(page)
+            if after_batch is not None:
+                after_batch(page)
+
+
+def ids_of(memories: Sequence[Memory]) -> list[uuid.UUID]:
+    return [m.id for m in memories]
+
+
+@dataclass(slots=True)
+class ReembedReport:
+    model_id: str
+    scanned: int = 0
+    changed: int = 0
+    stats: PipelineStats = field(default_factory=PipelineStats)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model_id": self.model_id,
+            "scanned": self.scanned,
+            "changed": self.changed,
+            "pipeline": self.stats.as_dict(),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def reembed_changed(
+    records: RecordStore,
+    vectors: VectorStore,
+    embedder: Embedder,
+    *,
+    agent_id: str | None = None,
+    batch: int = 512,
+    progress: Callable[[int], None] | None = None,
+) -> ReembedReport:
+    """Re-embed, in place in the active collection, live memories whose text changed since embedding.
+
+    A merge-join of PostgreSQL's content hashes against the payload hashes of the active collection
+    finds them; only those are read in full and embedded, so a nightly run over an unchanged store
+    costs one scan and no model time. Refuses when the embedder is not the active model.
+    """
+    from memoryctl.ops.streams import merge_join, ordered
+
+    started = time.perf_counter()
+    active = vectors.active_model()
+    if active is None or active.model_id != embedder.info.model_id:
+        raise StoreError(
+            "qdrant",
+            f"the active collection is for {active.model_id if active else None!r}, the embedder is "
+            f"{embedder.info.model_id!r}: re-embedding in place would mix models",
+            hint="`memoryctl migrate --to-model ...` moves to another model",
+        )
+    report = ReembedReport(model_id=active.model_id)
+    pipe = Reembedder(vectors, embedder, active.model_id, remove_deleted=False, stats=report.stats)
+    streams: list[tuple[Any, Any]] = [
+        (ordered(records.scroll(agent_id=agent_id, batch=2000, include_deleted=False), _pg_key, "postgres"), _pg_key),
+        (
+            ordered(vectors.scroll(agent_id=agent_id, model_id=active.model_id, batch=2000), _rec_key, vectors.name),
+            _rec_key,
+        ),
+    ]
+    todo: list[uuid.UUID] = []
+
+    def flush() -> None:
+        rows = records.get_many(todo, include_deleted=False)
+        pipe.apply([rows[i] for i in todo if i in rows])
+        report.changed += len(rows)
+        todo.clear()
+
+    for j in merge_join(streams):
+        pg, point = j.rows
+        if pg is None:
+            continue
+        report.scanned += 1
+        if progress is not None:
+            progress(1)
+        if point is not None and point.content_hash != pg["content_hash"]:
+            todo.append(j.id)
+            if len(todo) >= batch:
+                flush()
+    if todo:
+        flush()
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _pg_key(row: dict[str, Any]) -> uuid.UUID:
+    key: uuid.UUID = row["id"]
+    return key
+
+
+def _rec_key(row: VectorRecord) -> uuid.UUID:
+    return row.id

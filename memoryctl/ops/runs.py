@@ -1,0 +1,64 @@
+"""Recording a maintenance run in ``maintenance_runs``, whatever way the run ends.
+
+Why a context manager: ``health`` and ``memoryctl runs`` must show a failed or interrupted run as
+failed, not as ``running`` forever, so the record is finished in ``finally``-like fashion by one
+piece of code instead of by every command remembering to do it.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from memoryctl.errors import MemoryctlError
+from memoryctl.stores.records import RunLog
+
+TRIGGERS = ("cli", "cron", "nightly", "api", "test")
+
+
+def current_trigger() -> str:
+    """``MEMORYCTL_TRIGGER`` (cron sets ``cron``), else ``cli``; unknown values become ``cli``."""
+    value = os.environ.get("MEMORYCTL_TRIGGER", "cli").strip().lower()
+    return value if value in TRIGGERS else "cli"
+
+
+def current_actor() -> str | None:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return None
+
+
+@dataclass(slots=True)
+class RunRecord:
+    """What a command fills in while it runs; written when the block ends."""
+
+    run_id: int
+    counts: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    status: str = "ok"  # a command may set "partial" (e.g. a store was unavailable)
+
+
+@contextmanager
+def recorded_run(runs: RunLog, command: str, *, trigger: str | None = None) -> Iterator[RunRecord]:
+    rec = RunRecord(runs.start(command, trigger=trigger or current_trigger(), actor=current_actor()))
+    try:
+        yield rec
+    except MemoryctlError as exc:
+        runs.finish(rec.run_id, "failed", counts=rec.counts, error=exc.message, details=rec.details)
+        raise
+    except BaseException as exc:  # KeyboardInterrupt, SIGTERM-as-exception, bugs: still recorded
+        error = f"{type(exc).__name__}: {exc}".strip()
+        details = {**rec.details, "traceback": traceback.format_exc(limit=5)[-2000:]}
+        try:
+            runs.finish(rec.run_id, "failed", counts=rec.counts, error=error[:2000], details=details)
+        except MemoryctlError:
+            pass  # PostgreSQL itself went away; the original error matters more
+        raise
+    else:
+        runs.finish(rec.run_id, rec.status, counts=rec.counts, details=rec.details)
