@@ -105,13 +105,25 @@ def trainable_parameters(model: Any) -> dict[str, int]:
     return {"trainable": int(trainable), "total": int(total)}
 
 
-def get_peft_model(model: Any, lora_config: Any) -> Any:
-    """peft.get_peft_model, minus a FutureWarning that peft 0.21 triggers inside transformers 5
-    (``is_gradient_checkpointing`` deprecated) on every call; it is not ours to fix and clutters
-    the nightly log."""
-    from lora._deps import require
-
-    peft = require("peft")
+@contextmanager
+def quiet_peft() -> Iterator[None]:
+    """Hide a FutureWarning that peft 0.21 triggers inside transformers 5 (``is_gradient_checkpointing``
+    deprecated) whenever it wraps a model; it is not ours to fix and clutters the nightly log."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        return peft.get_peft_model(model, lora_config)
+        yield
+
+
+def get_peft_model(model: Any, lora_config: Any) -> Any:
+    from lora._deps import require
+
+    with quiet_peft():
+        return require("peft").get_peft_model(model, lora_config)
+
+
+def load_peft_adapter(model: Any, adapter_dir: Path) -> Any:
+    """Apply a saved adapter to ``model`` for inference."""
+    from lora._deps import require
+
+    with quiet_peft():
+        return require("peft").PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False)

@@ -30,6 +30,7 @@ from lora._common import (
     base_manifest,
     deterministic,
     get_peft_model,
+    load_peft_adapter,
     torch_threads,
     trainable_parameters,
 )
@@ -159,8 +160,7 @@ def load_embedding_model(
         )
     adir = Path(adapter_dir)
     manifest = verify_adapter(adir) if verify else read_manifest(adir)
-    peft = require("peft")
-    pm = peft.PeftModel.from_pretrained(model, str(adir), is_trainable=False)
+    pm = load_peft_adapter(model, adir)
     model = pm.merge_and_unload() if merge else pm
     model.eval()
     return EmbeddingModel(

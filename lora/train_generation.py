@@ -27,6 +27,7 @@ from lora._common import (
     base_manifest,
     deterministic,
     get_peft_model,
+    load_peft_adapter,
     torch_threads,
     trainable_parameters,
 )
@@ -221,12 +222,11 @@ def load_generation_model(
 ) -> GenerationModel:
     """Base causal LM with ``adapter_dir`` (checksum-verified) applied — the reference for what vLLM
     will serve once the adapter is hot-loaded."""
-    peft = require("peft")
     model, tok = _load_causal_lm(Path(base_model_dir))
     if adapter_dir is not None:
         adir = Path(adapter_dir)
         _ = verify_adapter(adir) if verify else read_manifest(adir)
-        model = peft.PeftModel.from_pretrained(model, str(adir), is_trainable=False)
+        model = load_peft_adapter(model, adir)
     model.eval()
     return GenerationModel(model, tok, threads=threads)
 

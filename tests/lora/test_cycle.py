@@ -1,0 +1,114 @@
+"""The nightly cycle glue end to end on real (tiny) training, with promotion into the vLLM STAND-IN."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lora.config import LoraTrainingConfig
+from lora.cycle import embedding_cycle, generation_cycle, promote_generation, rollback_generation
+from lora.registry import AdapterRegistry
+from lora.vllm import VLLMClient
+from tests.lora.conftest import Stopwatch
+from tests.lora.synthetic import embedding_rows, generation_rows
+from tests.lora.vllm_standin import StandinState, VLLMStandin
+
+pytestmark = pytest.mark.lora
+
+
+def test_skipped_when_too_little_data(tmp_path: Path) -> None:
+    reg = AdapterRegistry(tmp_path / "reg")
+    out = generation_cycle(
+        generation_rows(10),
+        registry=reg,
+        workdir=tmp_path,
+        config=LoraTrainingConfig.for_generation(base_model_path=str(tmp_path)),
+    )
+    assert out.status == "skipped" and "minimum 32" in out.reason and out.version is None
+    assert out.to_record()["status"] == "skipped"
+    emb = embedding_cycle([], registry=reg, workdir=tmp_path)
+    assert emb.status == "skipped" and reg.list("embedding") == []
+
+
+@pytest.mark.slow
+def test_generation_cycle_promote_second_run_and_rollback(tmp_path: Path, timings: dict[str, float]) -> None:
+    from lora.train_generation import build_tiny_qwen2
+
+    base = build_tiny_qwen2(tmp_path / "base", seed=0)
+    reg = AdapterRegistry(tmp_path / "reg")
+    cfg = LoraTrainingConfig.for_generation(steps=60, lr=3e-2, batch_size=8, base_model_path=str(base))
+    with (
+        VLLMStandin(StandinState(base_model="tiny-qwen2")) as server,
+        VLLMClient(server.url, verify_attempts=2, verify_interval=0.01) as client,
+    ):
+        with Stopwatch(timings, "cycle: generation train+gate+register"):
+            first = generation_cycle(generation_rows(), registry=reg, workdir=tmp_path / "w1", config=cfg)
+        assert first.status == "registered", first.reason
+        assert first.version is not None and first.version.version == "v0001"
+        with Stopwatch(timings, "cycle: hot swap into vLLM stand-in"):
+            promote_generation(reg, first.version, client)
+        assert client.models().adapter_names() == {"memoryctl-generation-v0001"}
+        assert reg.active("generation") == first.version
+
+        # Second night, more steps on the same data: better held-out loss than the active adapter.
+        second = generation_cycle(
+            generation_rows(),
+            registry=reg,
+            workdir=tmp_path / "w2",
+            config=cfg.model_copy(update={"steps": 120, "seed": 1}),
+        )
+        rec = second.to_record()
+        assert rec["gate_metrics"]["active_heldout_loss"] == pytest.approx(
+            first.train_metrics["heldout_loss_after"], abs=1e-5
+        )
+        assert second.status == "registered", second.reason
+        assert second.version is not None
+        promote_generation(reg, second.version, client)
+        assert client.models().adapter_names() == {"memoryctl-generation-v0002"}
+
+        # A weak candidate (3 steps) is rejected and not registered; serving is untouched.
+        weak = generation_cycle(
+            generation_rows(), registry=reg, workdir=tmp_path / "w3", config=cfg.model_copy(update={"steps": 3})
+        )
+        assert weak.status == "rejected" and weak.version is None
+        assert [v.version for v in reg.list("generation")] == ["v0001", "v0002"]
+
+        # Rollback: v0001 served again, v0002 unloaded; then back to the bare base model.
+        back = rollback_generation(reg, client)
+        assert back is not None and back.version == "v0001"
+        assert client.models().adapter_names() == {"memoryctl-generation-v0001"}
+        assert rollback_generation(reg, client) is None
+        assert client.models().adapter_names() == set() and reg.active("generation") is None
+
+
+def test_failed_hot_swap_keeps_active_version(tmp_path: Path) -> None:
+    """Promotion that fails in vLLM leaves both vLLM and the registry's active version as they were."""
+    from tests.lora.test_registry import _adapter
+
+    reg = AdapterRegistry(tmp_path / "reg")
+    v1 = reg.register("generation", _adapter(tmp_path, "a", b"1"))
+    v2 = reg.register("generation", _adapter(tmp_path, "b", b"2"))
+    with VLLMStandin() as server, VLLMClient(server.url, verify_attempts=1) as client:
+        promote_generation(reg, v1, client)
+        server.state.fail_next_load = True
+        with pytest.raises(Exception, match="HTTP 500"):
+            promote_generation(reg, v2, client)
+        assert reg.active("generation") == v1
+        assert client.models().adapter_names() == {v1.served_name}
+
+
+@pytest.mark.slow
+def test_embedding_cycle_registers_when_recall_does_not_regress(tmp_path: Path, timings: dict[str, float]) -> None:
+    reg = AdapterRegistry(tmp_path / "reg")
+    cfg = LoraTrainingConfig.for_embedding(
+        steps=12, lr=1e-3, batch_size=16, max_seq_length=48, recall_k=1, min_heldout=8, heldout_fraction=0.25
+    )
+    with Stopwatch(timings, "cycle: embedding train 12 steps + gate + register"):
+        out = embedding_cycle(embedding_rows(), registry=reg, workdir=tmp_path, config=cfg)
+    gm = out.to_record()["gate_metrics"]
+    assert out.decision is not None
+    assert out.decision.promote == (gm["candidate_recall_at_k"] >= gm["active_recall_at_k"])
+    assert out.status == ("registered" if out.decision.promote else "rejected")
+    if out.version:
+        assert out.version.model_id == "sentence-transformers/all-MiniLM-L6-v2+lora-v0001"
