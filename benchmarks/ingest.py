@@ -32,9 +32,9 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memoryctl.client import MemoryClient  # noqa: E402
-from memoryctl.config import load_settings  # noqa: E402
-from memoryctl.importer import memory_from_json  # noqa: E402
+from memoryctl.client import MemoryClient
+from memoryctl.config import load_settings
+from memoryctl.importer import memory_from_json
 
 USERS = [f"user{i}" for i in range(200)]
 PROJECTS = [f"project-{i}" for i in range(30)]
