@@ -24,11 +24,13 @@ per-chunk top-k lists are merged. Why chunk at all: the request body grows ~40 b
 server must materialise the id set per request and, in a cluster, per shard; an unbounded list from
 a 3-hop traversal can be hundreds of thousands of ids. With chunks every request stays bounded and
 the merge is exact (the global top-k is contained in the union of the per-chunk top-k). The default
-(1,000) comes from benchmarks/vector_chunks.py (Edge, 100k points, ``HasIdCondition``): 100 ids
-0.5 ms, 1,000 ids 5.7 ms, 2,000 ids 16 ms, 5,000 ids 91 ms, 10,000 ids 162 ms. The cost per id
-grows past ~1,000, so 5,000 ids as five chunks of 1,000 (~29 ms) beat one filter (91 ms).
-``HasIdCondition`` (point ids) beat ``MatchAny`` on a keyword-indexed ``id`` field at every size
-(1,000 ids: 5.7 vs 21 ms), which is why there is no index on ``id``.
+(1,000) comes from benchmarks/vector_chunks.py (Edge, 100k x 384, ``HasIdCondition``, top-10, on a
+2-core box with load average ~9): 100 ids 0.5 ms, 1,000 ids 5.7 ms, 2,000 ids 16 ms, 5,000 ids
+91 ms, 10,000 ids 162 ms: the cost per id grows past ~1,000, and 1,000 keeps a server request under
+~40 kB. Through the store (chunks as one batch), 5,000 ids cost 110-240 ms whatever the chunk size
+between 500 and 5,000 under that load: chunking is about bounded requests, not speed; re-measure
+on an idle machine before tuning. ``HasIdCondition`` (point ids) beat ``MatchAny`` on a
+keyword-indexed ``id`` field at every size (1,000 ids: 5.7 vs 21 ms), hence no index on ``id``.
 """
 
 from __future__ import annotations
