@@ -6,7 +6,10 @@ ids -> vector search with the ids as a filter) and whether to express the ids as
 search against HNSW (after ``optimize()``) because recall on random vectors is poor and the store
 must choose its search params deliberately.
 
-    python benchmarks/vector_chunks.py [--points 100000] [--dim 384] [--no-hnsw]
+    python benchmarks/vector_chunks.py [--points 100000] [--dim 384] [--no-hnsw] [--store]
+
+``--store`` instead runs the ids through ``EdgeVectorStore.search`` with several ``id_chunk_size``
+values (chunks sent as one ``query_batch``), i.e. what the query engine actually pays.
 """
 
 from __future__ import annotations
@@ -35,13 +38,50 @@ def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     return statistics.median(times), out
 
 
+def store_table(n: int, dim: int, repeat: int) -> None:
+    """Candidate-id search through the store itself, per chunk size."""
+    from memoryctl.stores.protocols import EmbeddingModelInfo, VectorFilter, VectorPoint
+    from memoryctl.stores.vector_edge import EdgeVectorStore
+
+    rng = np.random.default_rng(1)
+    model = EmbeddingModelInfo("bench/random", dim)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = EdgeVectorStore(tmp)
+        store.ensure_collection(model)
+        ids = [uuid.UUID(bytes=rng.bytes(16)) for _ in range(n)]
+        vecs = rng.standard_normal((n, dim), dtype=np.float32)
+        t0 = datetime(2024, 1, 1, tzinfo=UTC)
+        start = time.perf_counter()
+        for lo in range(0, n, 2000):
+            store.upsert(
+                [
+                    VectorPoint(ids[i], vecs[i].tolist(), f"agent{i % 10}", "note", t0 + timedelta(minutes=i), "h")
+                    for i in range(lo, min(n, lo + 2000))
+                ]
+            )
+        print(f"store upsert {n} x {dim}: {time.perf_counter() - start:.1f} s")
+        q = rng.standard_normal(dim).tolist()
+        print(f"\n{'ids':>6} | {'chunk':>6} | median ms")
+        for k in (k for k in (1000, 5000, 10000) if k <= n):
+            cand = [ids[int(j)] for j in rng.choice(n, size=k, replace=False)]
+            for chunk in sorted({500, 1000, 2000, k}):
+                store.id_chunk_size = chunk
+                ms, _ = timed(lambda c=cand: store.search(q, VectorFilter(ids=c), 10, model_id=model.model_id), repeat)  # type: ignore[misc]
+                print(f"{k:>6} | {chunk:>6} | {ms:9.1f}")
+        store.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--points", type=int, default=100_000)
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--no-hnsw", action="store_true", help="skip optimize() and the HNSW rows")
+    ap.add_argument("--store", action="store_true", help="measure through EdgeVectorStore per chunk size")
     args = ap.parse_args()
+    if args.store:
+        store_table(args.points, args.dim, args.repeat)
+        return
 
     rng = np.random.default_rng(42)
     n, dim = args.points, args.dim
