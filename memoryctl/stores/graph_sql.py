@@ -125,6 +125,20 @@ def _aware(dt: datetime) -> datetime:
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
+def _key_agent(key: str, default: str) -> str:
+    """The agent an entity belongs to is part of its key (``agent/Type:name``), not the writer's.
+
+    A memory may name another agent's entity as a relation end; that must not move the entity.
+    """
+    head, sep, _ = key.partition("/")
+    if sep:
+        try:
+            return validate_agent_id(head)
+        except InputError:
+            pass
+    return default
+
+
 def prepare_batch(items: Sequence[GraphMemory]) -> PreparedBatch:
     """Validate a whole batch before anything is written; later items win on duplicate keys/ids."""
     entities: dict[str, dict[str, str]] = {}
@@ -147,7 +161,7 @@ def prepare_batch(items: Sequence[GraphMemory]) -> PreparedBatch:
                 "key": key,
                 "name": _check_text(ent.name, "entity name"),
                 "type": validate_entity_type(ent.type),
-                "agent_id": agent,
+                "agent_id": _key_agent(key, agent),
             }
         own: dict[tuple[str, str, str], PreparedEdge] = {}
         for key in item.mentions:

@@ -643,3 +643,76 @@ def test_sql_statement_timeout_is_store_unavailable(graph_pg_pool: psycopg_pool.
 def test_psycopg_is_the_real_driver() -> None:
     # Guards against a stub module shadowing the real driver in the test environment.
     assert psycopg.__version__.startswith("3.")
+
+
+# ------------------------------------------------------------------------------------------------
+# Both engines on the same random graphs: identical answers
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_graphs_same_answers_on_both_engines(
+    graph_pg_pool: psycopg_pool.ConnectionPool[Any], graph_neo4j_settings: Neo4jSettings, seed: int
+) -> None:
+    import random
+
+    rnd = random.Random(seed)
+    prefix = f"r{uuid.uuid4().hex[:10]}-"
+    agents = [f"{prefix}a", f"{prefix}b"]
+    types = ["KNOWS", "WORKS_ON", "REFERENCES", "PART_OF"]
+    ents = {a: [ent(a, "Thing", f"e{i}") for i in range(12)] for a in agents}
+    mids = sorted(uuid.uuid4() for _ in range(40))
+    owner = {m: agents[0] if i % 4 else agents[1] for i, m in enumerate(mids)}
+    items = []
+    for m in mids:
+        a = owner[m]
+        mentions = rnd.sample(ents[a], rnd.randint(0, 2))
+        edges = []
+        for _ in range(rnd.randint(0, 3)):
+            # Mostly within the agent; sometimes to another agent's entity or to another memory.
+            pool_a = ents[a] if rnd.random() < 0.85 else ents[rnd.choice(agents)]
+            src: str | uuid.UUID = rnd.choice(pool_a).key if rnd.random() < 0.7 else rnd.choice(mids)
+            dst: str | uuid.UUID = rnd.choice(pool_a).key if rnd.random() < 0.7 else m
+            edges.append(GraphEdge(src, rnd.choice(types), dst))
+        touched = {e.key: e for e in mentions}
+        for e in ents[a] + ents[agents[0]] + ents[agents[1]]:
+            if any(e.key in (str(x.source), str(x.target)) for x in edges):
+                touched[e.key] = e
+        items.append(mem(m, a, list(touched.values()), mentions, edges, deleted=rnd.random() < 0.15))
+
+    schema = f"gtest_{uuid.uuid4().hex[:12]}"
+    sql_store = SqlGraphStore(graph_pg_pool, schema=schema, timeout_s=20.0)
+    neo_store = Neo4jGraphStore(graph_neo4j_settings)
+    try:
+        sql_store.ensure_schema()
+        for store in (sql_store, neo_store):
+            store.upsert_memories(items[:20])
+            store.upsert_memories(items[20:])
+            store.delete(mids[:3])
+        checked = 0
+        for _ in range(40):
+            start = rnd.choice(ents[rnd.choice(agents)])
+            query = GraphTraversal(
+                agent_id=rnd.choice([*agents, None, agents[0]]),
+                start_key=start.key,
+                relation_types=rnd.sample(types, rnd.randint(0, 3)),
+                hops=rnd.randint(1, 3),
+                direction=rnd.choice(["out", "in", "both"]),
+            )
+            got_sql, got_neo = sql_store.traverse(query), neo_store.traverse(query)
+            if got_sql != got_neo:
+                # Neo4j's single database is shared: say so when another test session wiped it.
+                counts = {a: (sql_store.count(agent_id=a), neo_store.count(agent_id=a)) for a in agents}
+                pytest.fail(f"{query}: sql {got_sql} != neo4j {got_neo}; (sql, neo4j) counts {counts}")
+            checked += bool(got_sql)
+        assert checked >= 10  # the random queries did reach memories
+        assert sql_store.relationships(mids) == neo_store.relationships(mids)
+        for a in agents:
+            assert [r for p in sql_store.scroll(agent_id=a) for r in p] == [
+                r for p in neo_store.scroll(agent_id=a) for r in p
+            ]
+    finally:
+        neo_store.delete(mids)
+        neo_store.close()
+        with graph_pg_pool.connection() as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
