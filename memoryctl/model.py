@@ -9,6 +9,7 @@ never has to wonder whether a string is safe to splice.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import unicodedata
 import uuid
@@ -242,10 +243,18 @@ class Memory:
             raise InputError("memory text is empty")
         if len(self.text) > MAX_TEXT:
             raise InputError(f"memory text is {len(self.text)} characters; the limit is {MAX_TEXT}")
+        if "\x00" in self.text:
+            raise InputError("memory text contains a NUL character", hint="PostgreSQL text cannot hold NUL; strip it")
         validate_agent_id(self.agent_id)
         validate_kind(self.kind)
         if not isinstance(self.metadata, dict):
             raise InputError("metadata must be a JSON object")
+        try:
+            encoded = json.dumps(self.metadata, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"metadata is not valid JSON: {exc}") from None
+        if "\\u0000" in encoded:
+            raise InputError("metadata contains a NUL character", hint="PostgreSQL jsonb cannot hold \\u0000")
         self.entities = dedupe_entities(self.entities, self.agent_id)
         self.hash = self.hash or content_hash(self.text)
         if self.updated_at is None:
