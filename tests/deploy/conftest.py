@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,10 @@ def local_cluster() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def deployed(local_cluster: None) -> Deployed:
     logs = REPO / ".cache"
+    # Both runs deploy the same commit of memoryctl even if someone commits in between.
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False)
+    if head.returncode == 0:
+        os.environ["MEMORYCTL_SOURCE_REF"] = head.stdout.strip()
     first = run_deploy(logs / "deploy-first.log")
     assert first.returncode == 0 and first.errors == 0, first.output[-4000:]
     second = run_deploy(logs / "deploy-second.log")
