@@ -98,7 +98,10 @@ def postgres_probe(stack: Stack) -> dict[str, Any]:
         if ts:
             policies = list(
                 conn.execute(
-                    "SELECT proc_name, hypertable_name, schedule_interval::text FROM timescaledb_information.jobs"
+                    "SELECT j.job_id, j.proc_name, j.hypertable_name, j.schedule_interval::text AS schedule,"
+                    " j.config, st.last_run_status, st.last_successful_finish, st.total_failures"
+                    " FROM timescaledb_information.jobs j"
+                    " LEFT JOIN timescaledb_information.job_stats st USING (job_id) ORDER BY j.job_id"
                 )
             )
     schema = schema_state(pool)
@@ -127,6 +130,115 @@ def vector_probe(stack: Stack) -> dict[str, Any]:
         res["points"] = store.count(model_id=active.model_id)
     if active is None or active.model_id != stack.embedder.info.model_id:
         res.update(status="degraded", error="the active collection was not built by the configured embedder")
+    res.update(_model_registry(stack))
+    return res
+
+
+def _model_registry(stack: Stack) -> dict[str, Any]:
+    """PostgreSQL's count next to the point count, the recorded active model, an unfinished migration."""
+    from memoryctl.ops.pgstate import OpsState
+
+    out: dict[str, Any] = {"postgres_memories": stack.records.count(include_deleted=True)}
+    try:
+        state = OpsState(stack.pool)
+        recorded = state.active_embedding()
+        out["recorded_model"] = recorded["model_id"] if recorded else None
+        config_model = stack.settings.embedder.model
+        if recorded and stack.settings.embedder.kind != (recorded["manifest"].get("embedder") or {}).get("kind"):
+            out["config_note"] = (
+                f"[embedder] in the config ({stack.settings.embedder.kind}{':' + config_model if config_model else ''})"
+                f" differs from the model `migrate` activated ({recorded['model_id']}), which is the one used"
+            )
+        mig = state.any_open_migration()
+        if mig is not None:
+            out["migration"] = {
+                "target": mig["target_model"],
+                "status": mig["status"],
+                "copied": mig["copied"],
+                "age_s": _age_s(mig["started_at"]),
+            }
+    except MemoryctlError as exc:  # schema older than 0003: nothing recorded yet
+        out["recorded_model"] = None
+        out["registry_error"] = exc.message
+    return out
+
+
+WG_STALE_S = 180.0  # WireGuard re-handshakes every 2 min while traffic flows (keepalive 25 s in our peers)
+
+
+def wireguard_probe() -> dict[str, Any]:
+    """Last handshake age of every WireGuard peer on this node (``wg show all dump``).
+
+    Dump lines: an interface line has 5 tab-separated fields, a peer line 9 (interface, public key,
+    preshared key, endpoint, allowed ips, latest handshake epoch, rx, tx, keepalive).
+    """
+    import shutil
+    import subprocess
+
+    wg = shutil.which("wg")
+    if wg is None:
+        return {"status": "disabled", "detail": "wg not installed (not a cluster node)"}
+    try:
+        proc = subprocess.run([wg, "show", "all", "dump"], capture_output=True, text=True, timeout=1.0, check=False)
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout", "error": "`wg show all dump` did not answer within 1 s"}
+    if proc.returncode != 0:
+        return {"status": "down", "error": (proc.stderr.strip() or f"wg exited {proc.returncode}")[:300]}
+    interfaces, peers = parse_wg_dump(proc.stdout, time.time())
+    if not interfaces:
+        return {"status": "disabled", "detail": "no WireGuard interface is up"}
+    stale = [p for p in peers if p["handshake_age_s"] is None or p["handshake_age_s"] > WG_STALE_S]
+    res: dict[str, Any] = {"interfaces": interfaces, "peers": peers}
+    if stale:
+        res.update(status="degraded", error=f"{len(stale)} peer(s) without a handshake in {WG_STALE_S:.0f} s")
+    return res
+
+
+def parse_wg_dump(text: str, now: float) -> tuple[list[str], list[dict[str, Any]]]:
+    """Interfaces and peers (with handshake ages) from ``wg show all dump`` output."""
+    interfaces: list[str] = []
+    peers: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        f = line.split("\t")
+        if len(f) == 5:
+            interfaces.append(f[0])
+        elif len(f) == 9:
+            hs = int(f[5]) if f[5].isdigit() else 0
+            peers.append(
+                {
+                    "interface": f[0],
+                    "peer": f[1][:10] + "…",
+                    "endpoint": None if f[3] == "(none)" else f[3],
+                    "allowed_ips": f[4],
+                    "handshake_age_s": round(now - hs, 1) if hs else None,
+                }
+            )
+    return interfaces, peers
+
+
+def vllm_probe(stack: Stack) -> dict[str, Any]:
+    """vLLM's ``/health`` and ``/v1/models``: the base model and the LoRA adapters it has loaded."""
+    import httpx
+
+    vs = stack.settings.vllm
+    if not vs.url:
+        return {"status": "disabled", "detail": "[vllm] url is not configured"}
+    headers = {"Authorization": f"Bearer {vs.api_key.get_secret_value()}"} if vs.api_key else {}
+    base = vs.url.rstrip("/")
+    try:
+        with httpx.Client(timeout=1.2, headers=headers) as client:
+            health = client.get(f"{base}/health")
+            models = client.get(f"{base}/v1/models")
+    except httpx.HTTPError as exc:
+        return {"status": "down", "error": f"cannot reach {base}: {type(exc).__name__}: {exc}"[:300]}
+    if health.status_code != 200 or models.status_code != 200:
+        return {"status": "down", "error": f"/health {health.status_code}, /v1/models {models.status_code}"}
+    data = models.json().get("data", [])
+    bases = [m["id"] for m in data if not m.get("parent")]
+    adapters = [{"id": m["id"], "base": m.get("parent")} for m in data if m.get("parent")]
+    res: dict[str, Any] = {"url": base, "models": bases, "lora_adapters": adapters}
+    if vs.model not in bases:
+        res.update(status="degraded", error=f"configured model {vs.model!r} is not served (serving {bases})")
     return res
 
 
@@ -174,6 +286,8 @@ def default_probes(stack: Stack) -> dict[str, Probe]:
         stack.store_names["graph"]: lambda: graph_probe(stack),
         "outbox": lambda: outbox_probe(stack),
         "runs": lambda: runs_probe(stack),
+        "vllm": lambda: vllm_probe(stack),
+        "wireguard": wireguard_probe,
     }
     return probes
 

@@ -46,7 +46,7 @@ from memoryctl.ops.models import settings_from_spec, spec_of
 from memoryctl.ops.pgstate import OpsState
 from memoryctl.ops.reembed import PipelineStats, Reembedder
 from memoryctl.ops.runs import recorded_run
-from memoryctl.ops.streams import merge_join, ordered
+from memoryctl.ops.streams import paged_join
 from memoryctl.stores.protocols import EmbeddingModelInfo, VectorFilter, VectorRecord, VectorStore
 from memoryctl.stores.schema import migrate as apply_schema
 
@@ -249,10 +249,6 @@ class Migrator:
 
     def _diff_pass(self, vectors: VectorStore, pipe: Reembedder, model_id: str, report: MigrationReport) -> None:
         records = self.stack.records
-        streams: list[tuple[Any, Any]] = [
-            (ordered(records.scroll(batch=2000), _pg_key, "postgres"), _pg_key),
-            (ordered(vectors.scroll(model_id=model_id, batch=2000), _rec_key, vectors.name), _rec_key),
-        ]
         redo: list[uuid.UUID] = []
         drop: list[uuid.UUID] = []
 
@@ -270,15 +266,23 @@ class Migrator:
             redo.clear()
             drop.clear()
 
-        for j in merge_join(streams):
-            pg, point = j.rows
-            if pg is None or pg["deleted_at"] is not None:
-                if point is not None:
-                    drop.append(j.id)
-            elif point is None or point.content_hash != pg["content_hash"] or point.agent_id != pg["agent_id"]:
-                redo.append(j.id)
-            elif point.deleted:
-                redo.append(j.id)
+        pages = records.scroll(batch=2000)
+        others = [(vectors.scroll(model_id=model_id, batch=2000), _rec_key, vectors.name)]
+        for chunk in paged_join(pages, _pg_key, others):
+            matched = chunk.matched[0]
+            drop.extend(point.id for point in chunk.unmatched[0])
+            for pg in chunk.rows:
+                point = matched.get(pg["id"])
+                if pg["deleted_at"] is not None:
+                    if point is not None:
+                        drop.append(pg["id"])
+                elif (
+                    point is None
+                    or point.deleted
+                    or point.content_hash != pg["content_hash"]
+                    or point.agent_id != pg["agent_id"]
+                ):
+                    redo.append(pg["id"])
             if len(redo) + len(drop) >= self.batch:
                 flush()
         flush()

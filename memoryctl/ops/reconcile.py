@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from memoryctl.delivery import Deliverer, DeliveryReport
 from memoryctl.ops.pgstate import OpsState
 from memoryctl.ops.runs import recorded_run
-from memoryctl.ops.streams import merge_join, ordered
+from memoryctl.ops.streams import paged_join
 from memoryctl.query.spec import parse_duration
 from memoryctl.stores.protocols import GraphRecord, GraphStore, VectorRecord, VectorStore
 from memoryctl.stores.records import RecordStore
@@ -192,40 +192,38 @@ class Reconciler:
         report = ReconcileReport(agent_id=agent_id, repair=repair, skipped=dict(skipped or {}))
         cutoff = self.state.now() - self.delete_grace
         vector_ok = self._check_model(report)
-        streams: list[tuple[Any, Any]] = [
-            (ordered(self.records.scroll(agent_id=agent_id, batch=self.page), _pg_key, "postgres"), _pg_key)
-        ]
+        others: list[tuple[Any, Any, str]] = []
         slots: list[str] = []
         if self.vectors is not None:
             report.stores["vector"] = StoreDrift(self.vectors.name)
             vpages = self.vectors.scroll(agent_id=agent_id, model_id=self.vector_model_id, batch=self.page)
-            streams.append((ordered(vpages, _rec_key, self.vectors.name), _rec_key))
+            others.append((vpages, _rec_key, self.vectors.name))
             slots.append("vector")
         if self.graph is not None:
             report.stores["graph"] = StoreDrift(self.graph.name)
-            streams.append(
-                (ordered(self.graph.scroll(agent_id=agent_id, batch=self.page), _rec_key, self.graph.name), _rec_key)
-            )
+            others.append((self.graph.scroll(agent_id=agent_id, batch=self.page), _rec_key, self.graph.name))
             slots.append("graph")
+        pg_pages = self.records.scroll(agent_id=agent_id, batch=self.page)
 
         candidates: list[_Candidate] = []
         purge_due: list[uuid.UUID] = []
-        for joined in merge_join(streams):
-            pg = joined.rows[0]
-            if pg is not None:
-                report.postgres_scanned += 1
-                if progress is not None:
-                    progress(1)
+        for chunk in paged_join(pg_pages, _pg_key, others, max_unmatched=self.chunk):
+            for i, slot in enumerate(slots):
+                drift = report.stores[slot]
+                matched, unmatched = chunk.matched[i], chunk.unmatched[i]
+                drift.scanned += len(matched) + len(unmatched)
+                candidates.extend(_Candidate(slot, "orphan", row.id) for row in unmatched)
+                for pg in chunk.rows:
+                    category = _classify(slot, pg, matched.get(pg["id"]))
+                    if category is not None:
+                        candidates.append(_Candidate(slot, category, pg["id"]))
+            for pg in chunk.rows:
                 deleted_at = pg["deleted_at"]
                 if deleted_at is not None and deleted_at < cutoff:
-                    purge_due.append(joined.id)
-            for slot, row in zip(slots, joined.rows[1:], strict=True):
-                drift = report.stores[slot]
-                if row is not None:
-                    drift.scanned += 1
-                category = _classify(slot, pg, row)
-                if category is not None:
-                    candidates.append(_Candidate(slot, category, joined.id))
+                    purge_due.append(pg["id"])
+            report.postgres_scanned += len(chunk.rows)
+            if progress is not None and chunk.rows:
+                progress(len(chunk.rows))
             if len(candidates) >= self.chunk:
                 self._confirm(candidates, report, repair=repair, vector_ok=vector_ok)
                 candidates = []

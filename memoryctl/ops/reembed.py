@@ -10,17 +10,16 @@ of a batch can never put one model's vectors into another model's collection.
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from memoryctl.delivery import vector_point
 from memoryctl.errors import StoreError
 from memoryctl.model import Memory
+from memoryctl.ops.streams import paged_join, prefetch
 from memoryctl.stores.protocols import VectorRecord, VectorStore
 from memoryctl.stores.records import RecordStore
 
@@ -52,43 +51,6 @@ class PipelineStats:
             "upsert_s": round(self.upsert_s, 3),
             "wait_s": round(self.wait_s, 3),
         }
-
-
-_DONE = object()
-
-
-def prefetch(source: Iterable[T], depth: int = 2) -> Iterator[T]:
-    """Iterate ``source`` in a daemon thread, ``depth`` items ahead; errors re-raised in order."""
-    q: queue.Queue[Any] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def run() -> None:
-        try:
-            for item in source:
-                while not stop.is_set():
-                    try:
-                        q.put(item, timeout=0.2)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            q.put(_DONE)
-        except BaseException as exc:  # handed to the consumer, which re-raises it
-            q.put(exc)
-
-    t = threading.Thread(target=run, daemon=True, name="memoryctl-prefetch")
-    t.start()
-    try:
-        while True:
-            item = q.get()
-            if item is _DONE:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
 
 
 @dataclass(slots=True)
@@ -186,8 +148,6 @@ def reembed_changed(
     finds them; only those are read in full and embedded, so a nightly run over an unchanged store
     costs one scan and no model time. Refuses when the embedder is not the active model.
     """
-    from memoryctl.ops.streams import merge_join, ordered
-
     started = time.perf_counter()
     active = vectors.active_model()
     if active is None or active.model_id != embedder.info.model_id:
@@ -199,13 +159,6 @@ def reembed_changed(
         )
     report = ReembedReport(model_id=active.model_id)
     pipe = Reembedder(vectors, embedder, active.model_id, remove_deleted=False, stats=report.stats)
-    streams: list[tuple[Any, Any]] = [
-        (ordered(records.scroll(agent_id=agent_id, batch=2000, include_deleted=False), _pg_key, "postgres"), _pg_key),
-        (
-            ordered(vectors.scroll(agent_id=agent_id, model_id=active.model_id, batch=2000), _rec_key, vectors.name),
-            _rec_key,
-        ),
-    ]
     todo: list[uuid.UUID] = []
 
     def flush() -> None:
@@ -214,17 +167,19 @@ def reembed_changed(
         report.changed += len(rows)
         todo.clear()
 
-    for j in merge_join(streams):
-        pg, point = j.rows
-        if pg is None:
-            continue
-        report.scanned += 1
-        if progress is not None:
-            progress(1)
-        if point is not None and point.content_hash != pg["content_hash"]:
-            todo.append(j.id)
-            if len(todo) >= batch:
-                flush()
+    pages = records.scroll(agent_id=agent_id, batch=2000, include_deleted=False)
+    others = [(vectors.scroll(agent_id=agent_id, model_id=active.model_id, batch=2000), _rec_key, vectors.name)]
+    for chunk in paged_join(pages, _pg_key, others):
+        matched = chunk.matched[0]
+        report.scanned += len(chunk.rows)
+        if progress is not None and chunk.rows:
+            progress(len(chunk.rows))
+        for pg in chunk.rows:
+            point = matched.get(pg["id"])
+            if point is not None and point.content_hash != pg["content_hash"]:
+                todo.append(pg["id"])
+        if len(todo) >= batch:
+            flush()
     if todo:
         flush()
     report.seconds = time.perf_counter() - started

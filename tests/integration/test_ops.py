@@ -30,8 +30,7 @@ from memoryctl.ops.models import parse_model_spec
 from memoryctl.ops.pgstate import OpsState
 from memoryctl.ops.reconcile import Reconciler, reconcile
 from memoryctl.ops.reembed import reembed_changed
-from memoryctl.stack import Stack
-from memoryctl.stores.protocols import GraphMemory, VectorFilter
+from memoryctl.stores.protocols import GraphMemory
 from tests.conftest import cluster_settings
 
 pytestmark = pytest.mark.integration
@@ -45,8 +44,9 @@ NEO4J_STATE = ROOT / ".services" / "neo4j-ops"
 
 def neo4j_server(action: str) -> None:
     env = {**os.environ, "NEO4J_PORT": str(NEO4J_PORT), "NEO4J_STATE": str(NEO4J_STATE)}
-    subprocess.run([str(ROOT / "scripts" / "neo4j-server"), action], env=env, check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(
+        [str(ROOT / "scripts" / "neo4j-server"), action], env=env, check=True, capture_output=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,9 @@ def private_neo4j() -> Iterator[dict[str, str]]:
     Left running if it was running before (re-runs are fast); stopped otherwise.
     """
     env = {**os.environ, "NEO4J_PORT": str(NEO4J_PORT), "NEO4J_STATE": str(NEO4J_STATE)}
-    was_up = subprocess.run([str(ROOT / "scripts" / "neo4j-server"), "status"], env=env, capture_output=True).returncode == 0
+    was_up = (
+        subprocess.run([str(ROOT / "scripts" / "neo4j-server"), "status"], env=env, capture_output=True).returncode == 0
+    )
     neo4j_server("start")
     password = (NEO4J_STATE / "password").read_text().strip()
     yield {"uri": f"bolt://127.0.0.1:{NEO4J_PORT}", "password": password}
@@ -199,9 +201,9 @@ def test_model_mismatch_is_reported_not_repaired(cluster: MemoryClient) -> None:
     other = make_embedder(parse_model_spec("kind=hash,model=hash/other-v2"))
     vectors = stack.require_vectors()
     vectors.delete([memories(20)[0].id])  # one missing point: repair must not embed it with `other`
-    report = Reconciler(
-        stack.records, vectors, stack.require_graph(), other, delete_grace=timedelta(days=7)
-    ).run(repair=True)
+    report = Reconciler(stack.records, vectors, stack.require_graph(), other, delete_grace=timedelta(days=7)).run(
+        repair=True
+    )
     assert report.model["match"] is False and report.model["collection"] == stack.embedder.info.model_id
     assert report.stores["vector"].missing == 1 and report.stores["vector"].repaired == 0
     assert report.unrepaired >= 1
@@ -225,3 +227,210 @@ def test_reembed_changed_in_place(cluster: MemoryClient) -> None:
     other = make_embedder(parse_model_spec("kind=hash,dim=64"))
     with pytest.raises(StoreError, match="mix models"):
         reembed_changed(stack.records, vectors, other)
+
+
+# ------------------------------------------------------------------------------------- migrate
+
+
+def test_migrate_interrupted_resumes_swaps_and_rolls_back(cluster: MemoryClient) -> None:
+    stack = cluster.stack
+    old_model = stack.embedder.info.model_id
+    mems = memories(400)
+    cluster.add(mems, extract=False)
+    # Same dimension (384), another model id: the mix-up the engine must refuse.
+    target = parse_model_spec("kind=hash,model=hash/bow-v2-test")
+    with pytest.raises(MigrationInterrupted):
+        Migrator(stack, batch=50, stop_after_batches=3, sample=20).migrate(target)
+    row = OpsState(stack.pool).open_migration("hash/bow-v2-test")
+    assert row is not None and row["copied"] == 150 and row["status"] == "copying"
+    vectors = stack.require_vectors()
+    assert vectors.active_model().model_id == old_model  # type: ignore[union-attr]
+    assert cluster.query(text=mems[3].text, agent_id="a1", limit=1).hits[0].id == mems[3].id  # queries still work
+
+    # Writes while the migration is paused half-way: an insert, an edit, a soft delete.
+    late = memories(5, seed=9)
+    cluster.add(late, extract=False)
+    edited = Memory(text="an edited text about zebras", agent_id="a1", id=mems[399].id, created_at=mems[399].created_at)
+    cluster.add([edited], extract=False)
+    cluster.forget([mems[398].id])
+
+    report = Migrator(stack, batch=50, sample=20).migrate(target)
+    assert report.status == "swapped" and report.resumed_from == 150, report.as_dict()
+    assert report.verify["counts_equal"] and report.verify["new_points"] == 404
+    assert report.verify["recall_new"] >= 0.9 and "recall_old" in report.verify
+    assert vectors.active_model().model_id == "hash/bow-v2-test"  # type: ignore[union-attr]
+    assert "[embedder]" in (report.config_hint or "")
+
+    # A process still holding the old embedder cannot write into the new collection (same dim) ...
+    old_embedder = make_embedder(cluster.settings.embedder)
+    assert old_embedder.info.model_id == old_model
+    stack.records.enqueue([late[0].id])
+    refused = Deliverer(stack.records, vectors, None, old_embedder).deliver(memory_ids=[late[0].id], targets=["vector"])
+    assert "vector" in refused.failed and stack.records.pending_count([late[0].id]).get("vector") == 1
+    # ... while a process started now follows the recorded active model and queries it.
+    with MemoryClient(cluster.settings, stack=None) as fresh:
+        fresh.stack._vectors = vectors
+        fresh.stack._tried.add("vector")
+        assert fresh.stack.embedder.info.model_id == "hash/bow-v2-test"
+        hits = fresh.query(text="edited zebras", agent_id="a1", limit=1).hits
+        assert hits and hits[0].id == edited.id
+        fresh.stack._vectors = None
+    stack.records.enqueue([late[0].id])
+    models = {r["model_id"]: r["status"] for r in OpsState(stack.pool).embedding_models()}
+    assert models == {old_model: "retired", "hash/bow-v2-test": "active"}
+
+    # Rollback: writes made after the swap reach the old collection too.
+    after = memories(3, seed=11)
+    Deliverer(stack.records, vectors, None, make_embedder(target)).deliver(targets=["vector"])
+    stack.records.upsert(after)
+    Deliverer(stack.records, vectors, None, make_embedder(target)).deliver(targets=["vector"])
+    back = Migrator(stack, batch=50).rollback()
+    assert back.status == "rolled-back" and back.target_model == old_model
+    assert vectors.active_model().model_id == old_model  # type: ignore[union-attr]
+    assert (
+        vectors.count(model_id=old_model)
+        - sum(1 for page in vectors.scroll(model_id=old_model) for r in page if r.deleted)
+        == stack.records.count()
+    )
+    cleanup = Migrator(stack).cleanup(timedelta(0))
+    assert cleanup.dropped == ["hash/bow-v2-test"]
+    runs = [r["status"] for r in stack.runs.recent(command="migrate")]
+    assert runs == [] or "running" not in runs
+
+
+def test_migrate_cli_killed_with_sigkill_resumes(pg_dsn: str, neo4j_ops: dict[str, str], tmp_path: Path) -> None:
+    """The real thing: `memoryctl migrate` SIGKILLed mid-copy, then run again to completion."""
+    cfg = tmp_path / "memoryctl.toml"
+    cfg.write_text(
+        f'profile = "cluster"\ndata_dir = "{tmp_path}"\n[postgres]\ndsn = "{pg_dsn}"\n'
+        f'[neo4j]\nuri = "{neo4j_ops["uri"]}"\npassword = "{neo4j_ops["password"]}"\n'
+        f'[qdrant]\npath = "{tmp_path / "q"}"\n[embedder]\nkind = "hash"\n'
+    )
+    env = {**os.environ, "MEMORYCTL_CONFIG": str(cfg), "MEMORYCTL_TRIGGER": "test"}
+    with MemoryClient(cluster_settings(pg_dsn, neo4j_ops, tmp_path / "q")) as client:
+        client.init()
+        client.add(memories(3000), extract=False)
+    cmd = ["memoryctl", "migrate", "--to-model", "kind=hash,dim=128", "--batch", "20", "--json"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    copied = 0
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        with MemoryClient(cluster_settings(pg_dsn, neo4j_ops, tmp_path / "unused")) as probe:
+            row = OpsState(probe.stack.pool).open_migration("hash/bow-blake2b-v1@128")
+        copied = int(row["copied"]) if row else 0
+        if copied >= 200:
+            break
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    assert 200 <= copied < 3000, "the migration must be killed mid-copy"
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+    result = json.loads(done.stdout)
+    assert result["status"] == "swapped" and result["resumed_from"] >= 200
+    assert result["verify"]["counts_equal"] and result["verify"]["new_points"] == 3000
+    runs = subprocess.run(
+        ["memoryctl", "runs", "--json", "--command", "migrate"], env=env, capture_output=True, text=True, timeout=60
+    )
+    statuses = [r["status"] for r in json.loads(runs.stdout)]
+    assert statuses[0] == "ok" and statuses[1] == "running"  # the SIGKILLed run could not record its end
+
+
+# -------------------------------------------------------------------------------------- health
+
+
+def _health_settings(pg_dsn: str, neo4j: dict[str, str], tmp_path: Path, **extra: object) -> MemoryClient:
+    client = MemoryClient(cluster_settings(pg_dsn, neo4j, tmp_path / "q", **extra))
+    return client
+
+
+@pytest.mark.parametrize("down", ["none", "qdrant", "neo4j", "postgres"])
+def test_health_with_each_store_down(down: str, pg_dsn: str, neo4j_ops: dict[str, str], tmp_path: Path) -> None:
+    with MemoryClient(cluster_settings(pg_dsn, neo4j_ops, tmp_path / "q")) as client:
+        client.init()
+    port = closed_port()
+    extra: dict[str, object] = {}
+    neo4j = dict(neo4j_ops)
+    if down == "qdrant":
+        extra["qdrant"] = {"url": f"http://127.0.0.1:{port}", "timeout_s": 1.0}
+    elif down == "neo4j":
+        neo4j["uri"] = f"bolt://127.0.0.1:{port}"
+    elif down == "postgres":
+        pg_dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    with MemoryClient(cluster_settings(pg_dsn, neo4j, tmp_path / "q", **extra)) as client:
+        t0 = time.monotonic()
+        report = check(client.stack)
+        elapsed = time.monotonic() - t0
+    assert elapsed < 2.0, report.as_dict()
+    expected = {
+        "none": ("healthy", 0),
+        "qdrant": ("degraded", 3),
+        "neo4j": ("degraded", 3),
+        "postgres": ("unhealthy", 1),
+    }[down]
+    assert (report.status, report.exit_code) == expected, report.as_dict()
+    if down != "none":
+        assert report.components[down]["status"] in ("down", "timeout")
+
+
+@pytest.mark.slow
+def test_neo4j_stopped_mid_import_then_sync_and_reconcile(cluster: MemoryClient, neo4j_ops: dict[str, str]) -> None:
+    """Neo4j really stopped while 2,000 memories are imported; nothing is lost, 0 drift after."""
+    n = int(os.environ.get("MEMORYCTL_OPS_FAULT_N", "2000"))
+    src = Path(cluster.settings.data_dir) / "import.jsonl"
+
+    with src.open("w") as f:
+        for m in memories(n, seed=5):
+            f.write(
+                json.dumps(
+                    {
+                        "id": str(m.id),
+                        "agent_id": m.agent_id,
+                        "text": m.text,
+                        "entities": [{"type": "Project", "name": m.entities[0].name}],
+                    }
+                )
+                + "\n"
+            )
+    stopper = threading.Thread(target=lambda: (time.sleep(1.0), neo4j_server("stop")))
+    stopper.start()
+    try:
+        outcome = cluster.import_jsonl(src)
+    finally:
+        stopper.join()
+    assert outcome.inserted == n
+    assert outcome.pending["neo4j"] > 0, "Neo4j must have gone away during the import"
+    # Health sees it, within 2 s, while it is really down.
+    t0 = time.monotonic()
+    report = check(cluster.stack)
+    assert time.monotonic() - t0 < 2.0 and report.exit_code == 3
+    assert report.components["neo4j"]["status"] in ("down", "timeout")
+    neo4j_server("start")
+    # A freshly started Neo4j on a loaded machine can time out its first batches (cold page cache):
+    # sync reports that and leaves them in the outbox; running it again (as cron does) finishes.
+    failures = []
+    for _ in range(6):
+        report_sync, pending = cluster.sync()
+        if not any(pending.values()):
+            break
+        failures.append(report_sync.failed)
+        time.sleep(2)
+    assert pending == {"qdrant": 0, "neo4j": 0}, failures
+    drift = reconcile(cluster.stack)
+    assert drift.drift == 0, drift.as_dict()
+    assert store_counts(cluster) == {"postgres": n, "qdrant": n, "neo4j": n}
+
+
+def test_wireguard_dump_parsing() -> None:
+    from memoryctl.health import parse_wg_dump
+
+    dump = (
+        "wg0\tPRIVKEY\tPUBKEY\t51820\toff\n"
+        "wg0\tpeerAAAAAAAAAAAAAAAA=\t(none)\t10.0.0.2:51820\t10.77.0.2/32\t1000\t10\t20\t25\n"
+        "wg0\tpeerBBBBBBBBBBBBBBBB=\t(none)\t(none)\t10.77.0.3/32\t0\t0\t0\toff\n"
+    )
+    interfaces, peers = parse_wg_dump(dump, now=1100.0)
+    assert interfaces == ["wg0"]
+    assert [p["handshake_age_s"] for p in peers] == [100.0, None]
+    assert peers[1]["endpoint"] is None
