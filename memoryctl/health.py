@@ -9,6 +9,7 @@ source of truth — is not ok; degraded (exit 3) when any other configured compo
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -293,6 +294,13 @@ def default_probes(stack: Stack) -> dict[str, Probe]:
 
 
 def check(stack: Stack, *, deadline_s: float = 1.8) -> HealthReport:
+    if stack.settings.profile == "embedded":
+        # In-process engines cannot hang on a network; starting them (PostgreSQL from the wheel,
+        # opening Qdrant Edge shards) is this process's start-up, not the stores' latency.
+        with contextlib.suppress(MemoryctlError):
+            stack.pool  # noqa: B018 - starts the embedded server
+            stack.vectors()
+            stack.graph()
     return run_probes(default_probes(stack), deadline_s)
 
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from memoryctl.errors import MemoryctlError
 from memoryctl.model import Memory
 from memoryctl.query.fusion import decay, rrf
-from memoryctl.query.guard import Guard
+from memoryctl.query.guard import Guard, Pending
 from memoryctl.query.relational import RelationalQueries
 from memoryctl.query.spec import MemoryQuery, Where
 from memoryctl.stores.protocols import GraphStore, GraphTraversal, MetaCondition, VectorFilter, VectorStore
@@ -83,6 +83,15 @@ class Step:
         return {
             k: getattr(self, k) for k in ("name", "store", "detail", "ms", "rows_in", "rows_out", "status", "error")
         }
+
+
+@dataclass(slots=True)
+class _Prefetch:
+    """A store call started early (see ``QueryEngine._hydrate``) and the explain step it reports to."""
+
+    step: Step
+    t0: float
+    pending: Pending[dict[uuid.UUID, list[dict[str, Any]]]]
 
 
 @dataclass(slots=True)
@@ -246,6 +255,8 @@ class QueryEngine:
         if q.has_vector_leg:
             shape.append("vector(pushdown: " + ", ".join(self._pushed(q, ids)) + ")")
             ranked = self._vector_or_fulltext(q, steps, degraded, notes, ids=ids, with_where=True)
+            if ids is not None:  # every hit also satisfied the graph filter: say so in its sources
+                ranked = [(i, {**s, "graph": 1.0}) for i, s in ranked]
             if _needs_postgres_filter(q) and ranked:
                 keep = {i for i, _ in self._pg_filter(q, steps, ids=[i for i, _ in ranked], limit=len(ranked))}
                 ranked = [(i, s) for i, s in ranked if i in keep]
@@ -494,6 +505,11 @@ class QueryEngine:
             return []
         window = ranked[: max(q.limit * OVERFETCH + 10, q.limit)]
         ids = [i for i, _ in window]
+        # Relationships need only ids: ask the graph for the likely hits (the first ``limit``)
+        # while PostgreSQL hydrates, instead of after it. Both are single round trips of similar
+        # cost, so this takes one of them off the critical path; a hit the guess missed (a vetoed
+        # row moved another one up) is fetched afterwards.
+        early = self._start_relationships(ids[: q.limit], steps, degraded)
         rows = self._step(
             steps,
             "postgres.hydrate",
@@ -523,26 +539,51 @@ class QueryEngine:
             hits.append(Hit(mid, base * d, parts, m, sources))
         hits.sort(key=lambda h: (-h.score, -h.memory.created_at.timestamp()))
         hits = hits[: q.limit]
-        self._relationships(hits, steps, degraded)
+        self._relationships(hits, steps, degraded, early)
         return hits
 
-    def _relationships(self, hits: list[Hit], steps: list[Step], degraded: list[str]) -> None:
-        if not hits or self.graph_name in degraded:
-            return
+    def _start_relationships(self, ids: list[uuid.UUID], steps: list[Step], degraded: list[str]) -> _Prefetch | None:
+        if not ids or self.graph_name in degraded:
+            return None
         store = self._graph()
         if store is None:
+            return None
+        step = Step("graph.relationships", store.name, {"ids": len(ids), "parallel_with": "postgres.hydrate"})
+        steps.append(step)
+        return _Prefetch(step, time.perf_counter(), self.guard.start(store.name, lambda: store.relationships(ids)))
+
+    def _relationships(
+        self, hits: list[Hit], steps: list[Step], degraded: list[str], early: _Prefetch | None = None
+    ) -> None:
+        if not hits or self.graph_name in degraded:
             return
-        try:
-            rels = self._step(
-                steps,
-                "graph.relationships",
-                store.name,
-                {"ids": len(hits)},
-                lambda: store.relationships([h.id for h in hits]),
-            )
-        except MemoryctlError:
-            degraded.append(self.graph_name)
-            return
+        rels: dict[uuid.UUID, list[dict[str, Any]]] = {}
+        if early is not None:
+            try:
+                rels = early.pending.wait()
+            except MemoryctlError as exc:
+                early.step.status, early.step.error = "failed", exc.message
+                degraded.append(self.graph_name)
+                return
+            finally:
+                early.step.ms = round((time.perf_counter() - early.t0) * 1000, 2)
+        missing = [h.id for h in hits if h.id not in rels]
+        store = self._graph() if missing else None
+        if store is not None:
+            try:
+                rels = {
+                    **rels,
+                    **self._step(
+                        steps,
+                        "graph.relationships",
+                        store.name,
+                        {"ids": len(missing)},
+                        lambda: store.relationships(missing),
+                    ),
+                }
+            except MemoryctlError:
+                degraded.append(self.graph_name)
+                return
         for h in hits:
             h.relationships = rels.get(h.id, [])
 
