@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 TIMINGS: dict[str, float] = {}
+RESULTS: dict[str, float] = {}  # gate numbers from real training, printed with the timings
 
 
 def _extra_installed() -> bool:
@@ -31,6 +32,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_sep("-", "LoRA timings (seconds)")
         for name, secs in sorted(TIMINGS.items()):
             terminalreporter.write_line(f"{name:<48} {secs:8.2f}")
+    if RESULTS:
+        terminalreporter.write_sep("-", "LoRA gate metrics (real training)")
+        for name, value in sorted(RESULTS.items()):
+            terminalreporter.write_line(f"{name:<48} {value:8.4f}")
 
 
 @pytest.fixture(scope="session")

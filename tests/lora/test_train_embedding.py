@@ -14,7 +14,7 @@ from lora.datasets import EmbeddingDataset, build_embedding_dataset
 from lora.evaluate import embedding_gate, recall_at_k
 from lora.manifest import ADAPTER_FILES, DataWindow, verify_adapter
 from lora.registry import AdapterRegistry
-from tests.lora.conftest import Stopwatch
+from tests.lora.conftest import RESULTS, Stopwatch
 from tests.lora.synthetic import embedding_rows
 
 pytestmark = pytest.mark.lora
@@ -47,6 +47,7 @@ def trained(
     out = tmp_path_factory.mktemp("emb-adapter")
     with Stopwatch(timings, "embedding: train 20 steps (incl. load + eval)"):
         result = train_embedding_adapter(dataset, out, config)
+    timings["embedding: train function total (load+eval+train+save)"] = result.metrics["seconds"]["total"]
     timings["embedding: train loop only (20 steps, batch 16)"] = result.metrics["seconds"]["train"]
     return result
 
@@ -100,6 +101,10 @@ def test_adapter_changes_embeddings_and_gate_promotes(
     assert decision.metrics["active_recall_at_k"] == pytest.approx(trained.metrics["heldout_recall_at_k_before"])
     assert decision.metrics["candidate_recall_at_k"] > decision.metrics["active_recall_at_k"]
     assert decision.promote, decision.reason
+    RESULTS["embedding: held-out recall@1 base"] = decision.metrics["active_recall_at_k"]
+    RESULTS["embedding: held-out recall@1 adapter"] = decision.metrics["candidate_recall_at_k"]
+    RESULTS["embedding: held-out MRR base"] = decision.metrics["active_mrr"]
+    RESULTS["embedding: held-out MRR adapter"] = decision.metrics["candidate_mrr"]
     # And the other way round — base model as candidate against the tuned one — is a regression.
     reverse = embedding_gate(base_model, tuned, dataset.heldout, k=K)
     assert not reverse.promote and "regressed" in reverse.reason

@@ -13,7 +13,7 @@ from lora.datasets import GenerationDataset, build_generation_dataset
 from lora.evaluate import generation_gate
 from lora.manifest import sha256_file, verify_adapter
 from memoryctl.errors import ConfigError
-from tests.lora.conftest import Stopwatch
+from tests.lora.conftest import RESULTS, Stopwatch
 from tests.lora.synthetic import generation_rows
 
 pytestmark = pytest.mark.lora
@@ -53,6 +53,7 @@ def trained(
         result = train_generation_adapter(
             dataset, tmp_path_factory.mktemp("gen-adapter"), config, base_model_dir=base_dir
         )
+    timings["generation: train function total (load+eval+train+save)"] = result.metrics["seconds"]["total"]
     timings["generation: train loop only (60 steps, batch 8)"] = result.metrics["seconds"]["train"]
     return result
 
@@ -76,6 +77,8 @@ def test_adapter_saved_heldout_loss_improves_and_gate_promotes(trained: Any, dat
     assert metrics["heldout_loss_after"] < metrics["heldout_loss_base"]
     decision = generation_gate(metrics["heldout_loss_after"], metrics["heldout_loss_active"])
     assert decision.promote, decision.reason
+    RESULTS["generation: held-out loss base"] = metrics["heldout_loss_base"]
+    RESULTS["generation: held-out loss adapter"] = metrics["heldout_loss_after"]
     assert not generation_gate(metrics["heldout_loss_base"], metrics["heldout_loss_after"]).promote
 
 
