@@ -178,18 +178,22 @@ def test_pending_outbox_is_not_drift_and_agent_scope(cluster: MemoryClient) -> N
 
 
 def test_purge_after_grace(pg_dsn: str, neo4j_ops: dict[str, str], tmp_path: Path) -> None:
-    with MemoryClient(cluster_settings(pg_dsn, neo4j_ops, tmp_path / "q", delete_grace="1s")) as client:
+    with MemoryClient(cluster_settings(pg_dsn, neo4j_ops, tmp_path / "q", delete_grace="1h")) as client:
         client.init()
         mems = memories(30)
         client.add(mems, extract=False)
-        client.forget([m.id for m in mems[:5]])
+        gone = [m.id for m in mems[:5]]
+        client.forget(gone)
         early = reconcile(client.stack)
-        assert early.purge_due == 0 and early.drift == 0
-        time.sleep(1.5)
+        assert early.purge_due == 0 and early.drift == 0, early.as_dict()
+        # Age the soft deletes past the grace period (deterministic, unlike sleeping on a busy machine).
+        with client.stack.pool.connection() as conn, conn.transaction():
+            conn.execute("UPDATE memories SET deleted_at = now() - interval '2 hours' WHERE id = ANY(%s)", (gone,))
         due = reconcile(client.stack)
-        assert due.purge_due == 5
+        assert due.purge_due == 5 and due.purge_samples
+        assert store_counts(client) == {"postgres": 30, "qdrant": 30, "neo4j": 30}  # dry run
         done = reconcile(client.stack, repair=True)
-        assert done.purged == 5
+        assert done.purged == 5 and done.unrepaired == 0
         assert store_counts(client) == {"postgres": 25, "qdrant": 25, "neo4j": 25}
         assert reconcile(client.stack).drift == 0
 
@@ -434,3 +438,44 @@ def test_wireguard_dump_parsing() -> None:
     assert interfaces == ["wg0"]
     assert [p["handshake_age_s"] for p in peers] == [100.0, None]
     assert peers[1]["endpoint"] is None
+
+
+def test_cli_reconcile_reembed_health_exit_codes(pg_dsn: str, neo4j_ops: dict[str, str], tmp_path: Path) -> None:
+    import json
+
+    cfg = tmp_path / "memoryctl.toml"
+    cfg.write_text(
+        f'profile = "cluster"\ndata_dir = "{tmp_path}"\n[postgres]\ndsn = "{pg_dsn}"\n'
+        f'[neo4j]\nuri = "{neo4j_ops["uri"]}"\npassword = "{neo4j_ops["password"]}"\n'
+        f'[qdrant]\npath = "{tmp_path / "q"}"\n[embedder]\nkind = "hash"\n'
+    )
+    env = {**os.environ, "MEMORYCTL_CONFIG": str(cfg), "MEMORYCTL_TRIGGER": "cron"}
+
+    def mctl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["memoryctl", *args], env=env, capture_output=True, text=True, timeout=120)
+
+    with MemoryClient(cluster_settings(pg_dsn, neo4j_ops, tmp_path / "q")) as client:
+        client.init()
+        client.add(memories(50), extract=False)
+        client.stack.require_graph().delete([memories(50)[7].id])  # drift behind the outbox's back
+    dry = mctl("reconcile", "--json")
+    assert dry.returncode == 3, dry.stderr
+    assert json.loads(dry.stdout)["stores"]["graph"]["missing"] == 1
+    fixed = mctl("reconcile", "--repair")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "reconcile --repair" in fixed.stdout
+    clean = mctl("reconcile", "--json", "--agent", "a1")
+    assert clean.returncode == 0 and json.loads(clean.stdout)["drift"] == 0
+    re = mctl("reembed", "--changed", "--json")
+    assert re.returncode == 0 and json.loads(re.stdout)["changed"] == 0, re.stderr
+    assert mctl("reembed").returncode == 2  # --changed is required
+    assert mctl("migrate").returncode == 2  # exactly one action
+    assert mctl("migrate", "--to-model", "kind=nope").returncode == 2
+    health = mctl("health", "--json")
+    report = json.loads(health.stdout)
+    assert health.returncode == 0, report
+    assert report["components"]["wireguard"]["status"] in ("disabled", "ok", "degraded")
+    assert report["components"]["vllm"]["status"] == "disabled"
+    assert report["components"]["qdrant"]["postgres_memories"] == 50
+    runs = json.loads(mctl("runs", "--json", "--command", "reconcile").stdout)
+    assert [r["trigger"] for r in runs] == ["cron"] * 3 and runs[-1]["status"] == "ok"
