@@ -33,17 +33,16 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memoryctl.config import load_settings  # noqa: E402
-from memoryctl.delivery import graph_memory, vector_point  # noqa: E402
-from memoryctl.embed import make_embedder  # noqa: E402
-from memoryctl.model import EntityRef, Memory  # noqa: E402
-from memoryctl.ops.migrate import Migrator  # noqa: E402
-from memoryctl.ops.models import parse_model_spec  # noqa: E402
-from memoryctl.ops.reconcile import Reconciler  # noqa: E402
-from memoryctl.query.spec import parse_duration  # noqa: E402
-from memoryctl.stack import Stack  # noqa: E402
-from memoryctl.stores.protocols import GraphStore  # noqa: E402
-from memoryctl.stores.vector_edge import EdgeVectorStore  # noqa: E402
+from memoryctl.config import load_settings
+from memoryctl.delivery import graph_memory, vector_point
+from memoryctl.model import EntityRef, Memory
+from memoryctl.ops.migrate import Migrator
+from memoryctl.ops.models import parse_model_spec
+from memoryctl.ops.reconcile import Reconciler
+from memoryctl.query.spec import parse_duration
+from memoryctl.stack import Stack
+from memoryctl.stores.protocols import GraphStore
+from memoryctl.stores.vector_edge import EdgeVectorStore
 
 WORDS = "alpha beta gamma delta project meeting customer invoice deploy server cluster memory graph vector".split()
 
@@ -111,8 +110,8 @@ def main() -> None:
             if graph.count() > 0:
                 sys.exit("refusing to run against a Neo4j that already holds memories (use a scratch server)")
         graph.ensure_schema()
-        stack._vectors, stack._graph = vectors, graph  # noqa: SLF001 - inject the benchmark engines
-        stack._tried.update({"vector", "graph"})  # noqa: SLF001
+        stack._vectors, stack._graph = vectors, graph
+        stack._tried.update({"vector", "graph"})
         embedder = stack.embedder
         vectors.ensure_collection(embedder.info)
 
