@@ -526,7 +526,7 @@ class QueryEngine:
             # whatever a lagging secondary store still holds.
             if m is None or (q.agent_id is not None and m.agent_id != q.agent_id):
                 continue
-            if (q.since and m.created_at < q.since) or (q.until and m.created_at > q.until):
+            if (q.since and m.created_at < q.since) or (q.until and m.created_at >= q.until):
                 continue
             d = decay(m.created_at, now, q.half_life)
             base = scores.get("rrf", scores.get("vector", scores.get("fulltext", 1.0)))

@@ -30,9 +30,6 @@ def where_sql(w: Where) -> tuple[sql.Composable, list[Any]]:
     key = w.field[5:]
     if w.op == "in":
         return sql.SQL("metadata -> %s = ANY(%s::jsonb[])"), [key, [json.dumps(v) for v in w.value]]
-    if w.op == "!=":
-        # Missing keys match != (as in Qdrant's must_not), so both stores agree.
-        return sql.SQL("(metadata -> %s IS DISTINCT FROM %s::jsonb)"), [key, json.dumps(w.value)]
     return sql.SQL("metadata -> %s " + _CMP[w.op] + " %s::jsonb"), [key, json.dumps(w.value)]
 
 
@@ -46,7 +43,7 @@ def scope_sql(q: MemoryQuery, *, with_where: bool = True) -> tuple[sql.Composabl
         parts.append(sql.SQL("created_at >= %s"))
         params.append(q.since)
     if q.until is not None:
-        parts.append(sql.SQL("created_at <= %s"))
+        parts.append(sql.SQL("created_at < %s"))  # half-open [since, until), as in the vector filter
         params.append(q.until)
     if with_where:
         for w in q.where:

@@ -110,6 +110,11 @@ class Where:
             for v in values:
                 if not isinstance(v, str | int | float | bool):
                     raise InputError(f"metadata filter values must be strings, numbers or booleans, not {v!r}")
+                if op in ("<", "<=", ">", ">=") and (isinstance(v, bool) or not isinstance(v, int | float)):
+                    raise InputError(
+                        f"'{field_} {op} {v!r}': range operators compare numbers",
+                        hint="use = != or in for strings and booleans",
+                    )
         if name in ("kind", "agent_id") and op not in ("=", "!=", "in"):
             raise InputError(f"{name} supports only = != in")
         return cls(name, op, values if op == "in" else values[0])
