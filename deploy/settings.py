@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from wireguard import KeyStore, MeshNode, MeshPlan, SecretDir
-from wireguard.keys import generate_token
+from wireguard import MeshNode, MeshPlan
+from wireguard.keys import KeyStore, SecretDir, generate_token
 
 ROLES = ("db", "index", "gpu")
 REPO = Path(__file__).resolve().parent.parent

@@ -7,19 +7,17 @@
 - :mod:`wireguard.facts`: the pyinfra fact for the live interface (imports pyinfra).
 """
 
-from wireguard.keys import KeyPair, KeyStore, SecretDir, public_key_for
 from wireguard.plan import MeshNode, MeshPlan, Peer
 from wireguard.status import InterfaceStatus, PeerStatus, parse_dump
 
+# Key management (wireguard.keys) needs `cryptography` and the fact (wireguard.facts) needs pyinfra:
+# both are controller-side and imported from their modules, so that `memoryctl health` on a node can
+# use the status parser with neither installed.
 __all__ = [
     "InterfaceStatus",
-    "KeyPair",
-    "KeyStore",
     "MeshNode",
     "MeshPlan",
     "Peer",
     "PeerStatus",
-    "SecretDir",
     "parse_dump",
-    "public_key_for",
 ]

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyinfra.api import FactBase
+from pyinfra.api.facts import FactBase
 
 from wireguard.status import parse_dump
 
 
-class WireguardInterface(FactBase):  # type: ignore[misc]
+class WireguardInterface(FactBase[dict[str, Any] | None]):
     """Peers and handshake ages of a WireGuard interface (needs root: ``wg show`` reads keys)."""
 
-    requires_command = "wg"
+    def requires_command(self, *args: Any, **kwargs: Any) -> str:
+        return "wg"
 
     def command(self, interface: str = "wg0") -> str:
         # The dump's first field is the private key: blank it on the node, before it is sent back.

@@ -10,8 +10,10 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from wireguard.keys import KeyStore
+if TYPE_CHECKING:
+    from wireguard.keys import KeyStore
 
 DEFAULT_PORT = 51820
 DEFAULT_KEEPALIVE = 25
@@ -49,9 +51,7 @@ class MeshPlan:
             if address not in self.subnet:
                 raise ValueError(f"{node.name}: mesh address {address} is outside {self.subnet}")
             if address in (self.subnet.network_address, self.subnet.broadcast_address):
-                raise ValueError(
-                    f"{node.name}: {address} is the network or broadcast address of {self.subnet}"
-                )
+                raise ValueError(f"{node.name}: {address} is the network or broadcast address of {self.subnet}")
             if str(address) in seen:
                 raise ValueError(f"{node.name} and {seen[str(address)]} share mesh address {address}")
             seen[str(address)] = node.name

@@ -109,11 +109,14 @@ def test_memoryctl_installed_configured_and_scheduled(deployed: Deployed) -> Non
         assert f">> /var/log/memoryctl/{job}.log 2>&1" in line
     assert host.service("cron").is_running
     assert host.run("logrotate --debug /etc/logrotate.d/memoryctl").rc == 0
-    assert host.run("memoryctl --help").rc == 0
+    cli = host.run("memoryctl --help")
+    assert cli.rc == 0, f"memoryctl does not start on the node: {cli.stderr[-600:]}"
 
 
 def test_memoryctl_health_reaches_postgres_over_the_mesh(deployed: Deployed) -> None:
     host = node("node1")
+    cli = host.run("memoryctl --help")
+    assert cli.rc == 0, f"memoryctl does not start on the node: {cli.stderr[-600:]}"
     if host.run("memoryctl health --help").rc != 0:
         pytest.skip("`memoryctl health` is not in this memoryctl build yet")
     result = host.run("memoryctl health --json")

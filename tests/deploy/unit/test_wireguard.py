@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from wireguard import KeyStore, MeshNode, MeshPlan, SecretDir, parse_dump, public_key_for
+from wireguard import MeshNode, MeshPlan, parse_dump
 from wireguard.facts import WireguardInterface
-from wireguard.keys import generate_private_key
+from wireguard.keys import KeyStore, SecretDir, generate_private_key, public_key_for
 
 
 def test_public_key_matches_wg_pubkey() -> None:
