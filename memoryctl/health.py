@@ -139,8 +139,11 @@ def _model_registry(stack: Stack) -> dict[str, Any]:
     """PostgreSQL's count next to the point count, the recorded active model, an unfinished migration."""
     from memoryctl.ops.pgstate import OpsState
 
-    out: dict[str, Any] = {"postgres_memories": stack.records.count(include_deleted=True)}
+    out: dict[str, Any] = {}
+    if "pool" not in stack.__dict__:  # PostgreSQL not open (yet, or down): its probe reports that
+        return out
     try:
+        out["postgres_memories"] = stack.records.count(include_deleted=True)
         state = OpsState(stack.pool)
         recorded = state.active_embedding()
         out["recorded_model"] = recorded["model_id"] if recorded else None

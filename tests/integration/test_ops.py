@@ -471,7 +471,7 @@ def test_cli_reconcile_reembed_health_exit_codes(pg_dsn: str, neo4j_ops: dict[st
     assert mctl("reembed").returncode == 2  # --changed is required
     assert mctl("migrate").returncode == 2  # exactly one action
     assert mctl("migrate", "--to-model", "kind=nope").returncode == 2
-    health = mctl("health", "--json")
+    health = mctl("health", "--json", "--deadline", "15")  # contents here; the 2 s bound is tested above
     report = json.loads(health.stdout)
     assert health.returncode == 0, report
     assert report["components"]["wireguard"]["status"] in ("disabled", "ok", "degraded")
