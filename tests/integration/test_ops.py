@@ -30,6 +30,7 @@ from memoryctl.ops.models import parse_model_spec
 from memoryctl.ops.pgstate import OpsState
 from memoryctl.ops.reconcile import Reconciler, reconcile
 from memoryctl.ops.reembed import reembed_changed
+from memoryctl.stack import Stack
 from memoryctl.stores.protocols import GraphMemory
 from tests.conftest import cluster_settings
 
@@ -479,3 +480,27 @@ def test_cli_reconcile_reembed_health_exit_codes(pg_dsn: str, neo4j_ops: dict[st
     assert report["components"]["qdrant"]["postgres_memories"] == 50
     runs = json.loads(mctl("runs", "--json", "--command", "reconcile").stdout)
     assert [r["trigger"] for r in runs] == ["cron"] * 3 and runs[-1]["status"] == "ok"
+
+
+def test_vllm_probe_against_standin(tmp_path: Path) -> None:
+    """The vLLM probe against the stand-in server (tests/lora/vllm_standin.py: vLLM's shapes)."""
+    from memoryctl.config import load_settings
+    from memoryctl.health import vllm_probe
+    from tests.lora.vllm_standin import StandinState, VLLMStandin
+
+    base = "Qwen/Qwen2.5-7B-Instruct"
+    state = StandinState(api_key="k", loras={"support-v3": str(tmp_path)})
+
+    def stack(**vllm: str) -> Stack:
+        return Stack(load_settings(Path(os.devnull), data_dir=tmp_path, vllm=vllm))
+
+    with VLLMStandin(state) as srv:
+        ok = vllm_probe(stack(url=srv.url, api_key="k"))
+        wrong = vllm_probe(stack(url=srv.url, api_key="k", model="x"))
+        url = srv.url
+    assert ok.get("status", "ok") == "ok", ok
+    assert ok["models"] == [base] and ok["lora_adapters"] == [{"id": "support-v3", "base": base}]
+    assert wrong["status"] == "degraded"
+    gone = vllm_probe(stack(url=url))
+    assert gone["status"] == "down"
+    assert vllm_probe(stack())["status"] == "disabled"
