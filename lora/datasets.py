@@ -21,7 +21,7 @@ import itertools
 import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from lora.manifest import DataWindow
 
@@ -128,7 +128,10 @@ def build_embedding_dataset(
         group = str(row.get("query_id") or query)
         pair = EmbeddingPair(str(row.get("id") or f"{group}:{positive_id}"), query, positive_id, positive, group)
         (heldout if is_heldout(group, heldout_fraction) else train).append(pair)
-    return _finish(EmbeddingDataset, train, heldout, dropped, min_examples, min_heldout, window)
+    skipped = _too_small(train, heldout, dropped, min_examples, min_heldout)
+    if skipped:
+        return skipped
+    return EmbeddingDataset(_by_id(train), _by_id(heldout), window, dropped)
 
 
 def build_generation_dataset(
@@ -155,7 +158,10 @@ def build_generation_dataset(
         group = str(row.get("group") or ex_id)
         ex = GenerationExample(ex_id, instruction, response, group)
         (heldout if is_heldout(group, heldout_fraction) else train).append(ex)
-    return _finish(GenerationDataset, train, heldout, dropped, min_examples, min_heldout, window)
+    skipped = _too_small(train, heldout, dropped, min_examples, min_heldout)
+    if skipped:
+        return skipped
+    return GenerationDataset(_by_id(train), _by_id(heldout), window, dropped)
 
 
 def pairs_from_turns(turns: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
@@ -177,22 +183,23 @@ def pairs_from_turns(turns: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]
     return out
 
 
-def _finish(
-    cls: Any,
-    train: list[Any],
-    heldout: list[Any],
-    dropped: int,
-    min_examples: int,
-    min_heldout: int,
-    window: DataWindow | None,
-) -> Any:
+def _too_small(
+    train: Sequence[Any], heldout: Sequence[Any], dropped: int, min_examples: int, min_heldout: int
+) -> Skipped | None:
     counts = {"train": len(train), "heldout": len(heldout), "dropped": dropped}
     if len(train) < min_examples:
         return Skipped(f"only {len(train)} training examples (minimum {min_examples})", counts)
     if len(heldout) < min_heldout:
         return Skipped(f"only {len(heldout)} held-out examples (minimum {min_heldout})", counts)
-    # Sort by id so the dataset (and hence training) does not depend on the order rows came in.
-    return cls(tuple(sorted(train, key=lambda e: e.id)), tuple(sorted(heldout, key=lambda e: e.id)), window, dropped)
+    return None
+
+
+_E = TypeVar("_E", EmbeddingPair, GenerationExample)
+
+
+def _by_id(items: list[_E]) -> tuple[_E, ...]:
+    """Sorted by id so the dataset (and hence training) does not depend on the order rows came in."""
+    return tuple(sorted(items, key=lambda e: e.id))
 
 
 def contrastive_batches(
