@@ -135,6 +135,67 @@ def vector_probe(stack: Stack) -> dict[str, Any]:
     return res
 
 
+def qdrant_rest_probe(stack: Stack) -> dict[str, Any]:
+    """The Qdrant server probe over its REST API with httpx, without qdrant-client.
+
+    Why not the vector store adapter: importing qdrant-client (pydantic models for the whole API)
+    takes about a second on an idle 2-core node and several under load, which alone would blow the
+    2 s budget of ``health`` in a fresh process. Four small GETs say everything an operator
+    needs: version, readiness, the collection behind the alias, its model metadata and point count.
+    """
+    import httpx
+
+    qs = stack.settings.qdrant
+    assert qs.url is not None
+    headers = {"api-key": qs.api_key.get_secret_value()} if qs.api_key else {}
+    try:
+        res, active_model = _qdrant_rest(qs.url, qs.alias, headers, min(qs.timeout_s, 1.5))
+    except (httpx.HTTPError, ValueError, KeyError, AttributeError) as exc:
+        return {"status": "down", "error": f"{qs.url}: {type(exc).__name__}: {exc}"[:300]}
+    if "error" in res:
+        return res
+    res["active_model"] = active_model
+    res["embedder_model"] = stack.embedder.info.model_id
+    if not res["ready"]:
+        res.update(status="degraded", error="Qdrant answers but /readyz is not ready")
+    elif active_model is None or active_model != res["embedder_model"]:
+        res.update(status="degraded", error="the active collection was not built by the configured embedder")
+    res.update(_model_registry(stack))
+    return res
+
+
+def _qdrant_rest(url: str, alias: str, headers: dict[str, str], timeout: float) -> tuple[dict[str, Any], str | None]:
+    import httpx
+
+    with httpx.Client(base_url=url.rstrip("/"), timeout=timeout, headers=headers) as client:
+        root = client.get("/")
+        if root.status_code in (401, 403):
+            return {"status": "down", "error": "Qdrant refused the API key (qdrant.api_key)"}, None
+        ready = client.get("/readyz")
+        aliases = client.get("/aliases").json()["result"]["aliases"]
+        res: dict[str, Any] = {
+            "engine": "qdrant",
+            "location": url,
+            "version": root.json().get("version"),
+            "ready": ready.status_code == 200,
+            "alias": alias,
+        }
+        target = next((a["collection_name"] for a in aliases if a.get("alias_name") == alias), None)
+        res["collection"] = target
+        active_model = None
+        if target is not None:
+            info = client.get(f"/collections/{target}").json()["result"]
+            meta = (info.get("config") or {}).get("metadata") or {}
+            active_model = meta.get("model_id")
+            res.update(
+                model_id=active_model,
+                dim=meta.get("dim"),
+                points=info.get("points_count"),
+                collection_status=info.get("status"),
+            )
+    return res, active_model
+
+
 def _model_registry(stack: Stack) -> dict[str, Any]:
     """PostgreSQL's count next to the point count, the recorded active model, an unfinished migration."""
     from memoryctl.ops.pgstate import OpsState
@@ -286,7 +347,9 @@ def runs_probe(stack: Stack) -> dict[str, Any]:
 def default_probes(stack: Stack) -> dict[str, Probe]:
     probes: dict[str, Probe] = {
         "postgres": lambda: postgres_probe(stack),
-        "qdrant": lambda: vector_probe(stack),
+        "qdrant": (lambda: qdrant_rest_probe(stack))
+        if stack.settings.qdrant.url and stack.settings.profile == "cluster"
+        else (lambda: vector_probe(stack)),
         stack.store_names["graph"]: lambda: graph_probe(stack),
         "outbox": lambda: outbox_probe(stack),
         "runs": lambda: runs_probe(stack),

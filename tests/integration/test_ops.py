@@ -350,15 +350,20 @@ def _health_settings(pg_dsn: str, neo4j: dict[str, str], tmp_path: Path, **extra
     return client
 
 
-@pytest.mark.parametrize("down", ["none", "qdrant", "neo4j", "postgres"])
+@pytest.mark.parametrize("down", ["none", "qdrant", "qdrant-hangs", "neo4j", "postgres"])
 def test_health_with_each_store_down(down: str, pg_dsn: str, neo4j_ops: dict[str, str], tmp_path: Path) -> None:
     with MemoryClient(cluster_settings(pg_dsn, neo4j_ops, tmp_path / "q")) as client:
         client.init()
     port = closed_port()
     extra: dict[str, object] = {}
     neo4j = dict(neo4j_ops)
+    hang = socket.socket()  # accepts connections (backlog) and never answers: a hung server
+    hang.bind(("127.0.0.1", 0))
+    hang.listen(16)
     if down == "qdrant":
         extra["qdrant"] = {"url": f"http://127.0.0.1:{port}", "timeout_s": 1.0}
+    elif down == "qdrant-hangs":
+        extra["qdrant"] = {"url": f"http://127.0.0.1:{hang.getsockname()[1]}", "timeout_s": 5.0}
     elif down == "neo4j":
         neo4j["uri"] = f"bolt://127.0.0.1:{port}"
     elif down == "postgres":
@@ -367,16 +372,18 @@ def test_health_with_each_store_down(down: str, pg_dsn: str, neo4j_ops: dict[str
         t0 = time.monotonic()
         report = check(client.stack)
         elapsed = time.monotonic() - t0
+    hang.close()
     assert elapsed < 2.0, report.as_dict()
     expected = {
         "none": ("healthy", 0),
         "qdrant": ("degraded", 3),
+        "qdrant-hangs": ("degraded", 3),
         "neo4j": ("degraded", 3),
         "postgres": ("unhealthy", 1),
     }[down]
     assert (report.status, report.exit_code) == expected, report.as_dict()
     if down != "none":
-        assert report.components[down]["status"] in ("down", "timeout")
+        assert report.components[down.split("-")[0]]["status"] in ("down", "timeout")
 
 
 @pytest.mark.slow
