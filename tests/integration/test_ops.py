@@ -69,10 +69,18 @@ def private_neo4j() -> Iterator[dict[str, str]]:
 
 def wipe_neo4j(env: dict[str, str]) -> None:
     from neo4j import GraphDatabase
+    from neo4j.exceptions import TransientError
 
     with GraphDatabase.driver(env["uri"], auth=("neo4j", env["password"]), connection_timeout=5) as driver:
-        with driver.session() as session:  # CALL ... IN TRANSACTIONS needs an auto-commit transaction
-            session.run("MATCH (n) CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS").consume()
+        for attempt in range(5):
+            try:
+                with driver.session() as session:  # CALL ... IN TRANSACTIONS needs an auto-commit transaction
+                    session.run("MATCH (n) CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS").consume()
+                return
+            except TransientError:  # a deadlock with a late writer of the previous test: try again
+                if attempt == 4:
+                    raise
+                time.sleep(0.5)
 
 
 @pytest.fixture
