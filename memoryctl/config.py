@@ -91,6 +91,17 @@ class QuerySettings(BaseModel):
     breaker_reset_s: float = Field(30.0, gt=0)
 
 
+class NightlySettings(BaseModel):
+    embedding: bool = True  # LoRA for the embedding model (the minilm embedder only)
+    generation: bool = True  # LoRA for the generation model served by vLLM
+    generation_kind: str = "dialogue"  # memories with metadata role=user|assistant, conversation_id
+    generation_base_model: str | None = None  # HF model dir of the served base (Qwen) on this host
+    adapters_dir: str | None = None  # adapter registry; default <data_dir>/adapters
+    adapters_dir_on_server: str | None = None  # the same registry as the vLLM host sees it
+    embedding_lora: dict[str, Any] = Field(default_factory=dict)  # LoraTrainingConfig overrides
+    generation_lora: dict[str, Any] = Field(default_factory=dict)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MEMORYCTL_", env_nested_delimiter="__", extra="forbid")
 
@@ -105,6 +116,7 @@ class Settings(BaseSettings):
     extractor: ExtractorSettings = ExtractorSettings()
     vllm: VllmSettings = VllmSettings()
     query: QuerySettings = QuerySettings()
+    nightly: NightlySettings = NightlySettings()
     # Where this settings object came from, for `config show`.
     source_file: Path | None = Field(default=None, exclude=True)
 

