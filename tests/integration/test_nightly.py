@@ -96,7 +96,8 @@ def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], t
                 assert emb.detail["migrate"]["status"] == "swapped"
                 assert "+lora" in emb.detail["migrate"]["target"]
             assert gen.status == "ok" and gen.detail["served"] is True, gen.detail
-            assert gen.detail["gate_metrics"]["candidate_heldout_loss"] < gen.detail["gate_metrics"]["active_heldout_loss"]
+            gate = gen.detail["gate_metrics"]
+            assert gate["candidate_heldout_loss"] < gate["active_heldout_loss"]
             served = gen.detail["swap"]["loaded"]
             assert served in vllm.state.loras
             assert steps["reconcile"].status == "ok"
