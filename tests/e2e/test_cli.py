@@ -143,7 +143,9 @@ def test_bad_input_is_a_clear_error(
     assert needle.lower() in (out + err).lower()
 
 
-def test_bad_config_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_config_is_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("profile = 'cluster'\n[postgres\n")
     assert cli(capsys, "--config", str(bad), "health")[0] == 2
@@ -179,7 +181,9 @@ def test_console_script_has_no_traceback(config: Path) -> None:
     """The installed entry point, as cron and ssh run it."""
     proc = subprocess.run(
         [sys.executable, "-c", "from memoryctl.cli.main import run; run()", "get", "nope"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and re.search(r"error: .*UUID", proc.stderr)
