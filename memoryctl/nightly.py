@@ -140,11 +140,16 @@ class Nightly:
                 with tempfile.TemporaryDirectory(prefix="memoryctl-nightly-") as tmp:
                     swapped = self._embedding(report, since, now, Path(tmp))
                     self._generation(report, since, now, Path(tmp))
-                if swapped:  # the embedder changed: later steps must use the new active model
-                    self.stack.close()
+                borrowed = self.stack
+                if swapped:  # the embedder changed: later steps use a stack on the new active model
                     self.stack = Stack(self.settings)
-                self._reembed(report)
-                self._reconcile(report)
+                try:
+                    self._reembed(report)
+                    self._reconcile(report)
+                finally:
+                    if self.stack is not borrowed:
+                        self.stack.close()
+                        self.stack = borrowed
                 report.seconds = time.perf_counter() - started
                 rec.details = report.as_dict()
                 rec.counts = {s.name: s.status for s in report.steps}

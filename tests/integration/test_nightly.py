@@ -55,10 +55,12 @@ def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], t
         client = MemoryClient(settings)
         try:
             now = datetime.now(UTC)
+            cases = [(p, job, CAUSES[(i * 7 + j * 3) % len(CAUSES)])
+                     for i, p in enumerate(PROJECTS) for j, job in enumerate(("deploy", "backup"))]
             incidents = [
                 Memory(agent_id="a1", kind="note", created_at=now - timedelta(hours=i + 1),
-                       text=f"The {p} deploy failed because of {c}.")
-                for i, (p, c) in enumerate(zip(PROJECTS, CAUSES, strict=True))
+                       text=f"The {p} {job} failed because of {c}.")
+                for i, (p, job, c) in enumerate(cases)
             ]
             turns = []
             for i in range(16):
@@ -73,9 +75,9 @@ def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], t
             assert out.pending == {"qdrant": 0, "neo4j": 0}
             # recalls and feedback: the useful memory for each paraphrased question
             with client.stack.pool.connection() as conn, conn.transaction():
-                for m, p in zip(incidents, PROJECTS, strict=True):
+                for m, (p, job, _) in zip(incidents, cases, strict=True):
                     qid = uuid.uuid4()
-                    text = f"why did the {p} release break?"
+                    text = f"why did the {p} {job} break?"
                     conn.execute("INSERT INTO memory_events (agent_id, memory_id, query_id, event, payload)"
                                  " VALUES ('a1', %s, %s, 'recall', %s)", (m.id, qid, Jsonb({"text": text})))
                     conn.execute("INSERT INTO memory_events (agent_id, memory_id, query_id, event, payload)"
