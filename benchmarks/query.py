@@ -32,6 +32,21 @@ The shared test Neo4j is wiped by every integration test run; for the 100k run p
 benchmark at a private server (``MEMORYCTL_BENCH_NEO4J_URI`` / ``_PASSWORD``), e.g.
 ``NEO4J_PORT=57931 NEO4J_STATE=.services/neo4j-bench NEO4J_HEAP=1500m NEO4J_PAGECACHE_MB=512
 scripts/neo4j-server start``. The benchmark only ever deletes the nodes of its own agents.
+
+Measured 2026-11-29 (n=100,000, 10 queries per shape, 2 cores shared with other test runs, load
+average 2.6-4.5; Neo4j 5.26 with the test server's C1-only JIT, 1.5 GB heap), p50 ms:
+
+    shape                      (a) unified  (b) naive  (c) 1 filter  (d) floor  a/d   b/a   c/a
+    graph+vector+time (hi)          1664       2975        1628        1357    1.23  1.79  0.98
+    graph+vector (lo)                 85       3390          92          23    3.80  39.7  1.08
+    relational+vector                300        152          -          209    1.44  0.51   -
+    or (text | entity)                76         70          -           26    2.90  0.92   -
+    graph only                       477       2046          -          251    1.90  4.28   -
+    time only                         34        353          -           22    1.57  10.3   -
+
+The high fan-out plans are bound by the Neo4j traversal (20,172 ids for the top author). Chunked
+and unchunked id filters cost the same on Edge (c/a ~1). Load: PostgreSQL COPY 35 s, Neo4j 923 s
+(batches of 5,000), Edge upsert 87 s + optimize 573 s; peak RSS of this process 1.4 GB (loading).
 """
 
 from __future__ import annotations
@@ -106,6 +121,21 @@ class Dataset:
     @property
     def agent(self) -> str:
         return self.agents[0]
+
+
+def summary(ds: Dataset) -> dict[str, Any]:
+    """Everything but the memories and the anchor: enough to make the same queries on ``--reuse``."""
+    return {
+        "tag": ds.tag,
+        "seed": ds.seed,
+        "agents": ds.agents,
+        "topics": [[str(w) for w in t] for t in ds.topics],
+        "users": ds.users,
+        "authored": ds.authored,
+        "projects": ds.projects,
+        "tickets": ds.tickets,
+        "documents": ds.documents,
+    }
 
 
 def _words(rng: np.random.Generator, count: int) -> list[str]:
@@ -664,6 +694,11 @@ def run_shape(m: Methods, queries: Sequence[MemoryQuery], *, warmup: int = 2) ->
             r.compared += 1
             r.agree_b += same_ranking(out["a"], out["b"])
             r.agree_c += out["c"] is None or same_ranking(out["a"], out["c"])
+            for key in ("b", "c"):
+                if out[key] is not None and not same_ranking(out["a"], out[key]):
+                    print(f"    differs ({key}): {q.as_dict()}", file=sys.stderr)
+                    for x, y in zip(out["a"], out[key], strict=False):
+                        print(f"      {x[0]} {x[1]:.6f} | {y[0]} {y[1]:.6f}", file=sys.stderr)
     return r
 
 
@@ -747,8 +782,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.reuse:
         info = json.loads(manifest.read_text())
         t0 = time.perf_counter()
-        ds = generate(args.n, args.seed, anchor=datetime.fromisoformat(info["anchor"]), tag=info["tag"])
-        print(f"generate (reuse {info['db']}): {time.perf_counter() - t0:.1f} s")
+        if "summary" in info:  # what make_queries needs; the memories themselves are in the stores
+            ds = Dataset(**{**info["summary"], "anchor": datetime.fromisoformat(info["anchor"]), "memories": []})
+        else:
+            ds = generate(args.n, args.seed, anchor=datetime.fromisoformat(info["anchor"]), tag=info["tag"])
+            manifest.write_text(json.dumps({**info, "summary": summary(ds)}))
+        print(f"reuse {info['db']}: data set summary in {time.perf_counter() - t0:.1f} s")
         db = info["db"]
     else:
         t0 = time.perf_counter()
@@ -767,7 +806,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if not args.reuse:
             load_times = load(env, ds, graph_batch=args.graph_batch)
-            manifest.write_text(json.dumps({"db": db, "tag": ds.tag, "anchor": ds.anchor.isoformat()}))
+            manifest.write_text(
+                json.dumps({"db": db, "tag": ds.tag, "anchor": ds.anchor.isoformat(), "summary": summary(ds)})
+            )
         rss_load = peak_rss_mb()
         counts = {
             "postgres": env.records.count(agent_id=ds.agent),
