@@ -140,16 +140,10 @@ class Nightly:
                 with tempfile.TemporaryDirectory(prefix="memoryctl-nightly-") as tmp:
                     swapped = self._embedding(report, since, now, Path(tmp))
                     self._generation(report, since, now, Path(tmp))
-                borrowed = self.stack
-                if swapped:  # the embedder changed: later steps use a stack on the new active model
-                    self.stack = Stack(self.settings)
-                try:
-                    self._reembed(report)
-                    self._reconcile(report)
-                finally:
-                    if self.stack is not borrowed:
-                        self.stack.close()
-                        self.stack = borrowed
+                if swapped:  # the active model changed: later steps embed with the new one
+                    self.stack.reload_embedder()
+                self._reembed(report)
+                self._reconcile(report)
                 report.seconds = time.perf_counter() - started
                 rec.details = report.as_dict()
                 rec.counts = {s.name: s.status for s in report.steps}

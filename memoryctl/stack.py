@@ -66,6 +66,11 @@ class Stack:
         # The model `migrate` made active (recorded in PostgreSQL) wins over the config: see ops.models.
         return make_embedder(effective_embedder_settings(lambda: self.pool, self.settings.embedder))
 
+    def reload_embedder(self) -> None:
+        """Forget the cached embedder: after `migrate` swapped the active model, the next use
+        builds the embedder for the model now recorded as active."""
+        self.__dict__.pop("embedder", None)
+
     @cached_property
     def extractor(self) -> Extractor:
         from memoryctl.extract import make_extractor
