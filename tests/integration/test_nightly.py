@@ -104,9 +104,7 @@ def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], t
             assert served in vllm.state.loras
             assert steps["reconcile"].status == "ok"
 
-            fresh = Nightly(settings)
-            second = fresh.run()  # nothing new since the first run: training skipped, still recorded
-            fresh.stack.close()
+            second = Nightly(settings, stack=client.stack).run()  # nothing new: training skipped, recorded
             assert not second.failed
             assert {s.name: s.status for s in second.steps}["generation"] == "skipped"
             assert {s.name: s.status for s in second.steps}["embedding"] == "skipped"
