@@ -41,7 +41,8 @@ class StepOutcome:
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status, "seconds": round(self.seconds, 3), **self.detail}
+        detail = {("cycle_status" if k == "status" else k): v for k, v in self.detail.items()}
+        return {"name": self.name, "status": self.status, "seconds": round(self.seconds, 3), **detail}
 
 
 @dataclass(slots=True)
