@@ -44,9 +44,12 @@ average 2.6-4.5; Neo4j 5.26 with the test server's C1-only JIT, 1.5 GB heap), p5
     graph only                       477       2046          -          251    1.90  4.28   -
     time only                         34        353          -           22    1.57  10.3   -
 
-The high fan-out plans are bound by the Neo4j traversal (20,172 ids for the top author). Chunked
-and unchunked id filters cost the same on Edge (c/a ~1). Load: PostgreSQL COPY 35 s, Neo4j 923 s
-(batches of 5,000), Edge upsert 87 s + optimize 573 s; peak RSS of this process 1.4 GB (loading).
+With Neo4j on the JVM's default JIT (C2; production-like) the same run gave: hi fan-out 862 /
+2174 / 928 / 646 (a/d 1.34, b/a 2.52), graph only 284 / 1624 / - / 158 (b/a 5.72), time only
+21 / 126 / - / 11 (b/a 5.92). The high fan-out plans are bound by the Neo4j traversal (20,172
+ids for the top author). Chunked and unchunked id filters cost the same on Edge (c/a ~1).
+Load: PostgreSQL COPY 35 s, Neo4j 923 s (batches of 5,000), Edge upsert 87 s + optimize 573 s;
+peak RSS of this process 1.4 GB (while loading), ~0.75 GB for queries on --reuse.
 """
 
 from __future__ import annotations
