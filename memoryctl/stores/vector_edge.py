@@ -75,13 +75,14 @@ from memoryctl.stores.vector_qdrant import (
     chunks,
     collection_name,
     empty_selection,
+    hit_from,
     is_number,
     iso,
     merge_hits,
     meta_key,
     meta_value_error,
-    parse_dt,
     point_payload,
+    record_from,
 )
 
 ACTIVE_FILE = "active"
@@ -597,14 +598,7 @@ class EdgeVectorStore:
 
     @staticmethod
     def _hit(p: qe.ScoredPoint) -> VectorHit:
-        pl = p.payload or {}
-        return VectorHit(
-            id=p.id if isinstance(p.id, uuid.UUID) else uuid.UUID(str(p.id)),
-            score=float(p.score),
-            agent_id=str(pl.get("agent_id", "")),
-            created_at=parse_dt(pl["created_at"]),
-            kind=str(pl.get("kind", "")),
-        )
+        return hit_from(p.id, p.score, p.payload)
 
     def scroll(
         self, *, agent_id: str | None = None, model_id: str | None = None, batch: int = 1000
@@ -619,16 +613,7 @@ class EdgeVectorStore:
                 records, nxt = shard.scroll(
                     qe.ScrollRequest(offset=offset, limit=batch, filter=flt, with_payload=RECORD_FIELDS)
                 )
-            page = [
-                VectorRecord(
-                    id=r.id if isinstance(r.id, uuid.UUID) else uuid.UUID(str(r.id)),
-                    agent_id=str((r.payload or {}).get("agent_id", "")),
-                    content_hash=str((r.payload or {}).get("content_hash", "")),
-                    deleted=bool((r.payload or {}).get("deleted", False)),
-                    model_id=model.model_id,
-                )
-                for r in records
-            ]
+            page = [record_from(r.id, r.payload, model.model_id) for r in records]
             if page:
                 yield page
             if nxt is None:

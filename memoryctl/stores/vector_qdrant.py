@@ -278,6 +278,34 @@ def _schema(kind: str, is_tenant: bool, hnsw: bool) -> qm.PayloadSchemaParams:
 # --------------------------------------------------------------------------------------------------
 
 
+def _uuid(point_id: Any) -> uuid.UUID:
+    return point_id if isinstance(point_id, uuid.UUID) else uuid.UUID(str(point_id))
+
+
+def hit_from(point_id: Any, score: float, payload: dict[str, Any] | None) -> VectorHit:
+    """A search hit from a point's id, score and payload (both engines store the same payload)."""
+    pl = payload or {}
+    return VectorHit(
+        id=_uuid(point_id),
+        score=float(score),
+        agent_id=str(pl.get("agent_id", "")),
+        created_at=parse_dt(pl["created_at"]),
+        kind=str(pl.get("kind", "")),
+    )
+
+
+def record_from(point_id: Any, payload: dict[str, Any] | None, model_id: str) -> VectorRecord:
+    """What reconciliation compares, from a scrolled point (no vector)."""
+    pl = payload or {}
+    return VectorRecord(
+        id=_uuid(point_id),
+        agent_id=str(pl.get("agent_id", "")),
+        content_hash=str(pl.get("content_hash", "")),
+        deleted=bool(pl.get("deleted", False)),
+        model_id=model_id,
+    )
+
+
 class QdrantVectorStore:
     """The vector store on qdrant-client. Thread-safe: the HTTP client is, local mode gets a lock."""
 
@@ -628,14 +656,7 @@ class QdrantVectorStore:
 
     @staticmethod
     def _hit(p: qm.ScoredPoint) -> VectorHit:
-        pl = p.payload or {}
-        return VectorHit(
-            id=uuid.UUID(str(p.id)),
-            score=float(p.score),
-            agent_id=str(pl.get("agent_id", "")),
-            created_at=parse_dt(pl["created_at"]),
-            kind=str(pl.get("kind", "")),
-        )
+        return hit_from(p.id, p.score, p.payload)
 
     def scroll(
         self, *, agent_id: str | None = None, model_id: str | None = None, batch: int = 1000
@@ -655,16 +676,7 @@ class QdrantVectorStore:
                     with_payload=RECORD_FIELDS,
                     with_vectors=False,
                 )
-            page = [
-                VectorRecord(
-                    id=uuid.UUID(str(r.id)),
-                    agent_id=str((r.payload or {}).get("agent_id", "")),
-                    content_hash=str((r.payload or {}).get("content_hash", "")),
-                    deleted=bool((r.payload or {}).get("deleted", False)),
-                    model_id=model.model_id,
-                )
-                for r in records
-            ]
+            page = [record_from(r.id, r.payload, model.model_id) for r in records]
             if page:
                 yield page
             if offset is None:
