@@ -217,6 +217,8 @@ class MemoryClient:
             unavailable=self.stack.unavailable,
             default_half_life=self._half_life,
             graph_name=self.stack.store_names["graph"],
+            probe_min_fanout=qs.vector_first_min_fanout,
+            probe_max_k=qs.vector_first_max_k,
         )
 
     def _half_life(self, agent_id: str | None) -> timedelta | None:

@@ -89,6 +89,10 @@ class QuerySettings(BaseModel):
     store_timeout_s: float = Field(2.0, gt=0)
     breaker_failures: int = Field(3, ge=1)
     breaker_reset_s: float = Field(30.0, gt=0)
+    # graph + text queries: vector-first (search, then check connectivity) when the start entity
+    # reaches at least this many memories; graph-first below. 0 = always graph-first.
+    vector_first_min_fanout: int = Field(2000, ge=0)
+    vector_first_max_k: int = Field(2000, ge=1)  # largest top-K the vector-first plan asks for
 
 
 class NightlySettings(BaseModel):

@@ -8,12 +8,12 @@ Phases, each safe to interrupt (``kill -9`` included) and resumed by running the
 2. **copy**: keyset pages of live memories in id order, embedded with the target model and upserted
    into the target collection by name; after each batch the last id is checkpointed in PostgreSQL,
    so a restart continues after it (re-doing at most one batch, which is idempotent).
-3. **catch-up**: memories changed since the copy started (``updated_at >= copy_since - margin``:
-   edits, metadata changes, soft deletes) are re-embedded / removed; then a merge-join of
-   PostgreSQL against the target collection (ids, content hashes) re-embeds anything still missing
-   or different and deletes what PostgreSQL no longer has. The second pass catches what
-   ``updated_at`` cannot: inserts of historical memories (their ``updated_at`` is their old
-   ``created_at``) and purges (no row left to carry a timestamp).
+3. **catch-up**: memories written since the copy started (``updated_at >= copy_since - margin``;
+   ``updated_at`` is the store's write time, so inserts, edits, metadata changes and soft deletes
+   all count) are re-embedded / removed; then a merge-join of PostgreSQL against the target
+   collection (ids, content hashes) re-embeds anything still missing or different and deletes
+   what PostgreSQL no longer has. The merge-join is the verification proper, and it also catches
+   what no timestamp can: purges (no row left to carry one).
 4. **verify**: the target's point count must equal PostgreSQL's live count (retried through
    catch-up while writes keep arriving); recall of a sample of queries is measured on the new
    collection and on the old one and reported (``--min-recall`` can make it a gate).
@@ -23,7 +23,11 @@ Phases, each safe to interrupt (``kill -9`` included) and resumed by running the
    the old model has its deliveries refused (they stay in the outbox) and its queries refused by the
    store's model check, never mixed.
 6. **post-swap catch-up**: writes delivered to the old collection between verification and the
-   swap are copied over by the same catch-up, so nothing written during the migration is lost.
+   swap are copied over by the timestamp catch-up, so nothing written during the migration is
+   lost. No second merge-join: it would cost a full scan of both stores (~45 us per memory, a
+   quarter of the pipeline at 500k, benchmarks/ops.py) for one case only, a purge in the seconds
+   between verification and swap, which leaves an orphan point that queries never return (hits are
+   hydrated from PostgreSQL) and ``reconcile --repair`` removes.
 
 Queries keep working throughout: until the swap they use the old (active) collection, after it the
 new one. ``--rollback`` is the same catch-up into the previous model's collection followed by the
@@ -35,6 +39,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -81,7 +86,16 @@ class MigrationReport:
     kept: list[dict[str, Any]] = field(default_factory=list)
     config_hint: str | None = None
     pipeline: PipelineStats = field(default_factory=PipelineStats)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (copy, catch-up, ...)
     seconds: float = 0.0
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - t0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -99,6 +113,7 @@ class MigrationReport:
             "kept": self.kept,
             "config_hint": self.config_hint,
             "pipeline": self.pipeline.as_dict(),
+            "phases": {k: round(v, 3) for k, v in self.phases.items()},
             "seconds": round(self.seconds, 3),
         }
 
@@ -169,12 +184,15 @@ class Migrator:
             pipe = Reembedder(vectors, target_embedder, target.model_id, remove_deleted=True)
 
             if mig["status"] == "copying":
-                self._copy(mig, pipe, report)
+                with report.phase("copy"):
+                    self._copy(mig, pipe, report)
                 self.state.set_migration(int(mig["id"]), "verifying")
             since = mig["copy_since"] - CATCHUP_MARGIN
             next_since = self.state.safe_watermark() - CATCHUP_MARGIN
-            self._catch_up(vectors, pipe, target.model_id, since, report)
-            report.verify = self._verify(vectors, pipe, target, target_embedder, source, report)
+            with report.phase("catch-up"):
+                self._catch_up(vectors, pipe, target.model_id, since, report)
+            with report.phase("verify"):
+                report.verify = self._verify(vectors, pipe, target, target_embedder, source, report)
             report.pipeline = pipe.stats
             if not report.verify["counts_equal"] or not report.verify.get("recall_ok", True):
                 report.status = "verify-failed"
@@ -186,7 +204,8 @@ class Migrator:
             self.state.activate_embedding(target.model_id)
             vectors.activate(target.model_id)
             report.swapped = True
-            self._catch_up(vectors, pipe, target.model_id, next_since, report)
+            with report.phase("post-swap catch-up"):
+                self._catch_up(vectors, pipe, target.model_id, next_since, report, merge_join=False)
             self.state.set_migration(
                 int(mig["id"]), "swapped", details={"verify": report.verify, "pipeline": pipe.stats.as_dict()}
             )
@@ -238,14 +257,23 @@ class Migrator:
         pipe.run(pages(), after_batch=checkpoint)
 
     def _catch_up(
-        self, vectors: VectorStore, pipe: Reembedder, model_id: str, since: datetime, report: MigrationReport
+        self,
+        vectors: VectorStore,
+        pipe: Reembedder,
+        model_id: str,
+        since: datetime,
+        report: MigrationReport,
+        *,
+        merge_join: bool = True,
     ) -> None:
-        """Re-embed rows changed since ``since``, then merge-join PostgreSQL against the collection."""
+        """Re-embed rows written since ``since``, then (``merge_join``) compare PostgreSQL against
+        the whole collection."""
         self.progress("catch-up", 0, None)
         before = pipe.stats.embedded + pipe.stats.removed
         pipe.run(self.state.changed_since(since, batch=self.batch))
         report.caught_up += pipe.stats.embedded + pipe.stats.removed - before
-        self._diff_pass(vectors, pipe, model_id, report)
+        if merge_join:
+            self._diff_pass(vectors, pipe, model_id, report)
 
     def _diff_pass(self, vectors: VectorStore, pipe: Reembedder, model_id: str, report: MigrationReport) -> None:
         records = self.stack.records
@@ -409,7 +437,7 @@ class Migrator:
             self.state.activate_embedding(prev["model_id"])
             vectors.activate(prev["model_id"])
             report.swapped = True
-            self._catch_up(vectors, pipe, prev["model_id"], next_since, report)
+            self._catch_up(vectors, pipe, prev["model_id"], next_since, report, merge_join=False)
             last = self.state.last_migration()
             if last is not None and last["status"] == "swapped" and last["target_model"] == report.source_model:
                 self.state.set_migration(int(last["id"]), "rolled_back")

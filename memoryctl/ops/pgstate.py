@@ -17,7 +17,7 @@ from psycopg_pool import ConnectionPool
 
 from memoryctl.model import Memory
 from memoryctl.stores.pg import pg_errors
-from memoryctl.stores.records import row_to_memory
+from memoryctl.stores.records import keyset_after, row_to_memory
 
 _FULL = "id, agent_id, text, kind, created_at, updated_at, content_hash, metadata, entities, relations, deleted_at"
 
@@ -77,11 +77,12 @@ class OpsState:
     # ---- row streams used by re-embedding -----------------------------------------------------
     def live_after(self, last: uuid.UUID | None, limit: int, *, agent_id: str | None = None) -> list[Memory]:
         """One keyset page of live memories (full rows) in id order after ``last``."""
+        after, after_params = keyset_after(last)
         with pg_errors(), self.pool.connection() as conn:
             rows = conn.execute(
-                f"SELECT {_FULL} FROM memories WHERE (%s::uuid IS NULL OR id > %s)"  # noqa: S608 - constant
-                " AND deleted_at IS NULL AND (%s::text IS NULL OR agent_id = %s) ORDER BY id LIMIT %s",
-                (last, last, agent_id, agent_id, limit),
+                f"SELECT {_FULL} FROM memories WHERE {after}"  # noqa: S608 - constants
+                " deleted_at IS NULL AND (%s::text IS NULL OR agent_id = %s) ORDER BY id LIMIT %s",
+                (*after_params, agent_id, agent_id, limit),
             ).fetchall()
         return [row_to_memory(r) for r in rows]
 
@@ -89,11 +90,12 @@ class OpsState:
         """Memories (deleted ones too) with ``updated_at >= since``, keyset pages in id order."""
         last: uuid.UUID | None = None
         while True:
+            after, after_params = keyset_after(last)
             with pg_errors(), self.pool.connection() as conn:
                 rows = conn.execute(
-                    f"SELECT {_FULL} FROM memories WHERE updated_at >= %s"  # noqa: S608 - constant
-                    " AND (%s::uuid IS NULL OR id > %s) ORDER BY id LIMIT %s",
-                    (since, last, last, batch),
+                    f"SELECT {_FULL} FROM memories WHERE {after} updated_at >= %s"  # noqa: S608 - constants
+                    " ORDER BY id LIMIT %s",
+                    (*after_params, since, batch),
                 ).fetchall()
             if not rows:
                 return

@@ -2,8 +2,15 @@
 
 Plan shapes (see the README's "Query engine" section):
 
-- ``and`` + text: [graph traverse → candidate ids] → one vector search whose filter carries the
-  ids, the agent, the time range and every ``where`` the payload holds → hydrate from PostgreSQL.
+- ``and`` + text + graph, chosen by cost: **graph-first** (traverse → candidate ids → one vector
+  search whose filter carries the ids, the agent, the time range and every ``where`` the payload
+  holds) when the start entity reaches few memories; **vector-first** when it reaches many (the
+  graph's degree count says so without traversing): the vector search with the same pushdown and
+  no ids returns the top K, the graph checks which of those K are connected, and the answer is
+  exact as soon as enough of them are (every memory outside the top K scores lower than all of
+  them); otherwise the engine falls back to graph-first. A high fan-out traversal (20k ids) is the
+  most expensive thing a query can do; this plan never runs it.
+- ``and`` + text without graph: one vector search with that pushdown → hydrate from PostgreSQL.
   Nothing is pulled up to be filtered in Python; PostgreSQL is asked only for what the payload
   does not hold (nothing, today: kind, agent_id, created_at and scalar metadata are all replicated).
 - ``and`` without text: graph → ids → PostgreSQL filter, or PostgreSQL alone; newest first.
@@ -18,6 +25,7 @@ column (one hop, mentions only). Either way the result names the degraded store.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -40,6 +48,16 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 OVERFETCH = 2  # vector hits fetched per requested hit: PostgreSQL may veto a few (deleted since)
 GRAPH_CANDIDATE_CAP = 100_000
+# Vector-first plan for graph + vector queries (see ``QueryEngine._probe``). Below PROBE_MIN_FANOUT
+# reachable memories the traversal is cheap and graph-first wins; the probe asks the vector store
+# for PROBE_SAFETY times the hits it expects to need and gives up beyond PROBE_MAX_K. Measured with
+# benchmarks/query.py (100k memories, top author 20k): traversal + id filter ~860 ms, probe of ~420
+# candidates + verification ~60-90 ms; a 2,000-id traversal costs about what a 2,000-candidate probe
+# does, hence both bounds.
+PROBE_MIN_FANOUT = 2_000
+PROBE_MAX_K = 2_000
+PROBE_SAFETY = 3.0
+SCOPE_TTL_S = 60.0
 
 
 @dataclass(slots=True)
@@ -194,8 +212,12 @@ class QueryEngine:
         default_half_life: Callable[[str | None], Any] = lambda agent: None,
         record_events: bool = True,
         graph_name: str = "neo4j",
+        probe_min_fanout: int = PROBE_MIN_FANOUT,
+        probe_max_k: int = PROBE_MAX_K,
     ) -> None:
         self.graph_name = graph_name
+        self.probe_min_fanout = probe_min_fanout
+        self.probe_max_k = probe_max_k
         self.records = records
         self.rel = RelationalQueries(records.pool)
         self._vectors = vectors
@@ -205,6 +227,7 @@ class QueryEngine:
         self.unavailable = unavailable
         self.default_half_life = default_half_life
         self.record_events = record_events
+        self._scope: dict[str | None, tuple[float, int]] = {}  # agent -> (monotonic time, points)
 
     # ---- plumbing -----------------------------------------------------------------------------
     def _step(self, steps: list[Step], name: str, store: str, detail: dict[str, Any], fn: Callable[[], T]) -> T:
@@ -247,6 +270,10 @@ class QueryEngine:
     ) -> tuple[str, list[tuple[uuid.UUID, dict[str, float]]]]:
         ids: list[uuid.UUID] | None = None
         shape = []
+        if q.graph is not None and q.has_vector_leg and not _needs_postgres_filter(q):
+            probed = self._probe(q, steps, degraded, notes)
+            if probed is not None:
+                return probed
         if q.graph is not None:
             shape.append("graph")
             ids = self._graph_ids(q, steps, degraded, notes)
@@ -337,19 +364,106 @@ class QueryEngine:
         )
         return ranked
 
+    # ---- vector-first ---------------------------------------------------------------------------
+    def _probe(
+        self, q: MemoryQuery, steps: list[Step], degraded: list[str], notes: list[str]
+    ) -> tuple[str, list[tuple[uuid.UUID, dict[str, float]]]] | None:
+        """The vector-first plan, or None when graph-first is the better (or the only safe) plan.
+
+        Exactness: the vector search returns the top K of the scope by score (same pushdown as
+        graph-first). If at least ``depth`` of them are connected, those are the top ``depth``
+        connected memories overall, because every memory outside the top K scores lower than all
+        of them; if the search returned fewer than K, it saw the whole scope. Only otherwise is
+        the answer unknown, and the engine falls back to graph-first (said in the notes).
+        """
+        if not self.probe_min_fanout:
+            return None
+        store = self._graph()
+        if store is None or q.agent_id is None or not getattr(store, "cheap_membership", False):
+            return None
+        traversal = self._traversal(q)
+        detail = self._graph_detail(q)
+        try:
+            fan = self._step(steps, "graph.fanout", store.name, detail, lambda: store.fanout(traversal))
+        except MemoryctlError:
+            return None  # graph-first reports the failure and falls back
+        steps[-1].rows_out = fan
+        if fan < self.probe_min_fanout:
+            return None
+        depth = q.limit * OVERFETCH + 10
+        scope = self._scope_size(q.agent_id, steps)
+        k = max(4 * depth, math.ceil(depth * max(scope, 1) / fan * PROBE_SAFETY))
+        if scope <= 0 or k > self.probe_max_k:
+            return None
+        ranked = self._vector_or_fulltext(q, steps, degraded, notes, ids=None, with_where=True, depth=k)
+        candidates = [i for i, _ in ranked]
+        try:
+            connected = self._step(
+                steps,
+                "graph.verify",
+                store.name,
+                {**detail, "candidates": len(candidates)},
+                lambda: store.connected(traversal, candidates),
+            )
+        except MemoryctlError as exc:
+            notes.append(f"vector-first: verification failed ({exc.message}); graph-first instead")
+            return None
+        steps[-1].rows_in, steps[-1].rows_out = len(candidates), len(connected)
+        kept = [(i, {**s, "graph": 1.0}) for i, s in ranked if i in connected]
+        if len(kept) < depth and len(ranked) >= k:
+            notes.append(
+                f"vector-first: {len(kept)} of the top {k} are connected, fewer than the {depth} needed;"
+                " graph-first instead"
+            )
+            return None
+        pushed = ", ".join(self._pushed(q, None))
+        plan = f"graph fan-out {fan} → vector-first(top {k}, pushdown: {pushed}) → graph.verify → {len(kept)} kept"
+        return plan, kept[:depth]
+
+    def _scope_size(self, agent_id: str | None, steps: list[Step]) -> int:
+        """Points the vector search ranks for this agent (cached briefly: an estimate for ``_probe``)."""
+        now = time.monotonic()
+        cached = self._scope.get(agent_id)
+        if cached is not None and now - cached[0] < SCOPE_TTL_S:
+            return cached[1]
+        store = self._vectors()
+        if store is None:
+            return 0
+        try:
+            n = self._step(
+                steps, "vector.count", store.name, {"agent": agent_id}, lambda: store.count(agent_id=agent_id)
+            )
+        except MemoryctlError:
+            return 0
+        steps[-1].rows_out = n
+        self._scope[agent_id] = (now, n)
+        return n
+
     # ---- legs ---------------------------------------------------------------------------------
-    def _graph_ids(self, q: MemoryQuery, steps: list[Step], degraded: list[str], notes: list[str]) -> list[uuid.UUID]:
+    @staticmethod
+    def _traversal(q: MemoryQuery, limit: int | None = GRAPH_CANDIDATE_CAP) -> GraphTraversal:
         assert q.graph is not None
         g = q.graph
-        traversal = GraphTraversal(
+        return GraphTraversal(
             agent_id=q.agent_id,
             start_key=g.entity.key(q.agent_id) if q.agent_id else "",
             relation_types=g.via,
             hops=g.hops,
             direction=g.direction,
-            limit=GRAPH_CANDIDATE_CAP,
+            limit=limit,
         )
-        detail = {"start": g.entity.as_dict(), "via": list(g.via), "hops": g.hops, "direction": g.direction}
+
+    @staticmethod
+    def _graph_detail(q: MemoryQuery) -> dict[str, Any]:
+        assert q.graph is not None
+        g = q.graph
+        return {"start": g.entity.as_dict(), "via": list(g.via), "hops": g.hops, "direction": g.direction}
+
+    def _graph_ids(self, q: MemoryQuery, steps: list[Step], degraded: list[str], notes: list[str]) -> list[uuid.UUID]:
+        assert q.graph is not None
+        g = q.graph
+        traversal = self._traversal(q)
+        detail = self._graph_detail(q)
         try:
             if q.agent_id is None:
                 raise MemoryctlError("graph filters need an agent (entity keys are per agent)")
@@ -387,8 +501,9 @@ class QueryEngine:
         *,
         ids: Sequence[uuid.UUID] | None,
         with_where: bool,
+        depth: int | None = None,
     ) -> list[tuple[uuid.UUID, dict[str, float]]]:
-        depth = q.limit * OVERFETCH + 10
+        depth = depth or q.limit * OVERFETCH + 10
         flt = _pushdown(q, with_where=with_where, ids=ids)
         if flt is None:
             notes.append("the where clauses contradict each other: nothing can match")

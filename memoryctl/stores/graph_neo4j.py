@@ -35,6 +35,7 @@ from memoryctl.errors import InputError, StoreError, StoreUnavailable, UsageErro
 from memoryctl.model import RELATION_TYPES, validate_agent_id
 from memoryctl.stores.graph_sql import (
     ALL_RELATION_TYPES,
+    CheckedTraversal,
     PreparedEdge,
     check_ids,
     check_traversal,
@@ -128,6 +129,33 @@ ORDER BY dist, id
 %(limit)s
 RETURN collect(id) AS ids
 """
+# Degree lookups only (COUNT of a one-relationship pattern is answered from the node's degree store);
+# see GraphStore.fanout for why the larger of the two and not their sum.
+_FANOUT = """
+MATCH (s:Entity {key: $start})
+WHERE s.agent_id IS NOT NULL AND ($agent IS NULL OR s.agent_id = $agent)
+WITH COUNT { (s)%(left)s[:%(types)s]%(right)s() } AS along, COUNT { (s)<-[:MENTIONS]-() } AS mentioned
+RETURN CASE WHEN along > mentioned THEN along ELSE mentioned END AS n
+"""
+# The same reachability as _TRAVERSE, asked per candidate: a memory on a path from s, or one that
+# mentions s or an entity on such a path. Both ends are bound, so each EXISTS is an expand-into from
+# the candidate's side (a few relationships), not an enumeration of s's tens of thousands.
+_CONNECTED = """
+MATCH (s:Entity {key: $start})
+WHERE s.agent_id IS NOT NULL AND ($agent IS NULL OR s.agent_id = $agent)
+UNWIND $ids AS mid
+MATCH (m:Memory {id: mid})
+WHERE m.agent_id IS NOT NULL AND ($agent IS NULL OR m.agent_id = $agent) AND NOT coalesce(m.deleted, false)
+  AND (EXISTS { MATCH (m)-[:MENTIONS]->(s) }
+    OR EXISTS { MATCH p = (s)%(left)s[:%(types)s*1..%(hops)d]%(right)s(m) WHERE all(x IN nodes(p) WHERE %(node_ok)s) }
+    OR EXISTS {
+      MATCH (m)-[:MENTIONS]->(n:Entity)
+      WHERE n.agent_id IS NOT NULL AND ($agent IS NULL OR n.agent_id = $agent)
+      MATCH p = (s)%(left)s[:%(types)s*1..%(hops)d]%(right)s(n)
+      WHERE all(x IN nodes(p) WHERE %(node_ok)s)
+    })
+RETURN collect(m.id) AS ids
+"""
 _RELATIONSHIPS = """
 UNWIND $ids AS mid
 MATCH (m:Memory {id: mid})-[r]-(x)
@@ -178,6 +206,7 @@ class Neo4jGraphStore:
 
     name = "neo4j"
     engine = "neo4j"
+    cheap_membership = True  # connected(): expand-into per candidate, see _CONNECTED
 
     def __init__(self, settings: Neo4jSettings) -> None:
         self._settings = settings
@@ -298,15 +327,7 @@ class Neo4jGraphStore:
     def traverse(self, query: GraphTraversal) -> list[uuid.UUID]:
         q = check_traversal(query)
         assert type(q.hops) is int and 1 <= q.hops <= 3
-        left, right = _ARROWS[q.direction]
-        cypher = _TRAVERSE % {
-            "left": left,
-            "right": right,
-            "types": "|".join(_rel(t) for t in q.relation_types),
-            "hops": q.hops,
-            "node_ok": _NODE_OK,
-            "limit": "LIMIT $limit" if q.limit is not None else "",
-        }
+        cypher = _TRAVERSE % {**self._fragments(q), "limit": "LIMIT $limit" if q.limit is not None else ""}
         params = {"start": q.start_key, "agent": q.agent_id, "limit": q.limit}
 
         def work(tx: neo4j.ManagedTransaction) -> list[uuid.UUID]:
@@ -317,6 +338,39 @@ class Neo4jGraphStore:
             return [uuid.UUID(i) for i in rec["ids"]] if rec is not None else []
 
         return self._read("traverse", work)
+
+    def _fragments(self, q: CheckedTraversal) -> dict[str, Any]:
+        left, right = _ARROWS[q.direction]
+        return {
+            "left": left,
+            "right": right,
+            "types": "|".join(_rel(t) for t in q.relation_types),
+            "hops": q.hops,
+            "node_ok": _NODE_OK,
+        }
+
+    def fanout(self, query: GraphTraversal) -> int:
+        q = check_traversal(query)
+        cypher = _FANOUT % self._fragments(q)
+
+        def work(tx: neo4j.ManagedTransaction) -> int:
+            rec = tx.run(cypher, {"start": q.start_key, "agent": q.agent_id}).single()
+            return int(rec["n"]) if rec is not None else 0
+
+        return self._read("fanout", work)
+
+    def connected(self, query: GraphTraversal, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        q = check_traversal(query)
+        keys = check_ids(ids)
+        if not keys:
+            return set()
+        cypher = _CONNECTED % self._fragments(q)
+
+        def work(tx: neo4j.ManagedTransaction) -> set[uuid.UUID]:
+            rec = tx.run(cypher, {"start": q.start_key, "agent": q.agent_id, "ids": keys}).single()
+            return {uuid.UUID(i) for i in rec["ids"]} if rec is not None else set()
+
+        return self._read("connected", work)
 
     def relationships(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
         keys = check_ids(ids)

@@ -293,6 +293,7 @@ class SqlGraphStore:
 
     name = "graph"
     engine = "postgres-sql"
+    cheap_membership = False  # see connected()
 
     def __init__(
         self,
@@ -468,6 +469,43 @@ class SqlGraphStore:
 
         return cast(list[uuid.UUID], self._run(work))
 
+    def fanout(self, query: GraphTraversal) -> int:
+        q = check_traversal(query)
+        assert q.direction in _STEP
+        side = {"out": "g.src = s.key", "in": "g.dst = s.key", "both": "(g.src = s.key OR g.dst = s.key)"}[q.direction]
+        stmt = self._q(
+            "SELECT greatest((SELECT count(*) FROM {s}.graph_edges g WHERE "  # noqa: S608 - constant fragments
+            + side
+            + " AND g.type = ANY(%(types)s)),"
+            " (SELECT count(*) FROM {s}.graph_edges g WHERE g.dst = s.key AND g.type = 'MENTIONS'))"
+            " FROM {s}.graph_entities s WHERE s.key = %(start)s AND (%(agent)s::text IS NULL OR s.agent_id = %(agent)s)"
+        )
+
+        def work(cur: psycopg.Cursor[Any]) -> int:
+            cur.execute(stmt, {"start": q.start_key, "agent": q.agent_id, "types": list(q.relation_types)})
+            row = cur.fetchone()
+            return int(row[0]) if row else 0
+
+        return cast(int, self._run(work))
+
+    def connected(self, query: GraphTraversal, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """Here by intersection with the full traversal: correct, not cheap (a recursive CTE walks
+        forward from the start anyway). The planner asks ``fanout`` first and this store's
+        ``cheap_membership`` is False, so the engine keeps the graph-first plan on it."""
+        wanted = set(ids)
+        check_ids(list(wanted))
+        if not wanted:
+            return set()
+        full = GraphTraversal(
+            agent_id=query.agent_id,
+            start_key=query.start_key,
+            relation_types=query.relation_types,
+            hops=query.hops,
+            direction=query.direction,
+            limit=None,
+        )
+        return wanted.intersection(self.traverse(full))
+
     def relationships(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
         keys = check_ids(ids)
         result: dict[uuid.UUID, list[dict[str, Any]]] = {uuid.UUID(k): [] for k in keys}
@@ -509,16 +547,22 @@ class SqlGraphStore:
         agent = validate_agent_id(agent_id) if agent_id is not None else None
         if type(batch) is not int or batch < 1:
             raise InputError(f"batch must be a positive integer, not {batch!r}")
-        stmt = self._q(
-            "SELECT id, agent_id, deleted FROM {s}.graph_memories"
-            " WHERE (%(agent)s::text IS NULL OR agent_id = %(agent)s) AND (%(after)s::uuid IS NULL OR id > %(after)s)"
-            " ORDER BY id LIMIT %(batch)s"
+        # Two statements, not "(%(after)s IS NULL OR id > %(after)s)": see records.keyset_after.
+        first, rest = (
+            self._q(
+                "SELECT id, agent_id, deleted FROM {s}.graph_memories"  # noqa: S608 - constant fragments
+                " WHERE (%(agent)s::text IS NULL OR agent_id = %(agent)s)" + bound + " ORDER BY id LIMIT %(batch)s"
+            )
+            for bound in ("", " AND id > %(after)s")
         )
         after: uuid.UUID | None = None
         while True:
             params = {"agent": agent, "after": after, "batch": batch}
+            stmt = first if after is None else rest
 
-            def work(cur: psycopg.Cursor[Any], params: dict[str, Any] = params) -> list[tuple[Any, ...]]:
+            def work(
+                cur: psycopg.Cursor[Any], params: dict[str, Any] = params, stmt: sql.Composed = stmt
+            ) -> list[tuple[Any, ...]]:
                 cur.execute(stmt, params)
                 return cur.fetchall()
 

@@ -230,6 +230,7 @@ class GraphRecord:
 @runtime_checkable
 class GraphStore(Protocol):
     name: str  # "neo4j" in reports, whichever implementation
+    cheap_membership: bool  # connected() costs per candidate, not per reachable memory
 
     def ensure_schema(self) -> None: ...
 
@@ -245,6 +246,25 @@ class GraphStore(Protocol):
 
     def traverse(self, query: GraphTraversal) -> list[uuid.UUID]:
         """Memory ids reached (never soft-deleted ones)."""
+        ...
+
+    def fanout(self, query: GraphTraversal) -> int:
+        """A cheap estimate of how many memories ``traverse(query)`` reaches, without traversing.
+
+        The larger of the start entity's degree over the allowed types and the number of memories
+        that mention it (Neo4j answers both from its degree counts). Not the sum: an author's
+        memories usually both mention and are AUTHORED by her. The planner uses it to pick
+        graph-first or vector-first and to size the vector-first top K; never to filter.
+        """
+        ...
+
+    def connected(self, query: GraphTraversal, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """The subset of ``ids`` that ``traverse(query)`` returns (``query.limit`` ignored).
+
+        Answers "are these few memories reachable?" without enumerating everything reachable: the
+        vector-first plan checks a few hundred candidates against a start entity with tens of
+        thousands of memories.
+        """
         ...
 
     def relationships(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:

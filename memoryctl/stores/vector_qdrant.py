@@ -7,12 +7,14 @@ and distance live in the collection ``metadata``, so a collection describes itse
 a second operator never has to guess which model made its vectors. Local mode keeps ``metadata``
 too (checked with qdrant-client 1.20), so no sidecar is needed.
 
-Payload per point: ``id`` (str UUID, also the point id), ``agent_id``, ``kind``, ``created_at``
-(RFC 3339, UTC), ``content_hash``, ``entity_keys`` (list), ``deleted`` (bool) and ``meta`` (scalar
-metadata, filterable as ``meta.<key>``). The payload indexes are created together with the
-collection, before it can receive a point, never on demand: building an index on a live collection
-is a slow, lock-taking operation that must not be triggered by a query. (Local mode ignores payload
-indexes; it scans in Python. It is for correctness tests, not speed.)
+Payload per point: ``agent_id``, ``kind``, ``created_at`` (RFC 3339, UTC), ``content_hash``,
+``entity_keys`` (list), ``deleted`` (bool) and ``meta`` (scalar metadata, filterable as
+``meta.<key>``). The memory id is the point id and is not repeated in the payload: every payload
+value costs ~5 us to convert in qdrant-edge-py's binding, which bounds bulk writes (migrate).
+The payload indexes are created together with the collection, before it can receive a point,
+never on demand: building an index on a live collection is a slow, lock-taking operation that must
+not be triggered by a query. (Local mode ignores payload indexes; it scans in Python. It is for
+correctness tests, not speed.)
 
 Filters are built from typed model objects only; no user value is ever spliced into a string the
 engine parses. Metadata keys reach a payload *path* (``meta.<key>``) and are therefore checked
@@ -68,7 +70,7 @@ STORE = "qdrant"
 DEFAULT_ID_CHUNK = 1000
 # Payload fields read back by search / scroll; the rest stays on the server.
 HIT_FIELDS = ["agent_id", "created_at", "kind"]
-RECORD_FIELDS = ["id", "agent_id", "content_hash", "deleted"]
+RECORD_FIELDS = ["agent_id", "content_hash", "deleted"]
 _META_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _SLUG = re.compile(r"[^a-z0-9]+")
 Distance = Literal["cosine", "dot", "euclid"]
@@ -133,7 +135,6 @@ def scalar_meta(meta: dict[str, Any]) -> dict[str, Any]:
 def point_payload(p: VectorPoint) -> dict[str, Any]:
     """The payload of one point; every value travels as data, never as query text."""
     return {
-        "id": str(p.id),
         "agent_id": p.agent_id,
         "kind": p.kind,
         "created_at": iso(p.created_at),

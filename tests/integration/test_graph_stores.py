@@ -363,6 +363,44 @@ def test_soft_deleted_memories_are_neither_results_nor_bridges(ctx: Ctx) -> None
     assert s.traverse(trav(w, w.alice, hops=2)) == [m[1], m[2], m[5], m[3]]
 
 
+def test_connected_is_traverse_restricted_to_candidates(ctx: Ctx) -> None:
+    """``connected`` answers "which of these are reachable" exactly as ``traverse`` would."""
+    w = build_world(ctx)
+    m, s = w.m, ctx.store
+    everyone = [*m[1:], w.mb, uuid.uuid4()]  # plus an id no store has
+    cases = [
+        trav(w, w.alice, hops=1),
+        trav(w, w.alice, hops=2),
+        trav(w, w.alice, hops=3, relation_types=["KNOWS", "WORKS_ON"], direction="out"),
+        trav(w, w.projx, relation_types=["WORKS_ON"], direction="in"),
+        trav(w, w.alice, relation_types=["authored", "REFERENCES"], hops=2),
+        trav(w, w.alice_b, agent="b", relation_types=["KNOWS"], hops=2),
+        trav(w, w.alice, agent="b", hops=2),  # another agent's start: nothing
+        trav(w, w.alice, agent=None, relation_types=["KNOWS"], hops=2, direction="out"),
+    ]
+    for q in cases:
+        reached = set(s.traverse(q))
+        assert s.connected(q, everyone) == reached, q
+        assert s.connected(q, everyone[::2]) == reached & set(everyone[::2]), q
+    assert s.connected(cases[0], []) == set()
+    assert m[6] not in s.connected(trav(w, w.alice, hops=3), [m[6]])  # soft-deleted
+    s.set_deleted([m[1]])
+    assert s.connected(trav(w, w.alice, hops=2), everyone) == {m[2], m[3]}  # m1 is no bridge to m5 now
+    with pytest.raises(InputError):
+        s.connected(cases[0], ["not-a-uuid"])  # type: ignore[list-item]
+
+
+def test_fanout_estimates_from_degrees(ctx: Ctx) -> None:
+    w = build_world(ctx)
+    s = ctx.store
+    # Alice: AUTHORED m1, KNOWS Bob, KNOWS Alice@b, mentioned by m1 and m6: the larger count wins.
+    assert s.fanout(trav(w, w.alice, relation_types=["AUTHORED"], direction="out")) == 2  # mentions (2) > 1
+    assert s.fanout(trav(w, w.alice)) == 5  # every type, both directions: 1 + 2 + 2 MENTIONS
+    assert s.fanout(trav(w, w.projx, relation_types=["WORKS_ON"], direction="in")) == 3  # Bob twice, Carol
+    assert s.fanout(trav(w, w.alice, agent="b")) == 0  # not this agent's entity
+    assert s.fanout(GraphTraversal(agent_id=w.a, start_key="nobody")) == 0
+
+
 def test_upsert_is_idempotent(ctx: Ctx) -> None:
     w = build_world(ctx)
     s = ctx.store
@@ -704,6 +742,11 @@ def test_random_graphs_same_answers_on_both_engines(
                 # Neo4j's single database is shared: say so when another test session wiped it.
                 counts = {a: (sql_store.count(agent_id=a), neo_store.count(agent_id=a)) for a in agents}
                 pytest.fail(f"{query}: sql {got_sql} != neo4j {got_neo}; (sql, neo4j) counts {counts}")
+            # The vector-first plan's membership check must agree with the traversal, on any subset.
+            subset = rnd.sample(mids, 15)
+            assert neo_store.connected(query, subset) == set(got_neo) & set(subset), query
+            assert sql_store.connected(query, subset) == set(got_sql) & set(subset), query
+            assert neo_store.fanout(query) == sql_store.fanout(query), query
             checked += bool(got_sql)
         assert checked >= 10  # the random queries did reach memories
         assert sql_store.relationships(mids) == neo_store.relationships(mids)

@@ -311,6 +311,42 @@ def test_migrate_interrupted_resumes_swaps_and_rolls_back(cluster: MemoryClient)
     assert runs == [] or "running" not in runs
 
 
+def test_migrate_catches_a_historical_insert_made_during_verification(cluster: MemoryClient) -> None:
+    """A memory dated last year, written after the catch-up's watermark: ``updated_at`` is the
+    store's write time, so the post-swap catch-up (timestamps only, no second merge-join) finds it."""
+    stack = cluster.stack
+    cluster.add(memories(60), extract=False)
+    old = Memory(
+        text="a memory from last year about walruses",
+        agent_id="a1",
+        created_at=datetime.now(UTC) - timedelta(days=365),
+        updated_at=datetime.now(UTC) - timedelta(days=365),
+    )
+    written: list[str] = []
+
+    def progress(phase: str, advance: int, total: int | None) -> None:
+        if phase == "verify" and not written:
+            written.append(phase)
+            out = cluster.add([old], extract=False)  # delivered to the old (still active) collection
+            assert out.pending["qdrant"] == 0
+
+    target = parse_model_spec("kind=hash,model=hash/bow-v3-test")
+    report = Migrator(stack, batch=25, sample=10, progress=progress).migrate(target)
+    assert written and report.status == "swapped", report.as_dict()
+    assert set(report.phases) == {"copy", "catch-up", "verify", "post-swap catch-up"}
+    vectors = stack.require_vectors()
+    assert vectors.count(model_id="hash/bow-v3-test") == stack.records.count() == 61
+    row = stack.records.get(old.id)
+    assert row is not None and row.created_at < datetime.now(UTC) - timedelta(days=300)
+    assert row.updated_at is not None and row.updated_at > datetime.now(UTC) - timedelta(hours=1)
+    with MemoryClient(cluster.settings, stack=None) as fresh:
+        fresh.stack._vectors = vectors
+        fresh.stack._tried.add("vector")
+        hits = fresh.query(text="walruses last year", agent_id="a1", limit=1, decay=False).hits
+        assert hits and hits[0].id == old.id
+        fresh.stack._vectors = None
+
+
 def test_migrate_cli_killed_with_sigkill_resumes(pg_dsn: str, neo4j_ops: dict[str, str], tmp_path: Path) -> None:
     """The real thing: `memoryctl migrate` SIGKILLed mid-copy, then run again to completion."""
     cfg = tmp_path / "memoryctl.toml"

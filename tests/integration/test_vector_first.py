@@ -1,0 +1,113 @@
+"""The vector-first plan (graph + text, high fan-out) against real PostgreSQL, real Neo4j and
+Qdrant: same answers as graph-first, honest fallback when too few of the top K are connected."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from memoryctl.client import MemoryClient
+from memoryctl.model import EntityRef, Memory, MemoryRef, Relation
+from memoryctl.query.engine import QueryResult
+from memoryctl.query.spec import GraphFilter, MemoryQuery
+
+pytestmark = pytest.mark.integration
+
+ALICE, BOB = EntityRef("User", "Alice"), EntityRef("User", "Bob")
+NOW = datetime.now(UTC)
+
+
+def _by(who: EntityRef, text: str, hours: float) -> Memory:
+    mid = uuid.uuid4()
+    return Memory(
+        id=mid,
+        agent_id="vf",
+        text=text,
+        kind="dialogue",
+        created_at=NOW - timedelta(hours=hours),
+        entities=[who],
+        relations=[Relation(who, "AUTHORED", MemoryRef(mid))],
+    )
+
+
+@pytest.fixture
+def world(cluster: MemoryClient) -> tuple[MemoryClient, list[Memory]]:
+    alice_rollback = [_by(ALICE, f"alice rollback payments service step {i}", i + 1) for i in range(3)]
+    alice_lunch = [_by(ALICE, f"alice lunch pizza menu number {i}", i + 2) for i in range(40)]
+    bob = [_by(BOB, f"bob rollback payments database migration {i}", i + 1) for i in range(300)]
+    out = cluster.add([*alice_rollback, *alice_lunch, *bob], extract=False)
+    assert out.pending == {"qdrant": 0, "neo4j": 0}, out.delivery.failed
+    return cluster, alice_rollback
+
+
+def _run(client: MemoryClient, q: MemoryQuery, *, min_fanout: int) -> QueryResult:
+    engine = client.engine
+    saved = engine.probe_min_fanout
+    engine.probe_min_fanout = min_fanout
+    try:
+        return engine.run(q)
+    finally:
+        engine.probe_min_fanout = saved
+
+
+def _q(limit: int, **kw: object) -> MemoryQuery:
+    return MemoryQuery(
+        text="rollback payments",
+        agent_id="vf",
+        graph=GraphFilter(ALICE, ("AUTHORED",)),
+        limit=limit,
+        decay=False,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_vector_first_gives_the_graph_first_answer(world: tuple[MemoryClient, list[Memory]]) -> None:
+    client, rollback = world
+    for q in (_q(3), _q(5), _q(3, since=NOW - timedelta(hours=2, minutes=30))):
+        graph_first = _run(client, q, min_fanout=0)
+        vector_first = _run(client, q, min_fanout=10)
+        assert graph_first.plan.startswith("graph → vector"), graph_first.plan
+        assert "vector-first" in vector_first.plan, vector_first.plan
+        assert [h.id for h in vector_first.hits] == [h.id for h in graph_first.hits]
+        assert [h.score for h in vector_first.hits] == pytest.approx([h.score for h in graph_first.hits])
+        names = [s.name for s in vector_first.steps]
+        assert "graph.traverse" not in names and {"graph.fanout", "vector.search", "graph.verify"} <= set(names)
+        verify = next(s for s in vector_first.steps if s.name == "graph.verify")
+        assert verify.rows_in is not None and verify.rows_out is not None and verify.rows_out <= verify.rows_in
+        assert all(h.memory.agent_id == "vf" for h in vector_first.hits)
+        assert all("neo4j" in h.sources and h.scores["graph"] == 1.0 for h in vector_first.hits)
+    top3 = _run(client, _q(3), min_fanout=10)
+    assert {h.id for h in top3.hits} == {m.id for m in rollback}  # Alice's, not Bob's better-matching ones
+    fanout = next(s for s in top3.steps if s.name == "graph.fanout")
+    assert fanout.rows_out == 43  # 43 AUTHORED (and 43 mentions): the larger, not the sum
+
+
+def test_too_few_connected_falls_back_to_graph_first(world: tuple[MemoryClient, list[Memory]]) -> None:
+    """limit 1: K is sized for 12 connected hits in the top K, but Bob's 300 outrank Alice's lunch
+    notes, so fewer than 12 of the top K are Alice's: the engine must not guess."""
+    client, rollback = world
+    r = _run(client, _q(1), min_fanout=10)
+    assert r.plan.startswith("graph → vector"), r.plan
+    assert any("graph-first instead" in n for n in r.notes), r.notes
+    assert [h.id for h in r.hits] == [h.id for h in _run(client, _q(1), min_fanout=0).hits]
+    assert r.hits[0].id in {m.id for m in rollback}
+
+
+def test_vector_first_never_returns_deleted_or_other_agents(world: tuple[MemoryClient, list[Memory]]) -> None:
+    client, rollback = world
+    client.forget([rollback[0].id], agent_id="vf")
+    twin = Memory(text=rollback[1].text, agent_id="other", entities=[ALICE])
+    client.add([twin], extract=False)
+    r = _run(client, _q(5), min_fanout=10)
+    assert "vector-first" in r.plan
+    ids = {h.id for h in r.hits}
+    assert rollback[0].id not in ids and twin.id not in ids and rollback[1].id in ids
+
+
+def test_low_fanout_stays_graph_first(world: tuple[MemoryClient, list[Memory]]) -> None:
+    client, _ = world
+    r = _run(client, _q(3), min_fanout=1000)  # 43 < 1000
+    assert r.plan.startswith("graph → vector") and not r.notes
+    assert [s.name for s in r.steps][:2] == ["graph.fanout", "graph.traverse"]
