@@ -81,7 +81,7 @@ from memoryctl.client import MemoryClient  # noqa: E402
 from memoryctl.config import load_settings  # noqa: E402
 from memoryctl.delivery import graph_memory, vector_point  # noqa: E402
 from memoryctl.model import EntityRef, Memory, MemoryRef, Relation  # noqa: E402
-from memoryctl.query.engine import OVERFETCH, QueryEngine, _pushdown  # noqa: E402
+from memoryctl.query.engine import OVERFETCH, QueryEngine, QueryResult, _pushdown  # noqa: E402
 from memoryctl.query.fusion import rrf  # noqa: E402
 from memoryctl.query.relational import scope_sql  # noqa: E402
 from memoryctl.query.spec import GraphFilter, MemoryQuery, Where  # noqa: E402
@@ -464,6 +464,10 @@ class Floor:
     """(d): per sub-query wall time (ms), each run alone."""
 
     parts: dict[str, float] = field(default_factory=dict)
+    # (d'): the slowest sub-query a parallel fan-out over the stores would need for the same
+    # question (the full traversal, the vector search, the PostgreSQL filter), when the engine's
+    # plan avoided one of them; None when the plan's own sub-queries are those.
+    fanout_ms: float | None = None
 
     @property
     def ms(self) -> float:
@@ -479,6 +483,7 @@ class Methods:
         self.env = env
         self.naive_k = naive_k
         self.embedder = env.client.stack.embedder
+        self.last_plan: QueryResult | None = None  # the engine's last answer: its plan drives (d)
 
     # ---- helpers ------------------------------------------------------------------------------
     def _traversal(self, q: MemoryQuery) -> GraphTraversal:
@@ -521,6 +526,7 @@ class Methods:
     # ---- (a) ----------------------------------------------------------------------------------
     def unified(self, q: MemoryQuery) -> tuple[Ranked, dict[str, float]]:
         res = self.env.engine.run(q)
+        self.last_plan = res
         steps: dict[str, float] = {}
         for s in res.steps:
             steps[s.name] = steps.get(s.name, 0.0) + s.ms
@@ -583,8 +589,8 @@ class Methods:
         return self._finish([(h.id, h.score) for h in hits if h.id in rows][: q.limit])
 
     # ---- (d) ----------------------------------------------------------------------------------
-    def floor(self, q: MemoryQuery, answer: Ranked) -> Floor:
-        """Each sub-query of the unified plan alone, fed with what the previous step produced."""
+    def floor(self, q: MemoryQuery, answer: Ranked, plan: QueryResult) -> Floor:
+        """Each sub-query of the plan the engine chose, alone, fed with what the previous step produced."""
         f = Floor()
 
         @contextmanager
@@ -596,7 +602,27 @@ class Methods:
         depth = q.limit * OVERFETCH + 10
         ids: list[uuid.UUID] | None = None
         vec = self._vector(q) if q.has_vector_leg else None
-        if q.graph is not None:
+        ran = {s.name: s for s in plan.steps}
+        probe = "graph.verify" in ran  # vector-first: search without ids, then check the candidates
+        graph_first = q.graph is not None and (not probe or "graph.traverse" in ran)  # incl. a fallback
+        if "graph.fanout" in ran:
+            with timed("neo4j.fanout"):
+                self.env.graph.fanout(self._traversal(q))
+        if probe:
+            t0 = time.perf_counter()
+            self.env.graph.traverse(self._traversal(q))  # what a fan-out would have to run
+            f.fanout_ms = (time.perf_counter() - t0) * 1000
+            assert vec is not None
+            flt = _pushdown(q, with_where=True)
+            assert flt is not None
+            k = int(next(s for s in plan.steps if s.name == "vector.search").detail["limit"])
+            with timed("qdrant.search(top K)"):
+                hits = self.env.vectors.search(vec, flt, k, model_id=self.env.model_id)
+            with timed("neo4j.near_entities"):
+                near = self.env.graph.near_entities(self._traversal(q))
+            with timed("neo4j.verify"):
+                self.env.graph.connected(self._traversal(q), [h.id for h in hits], near=near)
+        if graph_first:
             with timed("neo4j.traverse"):
                 ids = self.env.graph.traverse(self._traversal(q))
         if q.combine == "or":
@@ -608,12 +634,12 @@ class Methods:
             if ids:
                 with timed("postgres.filter"):
                     self.env.engine.rel.filter(q, ids=ids, limit=depth, with_where=False)
-        elif vec is not None:
+        elif vec is not None and (graph_first or q.graph is None):
             flt = _pushdown(q, with_where=True, ids=ids)
             assert flt is not None
             with timed("qdrant.search"):
                 self.env.vectors.search(vec, flt, depth, model_id=self.env.model_id)
-        else:
+        elif vec is None:
             with timed("postgres.filter"):
                 self.env.engine.rel.filter(q, ids=ids, limit=q.limit)
         top = [i for i, _ in answer]
@@ -654,7 +680,7 @@ def pct(values: Sequence[float], p: float) -> float:
 
 @dataclass(slots=True)
 class ShapeResult:
-    times: dict[str, list[float]] = field(default_factory=lambda: {"a": [], "b": [], "c": [], "d": []})
+    times: dict[str, list[float]] = field(default_factory=lambda: {"a": [], "b": [], "c": [], "d": [], "d'": []})
     steps: dict[str, list[float]] = field(default_factory=dict)
     floors: dict[str, int] = field(default_factory=dict)  # which sub-query was the slowest
     agree_b: int = 0
@@ -689,8 +715,11 @@ def run_shape(m: Methods, queries: Sequence[MemoryQuery], *, warmup: int = 2) ->
                 r.times[key].append(ms)
         for name, ms in steps.items():
             r.steps.setdefault(name, []).append(ms)
-        fl = m.floor(q, out["a"])
+        assert m.last_plan is not None
+        fl = m.floor(q, out["a"], m.last_plan)
         r.times["d"].append(fl.ms)
+        if fl.fanout_ms is not None:
+            r.times["d'"].append(max(fl.fanout_ms, fl.ms))
         r.floors[fl.slowest] = r.floors.get(fl.slowest, 0) + 1
         r.hits.append(len(out["a"]))
         if q.combine == "and":
@@ -729,6 +758,16 @@ def report(results: dict[str, ShapeResult], *, out: Callable[[str], None] = prin
             f"{shape:<32} {cell('a', 15)} {cell('b', 15)} {cell('c', 17)} {cell('d', 15)}"
             f" {a / d:>5.2f} {b / a:>5.2f} {c_ratio}  {agree:<10} {floors}"
         )
+    fanout = {shape: r.times["d'"] for shape, r in results.items() if r.times["d'"]}
+    if fanout:
+        out(
+            "\n(d') where the engine's plan skipped a sub-query a parallel fan-out needs (vector-first: the full"
+            " traversal), the slowest of those sub-queries run alone:"
+        )
+        for shape, values in fanout.items():
+            a = pct(results[shape].times["a"], 0.5)
+            d2 = pct(values, 0.5)
+            out(f"  {shape:<32} d' p50 {d2:.1f} ms / p95 {pct(values, 0.95):.0f} ms; a/d' {a / d2:.2f}")
     out("\n(a) per-step p50 ms (engine explain):")
     for shape, r in results.items():
         parts = ", ".join(f"{k} {pct(v, 0.5):.1f}" for k, v in r.steps.items())

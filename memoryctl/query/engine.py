@@ -378,8 +378,14 @@ class QueryEngine:
         """
         if not self.probe_min_fanout:
             return None
+        assert q.graph is not None
+        if q.graph.hops != 1 or q.agent_id is None:
+            # Beyond one hop, checking a candidate means walking from dense intermediate nodes
+            # (an author's other memories): no cheaper than the traversal. The degree estimate is a
+            # one-hop figure too.
+            return None
         store = self._graph()
-        if store is None or q.agent_id is None or not getattr(store, "cheap_membership", False):
+        if store is None or not getattr(store, "cheap_membership", False):
             return None
         traversal = self._traversal(q)
         detail = self._graph_detail(q)
@@ -395,15 +401,29 @@ class QueryEngine:
         k = max(4 * depth, math.ceil(depth * max(scope, 1) / fan * PROBE_SAFETY))
         if scope <= 0 or k > self.probe_max_k:
             return None
+        # The start's one-hop entity neighbours do not depend on the candidates: fetched while the
+        # vector search runs, so the verification below is one round trip over the candidates.
+        near_step = Step("graph.near_entities", store.name, {**detail, "parallel_with": "vector.search"})
+        steps.append(near_step)
+        t_near = time.perf_counter()
+        near_pending = self.guard.start(store.name, lambda: store.near_entities(traversal))
         ranked = self._vector_or_fulltext(q, steps, degraded, notes, ids=None, with_where=True, depth=k)
         candidates = [i for i, _ in ranked]
         try:
+            try:
+                near = near_pending.wait()
+            except MemoryctlError as exc:
+                near_step.status, near_step.error = "failed", exc.message
+                raise
+            finally:
+                near_step.ms = round((time.perf_counter() - t_near) * 1000, 2)
+            near_step.rows_out = None if near is None else len(near)
             connected = self._step(
                 steps,
                 "graph.verify",
                 store.name,
                 {**detail, "candidates": len(candidates)},
-                lambda: store.connected(traversal, candidates),
+                lambda: store.connected(traversal, candidates, near=near),
             )
         except MemoryctlError as exc:
             notes.append(f"vector-first: verification failed ({exc.message}); graph-first instead")

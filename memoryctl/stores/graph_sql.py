@@ -488,7 +488,12 @@ class SqlGraphStore:
 
         return cast(int, self._run(work))
 
-    def connected(self, query: GraphTraversal, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    def near_entities(self, query: GraphTraversal) -> frozenset[str] | None:
+        return None  # connected() does not use it here
+
+    def connected(
+        self, query: GraphTraversal, ids: Sequence[uuid.UUID], *, near: frozenset[str] | None = None
+    ) -> set[uuid.UUID]:
         """Here by intersection with the full traversal: correct, not cheap (a recursive CTE walks
         forward from the start anyway). The planner asks ``fanout`` first and this store's
         ``cheap_membership`` is False, so the engine keeps the graph-first plan on it."""

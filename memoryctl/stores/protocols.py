@@ -230,7 +230,7 @@ class GraphRecord:
 @runtime_checkable
 class GraphStore(Protocol):
     name: str  # "neo4j" in reports, whichever implementation
-    cheap_membership: bool  # connected() costs per candidate, not per reachable memory
+    cheap_membership: bool  # connected() at one hop costs per candidate, not per reachable memory
 
     def ensure_schema(self) -> None: ...
 
@@ -258,12 +258,22 @@ class GraphStore(Protocol):
         """
         ...
 
-    def connected(self, query: GraphTraversal, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    def near_entities(self, query: GraphTraversal) -> frozenset[str] | None:
+        """Opaque handles of the entities one hop from the start (None: not offered for this query).
+
+        Independent of any candidate, so the engine fetches it while the vector search runs and
+        hands it to ``connected``, which then needs no second expansion of a dense start entity.
+        """
+        ...
+
+    def connected(
+        self, query: GraphTraversal, ids: Sequence[uuid.UUID], *, near: frozenset[str] | None = None
+    ) -> set[uuid.UUID]:
         """The subset of ``ids`` that ``traverse(query)`` returns (``query.limit`` ignored).
 
         Answers "are these few memories reachable?" without enumerating everything reachable: the
         vector-first plan checks a few hundred candidates against a start entity with tens of
-        thousands of memories.
+        thousands of memories. ``near``: what ``near_entities(query)`` returned, if already known.
         """
         ...
 

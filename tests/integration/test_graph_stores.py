@@ -382,6 +382,9 @@ def test_connected_is_traverse_restricted_to_candidates(ctx: Ctx) -> None:
         reached = set(s.traverse(q))
         assert s.connected(q, everyone) == reached, q
         assert s.connected(q, everyone[::2]) == reached & set(everyone[::2]), q
+        near = s.near_entities(q)  # fetched ahead by the engine; the same answer with it
+        assert near is None or q.hops == 1
+        assert s.connected(q, everyone, near=near) == reached, q
     assert s.connected(cases[0], []) == set()
     assert m[6] not in s.connected(trav(w, w.alice, hops=3), [m[6]])  # soft-deleted
     s.set_deleted([m[1]])
@@ -745,6 +748,8 @@ def test_random_graphs_same_answers_on_both_engines(
             # The vector-first plan's membership check must agree with the traversal, on any subset.
             subset = rnd.sample(mids, 15)
             assert neo_store.connected(query, subset) == set(got_neo) & set(subset), query
+            near = neo_store.near_entities(query)
+            assert neo_store.connected(query, subset, near=near) == set(got_neo) & set(subset), query
             assert sql_store.connected(query, subset) == set(got_sql) & set(subset), query
             assert neo_store.fanout(query) == sql_store.fanout(query), query
             checked += bool(got_sql)
