@@ -149,13 +149,17 @@ RETURN CASE WHEN along > mentioned THEN along ELSE mentioned END AS n
 #     the rest the entities they mention;
 #   _NEAR_ENTITIES_1: one expansion of s (its degree, ~70 ms at 20k) keeping those entities only.
 # More hops: the general form below, expanding from the candidate (and mentioned entity) side.
-_CONNECTED_1 = """
+# The start entity and the live candidates of this agent: the head of both forms below.
+_CANDIDATES = """
 MATCH (s:Entity {key: $start})
 WHERE s.agent_id IS NOT NULL AND ($agent IS NULL OR s.agent_id = $agent)
 UNWIND $ids AS mid
 MATCH (m:Memory {id: mid})
 WHERE m.agent_id IS NOT NULL AND ($agent IS NULL OR m.agent_id = $agent) AND NOT coalesce(m.deleted, false)
-WITH s, m, EXISTS { MATCH (m)-[:MENTIONS]->(s) } OR EXISTS { MATCH (s)%(left)s[:%(types)s]%(right)s(m) } AS direct
+"""
+_CONNECTED_1 = _CANDIDATES + """
+WITH s, m,
+     EXISTS { MATCH (m)-[:MENTIONS]->(s) } OR EXISTS { MATCH (s)%(left)s[:%(types)s]%(right)s(m) } AS direct
 OPTIONAL MATCH (m)-[:MENTIONS]->(n:Entity)
 WHERE NOT direct AND n <> s AND n.agent_id IS NOT NULL AND ($agent IS NULL OR n.agent_id = $agent)
 WITH m, direct, collect(elementId(n)) AS via
@@ -169,13 +173,7 @@ MATCH (s)%(left)s[:%(types)s]%(right)s(x:Entity)
 WHERE ($eids IS NULL OR elementId(x) IN $eids) AND x.agent_id IS NOT NULL AND ($agent IS NULL OR x.agent_id = $agent)
 RETURN collect(DISTINCT elementId(x)) AS near
 """
-_CONNECTED = """
-MATCH (s:Entity {key: $start})
-WHERE s.agent_id IS NOT NULL AND ($agent IS NULL OR s.agent_id = $agent)
-UNWIND $ids AS mid
-MATCH (m:Memory {id: mid})
-WHERE m.agent_id IS NOT NULL AND ($agent IS NULL OR m.agent_id = $agent) AND NOT coalesce(m.deleted, false)
-  AND (EXISTS { MATCH (m)-[:MENTIONS]->(s) }
+_CONNECTED = _CANDIDATES + """  AND (EXISTS { MATCH (m)-[:MENTIONS]->(s) }
     OR EXISTS { MATCH p = (m)%(rleft)s[:%(types)s*1..%(hops)d]%(rright)s(s) WHERE all(x IN nodes(p) WHERE %(node_ok)s) }
     OR EXISTS {
       MATCH (m)-[:MENTIONS]->(n:Entity)
