@@ -97,6 +97,7 @@ KIND_WEIGHTS = (0.45, 0.25, 0.15, 0.1, 0.05)
 DAYS = 90
 LIMIT = 10
 NAIVE_K = 1000
+INDEXED_METADATA = {"sentiment": "number", "severity": "number"}
 _SYLLABLES = "ka lo mi nu re sa ti vo be da fe gi ho ju ku la me ni po ru si to va we xi yo zu".split()
 AND_SHAPES = ("graph+vector+time (hi fan-out)", "graph+vector (lo fan-out)", "relational+vector")
 SHAPES = (*AND_SHAPES, "or (text | entity)", "graph only", "time only")
@@ -286,9 +287,12 @@ def open_env(pg_dsn: str, neo4j_uri: str, neo4j_password: str | None, vec_dir: P
         neo4j={"uri": neo4j_uri, "password": neo4j_password or None, "timeout_s": timeout_s},
         embedder={"kind": "hash"},
         query={"store_timeout_s": timeout_s},
+        # The metadata keys the relational+vector queries filter on, indexed as an operator would
+        # (README, [qdrant] indexed_metadata); added to an existing collection on --reuse.
+        qdrant={"indexed_metadata": INDEXED_METADATA},
     )
     stack = Stack(settings)
-    vectors = EdgeVectorStore(vec_dir)
+    vectors = EdgeVectorStore(vec_dir, meta_indexes=settings.qdrant.indexed_metadata)
     vectors.ensure_collection(stack.embedder.info)
     graph = Neo4jGraphStore(settings.neo4j)
     graph.ensure_schema()

@@ -44,7 +44,7 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -67,7 +67,6 @@ from memoryctl.stores.protocols import (
 from memoryctl.stores.vector_qdrant import (
     DEFAULT_ID_CHUNK,
     HIT_FIELDS,
-    PAYLOAD_SCHEMA,
     RECORD_FIELDS,
     STORE,
     Distance,
@@ -76,6 +75,7 @@ from memoryctl.stores.vector_qdrant import (
     collection_name,
     empty_selection,
     hit_from,
+    index_fields,
     is_number,
     iso,
     merge_hits,
@@ -231,6 +231,8 @@ def _index_schema(kind: str, is_tenant: bool, hnsw: bool) -> Any:
         return qe.KeywordIndexParams(is_tenant=is_tenant or None, enable_hnsw=hnsw)
     if kind == "datetime":
         return qe.DatetimeIndexParams(enable_hnsw=hnsw)
+    if kind == "number":
+        return qe.FloatIndexParams()
     return qe.BoolIndexParams(enable_hnsw=hnsw)
 
 
@@ -265,6 +267,7 @@ class EdgeVectorStore:
         id_chunk_size: int = DEFAULT_ID_CHUNK,
         exact_below: int = DEFAULT_EXACT_BELOW,
         hnsw_ef: int = DEFAULT_HNSW_EF,
+        meta_indexes: Mapping[str, str] | None = None,
     ) -> None:
         if id_chunk_size < 1:
             raise InputError("id_chunk_size must be >= 1")
@@ -273,6 +276,7 @@ class EdgeVectorStore:
         self.id_chunk_size = id_chunk_size
         self.exact_below = exact_below
         self.hnsw_ef = hnsw_ef
+        self.index_fields = index_fields(meta_indexes or {})
         self._rw = _RWLock()
         self._shards: dict[str, qe.EdgeShard] = {}
         self._models: dict[str, EmbeddingModelInfo] = {}
@@ -305,7 +309,12 @@ class EdgeVectorStore:
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: Any) -> EdgeVectorStore:
         """From ``memoryctl.config.Settings``: the shards live under ``settings.vectors_dir``."""
-        return cls(settings.vectors_dir, collection_prefix=settings.qdrant.collection_prefix, **kwargs)
+        return cls(
+            settings.vectors_dir,
+            collection_prefix=settings.qdrant.collection_prefix,
+            meta_indexes=settings.qdrant.indexed_metadata,
+            **kwargs,
+        )
 
     # ---------------------------------------------------------------------------------- plumbing
 
@@ -446,10 +455,9 @@ class EdgeVectorStore:
             os.rename(tmp, self._dir(name))
             self._models[name] = model
 
-    @staticmethod
-    def _ensure_indexes(shard: qe.EdgeShard) -> None:
+    def _ensure_indexes(self, shard: qe.EdgeShard) -> None:
         present = set(shard.info().payload_schema)
-        for field, kind, tenant, hnsw in PAYLOAD_SCHEMA:
+        for field, kind, tenant, hnsw in self.index_fields:
             if field not in present:
                 shard.update(qe.UpdateOperation.create_field_index(field, _index_schema(kind, tenant, hnsw)))
 
@@ -600,11 +608,13 @@ class EdgeVectorStore:
     def _params(self, shard: qe.EdgeShard, flt: VectorFilter) -> qe.SearchParams:
         """Exact below ``exact_below`` points, and always when a metadata condition filters.
 
-        Metadata (``meta.*``) has no payload index, so HNSW must check it while it walks the graph
-        and misses neighbours behind points the filter rejects: at 100k points (benchmarks/query.py)
-        ``kind = note AND sentiment > 0.4`` returned the exact top-10 in 7 queries of 10, recall@10
-        0.72-0.85 at ef=512 (ACORN: 1.00 but 2-3x slower than exact). Exact is right and costs
-        ~140-240 ms there on a loaded 2-core machine (~10 ms if those keys were indexed).
+        HNSW must check a metadata condition while it walks the graph and misses neighbours behind
+        points the filter rejects: at 100k points (benchmarks/query.py) ``kind = note AND
+        sentiment > 0.4`` returned the exact top-10 in 7 queries of 10, recall@10 0.72-0.85 at
+        ef=512 (ACORN: 1.00 but 2-3x slower than exact), and recall@30 0.59 with the key indexed.
+        Exact is right; its cost is the filter's: ~130 ms there when every point's payload is read,
+        ~10 ms when the key has a payload index (``[qdrant] indexed_metadata``) and the matching
+        points are enumerated from it.
         """
         if flt.meta or shard.info().points_count < self.exact_below:
             return qe.SearchParams(exact=True)

@@ -45,7 +45,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
@@ -89,6 +89,17 @@ PAYLOAD_SCHEMA: tuple[tuple[str, str, bool, bool], ...] = (
     ("deleted", "bool", False, False),
     ("content_hash", "keyword", False, False),
 )
+
+
+
+def index_fields(meta_indexes: Mapping[str, str]) -> tuple[tuple[str, str, bool, bool], ...]:
+    """PAYLOAD_SCHEMA plus the configured metadata indexes (``[qdrant] indexed_metadata``)."""
+    extra = tuple((meta_key(k), kind, False, kind != "number") for k, kind in sorted(meta_indexes.items()))
+    for _, kind, _, _ in extra:
+        if kind not in ("number", "keyword", "bool"):
+            raise InputError(f"metadata index type {kind!r} is not number, keyword or bool")
+    return PAYLOAD_SCHEMA + extra
+
 
 # --------------------------------------------------------------------------------------------------
 # Helpers shared with the Edge store (pure functions, no client types).
@@ -273,6 +284,8 @@ def _schema(kind: str, is_tenant: bool, hnsw: bool) -> qm.PayloadSchemaParams:
         return qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=is_tenant or None, enable_hnsw=hnsw)
     if kind == "datetime":
         return qm.DatetimeIndexParams(type=qm.DatetimeIndexType.DATETIME, enable_hnsw=hnsw)
+    if kind == "number":
+        return qm.FloatIndexParams(type=qm.FloatIndexType.FLOAT)
     return qm.BoolIndexParams(type=qm.BoolIndexType.BOOL, enable_hnsw=hnsw)
 
 
@@ -323,6 +336,7 @@ class QdrantVectorStore:
         collection_prefix: str = "memories",
         id_chunk_size: int = DEFAULT_ID_CHUNK,
         alias_cache_s: float = 5.0,
+        meta_indexes: Mapping[str, str] | None = None,
     ) -> None:
         """``url`` = a server; else ``path`` (local mode on disk) or ``:memory:`` / None (in memory).
 
@@ -335,6 +349,7 @@ class QdrantVectorStore:
             raise InputError("id_chunk_size must be >= 1")
         self.alias = alias
         self.prefix = collection_prefix
+        self.index_fields = index_fields(meta_indexes or {})
         self.id_chunk_size = id_chunk_size
         self.alias_cache_s = alias_cache_s
         self.local = url is None
@@ -368,6 +383,7 @@ class QdrantVectorStore:
             timeout_s=settings.timeout_s,
             alias=settings.alias,
             collection_prefix=settings.collection_prefix,
+            meta_indexes=settings.indexed_metadata,
             **kwargs,
         )
 
@@ -510,7 +526,7 @@ class QdrantVectorStore:
         present = set(self.client.get_collection(name).payload_schema or {})
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # local mode warns that indexes have no effect there
-            for field, kind, tenant, hnsw in PAYLOAD_SCHEMA:
+            for field, kind, tenant, hnsw in self.index_fields:
                 if field not in present:
                     self.client.create_payload_index(name, field, field_schema=_schema(kind, tenant, hnsw), wait=True)
 

@@ -335,6 +335,31 @@ def test_filters_match_a_brute_force_evaluation(store: VectorStore) -> None:
         assert got == {p.id for p in pts if pred(p)}, label
 
 
+def test_metadata_indexes_change_speed_not_answers(factory: Callable[..., VectorStore]) -> None:
+    """``[qdrant] indexed_metadata``: the same brute-force answers with the keys indexed."""
+    indexes = {"priority": "number", "score": "number", "label": "keyword", "flag": "bool"}
+    store = factory(meta_indexes=indexes)
+    store.ensure_collection(MODEL_A)
+    if isinstance(store, EdgeVectorStore):
+        schema = store.payload_schema()
+        assert {k: schema[k] for k in schema if k.startswith("meta.")} == {
+            "meta.priority": "float",
+            "meta.score": "float",
+            "meta.label": "keyword",
+            "meta.flag": "bool",
+        }
+    pts = dataset()
+    store.upsert(pts)
+    q = query_vec()
+    for label, flt, pred in FILTER_CASES:
+        got = ids_of(store.search(q, flt, 100, model_id=MODEL_A.model_id))
+        assert got == {p.id for p in pts if pred(p)}, label
+    with pytest.raises(InputError):
+        factory(meta_indexes={"bad key": "number"})
+    with pytest.raises(InputError):
+        factory(meta_indexes={"fine": "vector"})
+
+
 def test_unsafe_meta_filters_are_input_errors(store: VectorStore) -> None:
     store.ensure_collection(MODEL_A)
     store.upsert(dataset(3))
