@@ -325,14 +325,19 @@ FILTER_CASES: list[tuple[str, VectorFilter, Callable[[VectorPoint], bool]]] = [
 ]
 
 
-def test_filters_match_a_brute_force_evaluation(store: VectorStore) -> None:
-    store.ensure_collection(MODEL_A)
+def assert_filter_cases(store: VectorStore) -> None:
+    """Every FILTER_CASES filter returns exactly the points its predicate accepts."""
     pts = dataset()
     store.upsert(pts)
     q = query_vec()
     for label, flt, pred in FILTER_CASES:
         got = ids_of(store.search(q, flt, 100, model_id=MODEL_A.model_id))
         assert got == {p.id for p in pts if pred(p)}, label
+
+
+def test_filters_match_a_brute_force_evaluation(store: VectorStore) -> None:
+    store.ensure_collection(MODEL_A)
+    assert_filter_cases(store)
 
 
 def test_metadata_indexes_change_speed_not_answers(factory: Callable[..., VectorStore]) -> None:
@@ -348,12 +353,7 @@ def test_metadata_indexes_change_speed_not_answers(factory: Callable[..., Vector
             "meta.label": "keyword",
             "meta.flag": "bool",
         }
-    pts = dataset()
-    store.upsert(pts)
-    q = query_vec()
-    for label, flt, pred in FILTER_CASES:
-        got = ids_of(store.search(q, flt, 100, model_id=MODEL_A.model_id))
-        assert got == {p.id for p in pts if pred(p)}, label
+    assert_filter_cases(store)
     with pytest.raises(InputError):
         factory(meta_indexes={"bad key": "number"})
     with pytest.raises(InputError):
