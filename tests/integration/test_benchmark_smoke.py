@@ -66,5 +66,19 @@ def test_every_method_answers_the_same(bench: ModuleType, loaded: tuple[Any, Any
                     assert bench.same_ranking(unified, one), (shape, unified, one)
             else:  # OR: both fuse the same legs with RRF; the fused top should overlap
                 assert {i for i, _ in unified} & {i for i, _ in naive}, shape
-            floor = methods.floor(q, unified)
+            floor = methods.floor(q, unified, methods.last_plan)
             assert floor.parts and floor.ms > 0
+
+    # The vector-first plan (its fan-out threshold lowered to this small graph) must give the same
+    # answers, and the benchmark's floors must follow it.
+    saved = env.engine.probe_min_fanout
+    env.engine.probe_min_fanout = 10
+    try:
+        for q in queries[bench.SHAPES[0]]:
+            unified, steps = methods.unified(q)
+            assert "graph.verify" in steps, methods.last_plan.plan
+            assert bench.same_ranking(unified, methods.naive(q)), (unified, methods.naive(q))
+            floor = methods.floor(q, unified, methods.last_plan)
+            assert "neo4j.verify" in floor.parts and floor.fanout_ms is not None and floor.fanout_ms > 0
+    finally:
+        env.engine.probe_min_fanout = saved
