@@ -626,9 +626,12 @@ class Methods:
                 near = self.env.graph.near_entities(self._traversal(q))
             with timed("neo4j.verify"):
                 self.env.graph.connected(self._traversal(q), [h.id for h in hits], near=near)
+        pushed = plan.plan.startswith("graph(time pushed down")  # graph only: newest first in the graph
         if graph_first:
             with timed("neo4j.traverse"):
-                ids = self.env.graph.traverse(self._traversal(q))
+                ids = self.env.graph.traverse(
+                    QueryEngine._traversal(q, newest_first=True) if pushed else self._traversal(q)
+                )
         if q.combine == "or":
             assert vec is not None
             flt = _pushdown(q, with_where=False)
@@ -643,7 +646,7 @@ class Methods:
             assert flt is not None
             with timed("qdrant.search"):
                 self.env.vectors.search(vec, flt, depth, model_id=self.env.model_id)
-        elif vec is None:
+        elif vec is None and not pushed:
             with timed("postgres.filter"):
                 self.env.engine.rel.filter(q, ids=ids, limit=q.limit)
         top = [i for i, _ in answer]

@@ -13,7 +13,9 @@ Plan shapes (see the README's "Query engine" section):
 - ``and`` + text without graph: one vector search with that pushdown → hydrate from PostgreSQL.
   Nothing is pulled up to be filtered in Python; PostgreSQL is asked only for what the payload
   does not hold (nothing, today: kind, agent_id, created_at and scalar metadata are all replicated).
-- ``and`` without text: graph → ids → PostgreSQL filter, or PostgreSQL alone; newest first.
+- ``and`` without text: graph only → the graph store applies the time range, orders newest first
+  and cuts (PostgreSQL hydrates); with where clauses graph → ids → PostgreSQL filter; without a
+  graph, PostgreSQL alone. Newest first.
 - ``or``: every leg (vector, graph, where) runs in parallel, results fused with RRF.
 - Time decay multiplies the final score; ``threshold`` is a floor on cosine similarity in the
   vector leg (the only score with an absolute meaning).
@@ -274,11 +276,18 @@ class QueryEngine:
             probed = self._probe(q, steps, degraded, notes)
             if probed is not None:
                 return probed
-        if q.graph is not None:
+        if q.graph is not None and not q.has_vector_leg and not q.where:
+            # Graph only: the graph filters by time, orders newest first and cuts; PostgreSQL only
+            # hydrates. (Its fallback, mentions in PostgreSQL, still goes through the filter below.)
+            ids = self._graph_ids(q, steps, degraded, notes, newest_first=True)
+            if self.graph_name not in degraded:
+                return "graph(time pushed down, newest first)", [(i, {"graph": 1.0}) for i in ids]
+            shape.append("graph")
+        elif q.graph is not None:
             shape.append("graph")
             ids = self._graph_ids(q, steps, degraded, notes)
-            if not ids:
-                return "graph → (no candidates)", []
+        if q.graph is not None and not ids:
+            return "graph → (no candidates)", []
         if q.has_vector_leg:
             shape.append("vector(pushdown: " + ", ".join(self._pushed(q, ids)) + ")")
             ranked = self._vector_or_fulltext(q, steps, degraded, notes, ids=ids, with_where=True)
@@ -461,7 +470,8 @@ class QueryEngine:
 
     # ---- legs ---------------------------------------------------------------------------------
     @staticmethod
-    def _traversal(q: MemoryQuery, limit: int | None = GRAPH_CANDIDATE_CAP) -> GraphTraversal:
+    def _traversal(q: MemoryQuery, *, newest_first: bool = False) -> GraphTraversal:
+        """Nearest first with the candidate cap, or (graph only) the query's window newest first."""
         assert q.graph is not None
         g = q.graph
         return GraphTraversal(
@@ -470,7 +480,10 @@ class QueryEngine:
             relation_types=g.via,
             hops=g.hops,
             direction=g.direction,
-            limit=limit,
+            limit=q.limit * OVERFETCH + 10 if newest_first else GRAPH_CANDIDATE_CAP,
+            created_from=q.since if newest_first else None,
+            created_to=q.until if newest_first else None,
+            newest_first=newest_first,
         )
 
     @staticmethod
@@ -479,11 +492,15 @@ class QueryEngine:
         g = q.graph
         return {"start": g.entity.as_dict(), "via": list(g.via), "hops": g.hops, "direction": g.direction}
 
-    def _graph_ids(self, q: MemoryQuery, steps: list[Step], degraded: list[str], notes: list[str]) -> list[uuid.UUID]:
+    def _graph_ids(
+        self, q: MemoryQuery, steps: list[Step], degraded: list[str], notes: list[str], *, newest_first: bool = False
+    ) -> list[uuid.UUID]:
         assert q.graph is not None
         g = q.graph
-        traversal = self._traversal(q)
+        traversal = self._traversal(q, newest_first=newest_first)
         detail = self._graph_detail(q)
+        if newest_first:
+            detail.update(order="newest first", limit=traversal.limit, time_pushed=bool(q.since or q.until))
         try:
             if q.agent_id is None:
                 raise MemoryctlError("graph filters need an agent (entity keys are per agent)")

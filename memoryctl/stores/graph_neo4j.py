@@ -120,17 +120,20 @@ UNWIND found + [{n: s, d: 0}] AS r
 WITH r.n AS n, min(r.d) AS d
 CALL (n, d) {
   WITH n, d WHERE n:Memory
-  RETURN n.id AS id, d AS dist
+  RETURN n.id AS id, d AS dist, n.created_at AS ts
   UNION ALL
   MATCH (m:Memory)-[:MENTIONS]->(n:Entity)
   WHERE m.agent_id IS NOT NULL AND NOT coalesce(m.deleted, false) AND ($agent IS NULL OR m.agent_id = $agent)
-  RETURN m.id AS id, d + 1 AS dist
+  RETURN m.id AS id, d + 1 AS dist, m.created_at AS ts
 }
-WITH id, min(dist) AS dist
-ORDER BY dist, id
+WITH id, ts, min(dist) AS dist
+WHERE ($from IS NULL OR ts >= $from) AND ($to IS NULL OR ts < $to)
+ORDER BY %(order)s
 %(limit)s
 RETURN collect(id) AS ids
 """
+# Whitelisted orders (the only Cypher text a traversal chooses): nearest first, or newest first.
+_ORDER = {False: "dist, id", True: "ts DESC, id"}
 # Degree lookups only (COUNT of a one-relationship pattern is answered from the node's degree store);
 # see GraphStore.fanout for why the larger of the two and not their sum.
 _FANOUT = """
@@ -354,8 +357,18 @@ class Neo4jGraphStore:
     def traverse(self, query: GraphTraversal) -> list[uuid.UUID]:
         q = check_traversal(query)
         assert type(q.hops) is int and 1 <= q.hops <= 3
-        cypher = _TRAVERSE % {**self._fragments(q), "limit": "LIMIT $limit" if q.limit is not None else ""}
-        params = {"start": q.start_key, "agent": q.agent_id, "limit": q.limit}
+        cypher = _TRAVERSE % {
+            **self._fragments(q),
+            "limit": "LIMIT $limit" if q.limit is not None else "",
+            "order": _ORDER[q.newest_first],
+        }
+        params = {
+            "start": q.start_key,
+            "agent": q.agent_id,
+            "limit": q.limit,
+            "from": q.created_from,
+            "to": q.created_to,
+        }
 
         def work(tx: neo4j.ManagedTransaction) -> list[uuid.UUID]:
             # One record holding the ordered list, not one record per id: the Python driver costs

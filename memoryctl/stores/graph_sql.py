@@ -94,6 +94,9 @@ class CheckedTraversal:
     hops: int  # 1..MAX_HOPS
     direction: Direction
     limit: int | None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+    newest_first: bool = False
 
 
 def _check_text(value: Any, what: str, max_len: int = 2048) -> str:
@@ -194,8 +197,18 @@ def check_traversal(query: GraphTraversal) -> CheckedTraversal:
     if limit is not None and (type(limit) is not int or limit < 1):
         raise InputError(f"limit must be a positive integer, not {limit!r}")
     agent = validate_agent_id(query.agent_id) if query.agent_id is not None else None
+    if type(query.newest_first) is not bool:
+        raise InputError("newest_first is a boolean")
     return CheckedTraversal(
-        agent, _check_text(query.start_key, "start entity key"), types, hops, query.direction, limit
+        agent,
+        _check_text(query.start_key, "start entity key"),
+        types,
+        hops,
+        query.direction,
+        limit,
+        _aware(query.created_from) if query.created_from is not None else None,
+        _aware(query.created_to) if query.created_to is not None else None,
+        query.newest_first,
     )
 
 
@@ -275,17 +288,22 @@ walk(node, depth) AS (
 ),
 reached AS (SELECT node, min(depth) AS d FROM walk GROUP BY node),
 hits AS (
-    SELECT m.id, r.d FROM reached r JOIN {s}.graph_memories m ON m.id::text = r.node
+    SELECT m.id, m.created_at, r.d FROM reached r JOIN {s}.graph_memories m ON m.id::text = r.node
   UNION ALL
-    SELECT m.id, r.d + 1
+    SELECT m.id, m.created_at, r.d + 1
     FROM reached r
     JOIN {s}.graph_entities e ON e.key = r.node
     JOIN {s}.graph_edges g ON g.dst = r.node AND g.type = 'MENTIONS'
     JOIN {s}.graph_memories m ON m.id::text = g.src
     WHERE NOT m.deleted AND (%(agent)s::text IS NULL OR m.agent_id = %(agent)s)
 )
-SELECT id FROM hits GROUP BY id ORDER BY min(d), id
+SELECT id FROM hits
+WHERE (%(from)s::timestamptz IS NULL OR created_at >= %(from)s)
+  AND (%(to)s::timestamptz IS NULL OR created_at < %(to)s)
+GROUP BY id, created_at ORDER BY {order}
 """
+# Whitelisted orders (the only SQL text a traversal chooses): nearest first, or newest first.
+_ORDER = {False: "min(d), id", True: "created_at DESC, id"}
 
 
 class SqlGraphStore:
@@ -454,6 +472,7 @@ class SqlGraphStore:
         stmt = sql.SQL(text).format(
             s=sql.Identifier(self._schema),
             step=sql.SQL(_STEP[q.direction]).format(s=sql.Identifier(self._schema)),
+            order=sql.SQL(_ORDER[q.newest_first]),
         )
         params = {
             "start": q.start_key,
@@ -461,6 +480,8 @@ class SqlGraphStore:
             "hops": q.hops,
             "types": list(q.relation_types),
             "limit": q.limit,
+            "from": q.created_from,
+            "to": q.created_to,
         }
 
         def work(cur: psycopg.Cursor[Any]) -> list[uuid.UUID]:

@@ -218,6 +218,11 @@ class GraphTraversal:
     hops: int = 1
     direction: Direction = "both"
     limit: int | None = None
+    # Restrict the memories returned (not the path) to [created_from, created_to), and order them
+    # newest first instead of nearest first: a graph-only query then needs no other store.
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+    newest_first: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,7 +274,7 @@ class GraphStore(Protocol):
     def connected(
         self, query: GraphTraversal, ids: Sequence[uuid.UUID], *, near: frozenset[str] | None = None
     ) -> set[uuid.UUID]:
-        """The subset of ``ids`` that ``traverse(query)`` returns (``query.limit`` ignored).
+        """The subset of ``ids`` that ``traverse(query)`` reaches (its limit, window and order ignored).
 
         Answers "are these few memories reachable?" without enumerating everything reachable: the
         vector-first plan checks a few hundred candidates against a start entity with tens of

@@ -10,11 +10,12 @@ its own agent-id prefix and removes only its own nodes afterwards.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import neo4j
@@ -191,11 +192,12 @@ def mem(
     mentions: Sequence[GraphEntity],
     edges: Sequence[GraphEdge] = (),
     deleted: bool = False,
+    created_at: datetime = datetime(2026, 11, 29, 10, 0, tzinfo=UTC),
 ) -> GraphMemory:
     return GraphMemory(
         id=mid,
         agent_id=agent,
-        created_at=datetime(2026, 11, 29, 10, 0, tzinfo=UTC),
+        created_at=created_at,
         deleted=deleted,
         entities=list(entities),
         mentions=[e.key for e in mentions],
@@ -719,7 +721,8 @@ def test_random_graphs_same_answers_on_both_engines(
         for e in ents[a] + ents[agents[0]] + ents[agents[1]]:
             if any(e.key in (str(x.source), str(x.target)) for x in edges):
                 touched[e.key] = e
-        items.append(mem(m, a, list(touched.values()), mentions, edges, deleted=rnd.random() < 0.15))
+        when = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=rnd.randint(0, 24 * 60))
+        items.append(mem(m, a, list(touched.values()), mentions, edges, deleted=rnd.random() < 0.15, created_at=when))
 
     schema = f"gtest_{uuid.uuid4().hex[:12]}"
     sql_store = SqlGraphStore(graph_pg_pool, schema=schema, timeout_s=20.0)
@@ -752,6 +755,18 @@ def test_random_graphs_same_answers_on_both_engines(
             assert neo_store.connected(query, subset, near=near) == set(got_neo) & set(subset), query
             assert sql_store.connected(query, subset) == set(got_sql) & set(subset), query
             assert neo_store.fanout(query) == sql_store.fanout(query), query
+            # Graph-only queries: a time window and newest first, computed by the graph store.
+            lo = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=rnd.randint(0, 30))
+            windowed = dataclasses.replace(
+                query, created_from=lo, created_to=lo + timedelta(days=rnd.randint(1, 40)), newest_first=True, limit=7
+            )
+            when = {it.id: it.created_at for it in items}
+            expected = sorted(
+                (i for i in got_sql if windowed.created_from <= when[i] < windowed.created_to),  # type: ignore[operator]
+                key=lambda i: (-when[i].timestamp(), str(i)),
+            )[:7]
+            assert sql_store.traverse(windowed) == expected, windowed
+            assert neo_store.traverse(windowed) == expected, windowed
             checked += bool(got_sql)
         assert checked >= 10  # the random queries did reach memories
         assert sql_store.relationships(mids) == neo_store.relationships(mids)

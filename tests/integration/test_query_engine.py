@@ -208,6 +208,20 @@ def test_graph_only_hops_and_types(world: tuple[MemoryClient, dict[str, Memory]]
     outgoing = client.query(MemoryQuery(agent_id="a1", graph=GraphFilter(PHOENIX, hops=2, direction="out")))
     assert names(data, outgoing) == ["m7"]  # every edge points at Phoenix, none away from it
     assert {s.store for s in two.steps} == {"neo4j", "postgres"}
+    # The graph store filters by time, orders newest first and cuts; PostgreSQL only hydrates.
+    assert two.plan == "graph(time pushed down, newest first)"
+    assert [st.name for st in two.steps if st.store == "postgres"] == ["postgres.hydrate"]
+    around = GraphFilter(PHOENIX, hops=2)
+    recent = client.query(MemoryQuery(agent_id="a1", graph=around, since=NOW - timedelta(hours=40)))
+    assert names(data, recent) == ["m6", "m7"]  # m10 is 50 hours old
+    newest = client.query(MemoryQuery(agent_id="a1", graph=around, limit=1))
+    assert names(data, newest) == ["m6"]
+    traverse = next(st for st in newest.steps if st.name == "graph.traverse")
+    assert traverse.detail["order"] == "newest first" and traverse.detail["limit"] == 12
+    # A where clause the graph cannot answer: traversal, then PostgreSQL filters.
+    notes = client.query(MemoryQuery(agent_id="a1", graph=around, where=[Where.parse("kind = note")]))
+    assert names(data, notes) == ["m10"]
+    assert "postgres.filter" in [st.name for st in notes.steps]
 
 
 def test_time_only(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
