@@ -20,8 +20,10 @@ relationships, except (d), which is a floor):
     to the agent only (K doubles until enough survive), the Neo4j traversal's full id list, all
     candidate rows from PostgreSQL with the time/where filter, intersect and sort in Python;
 (c) ``ids-1-filter``: traverse, then ONE vector search whose filter carries every id (unchunked);
-(d) ``floor``: each single-store sub-query the unified plan needs, run alone; the slowest of them
-    per query. A plan that calls stores one after another cannot beat it.
+(d) ``floor``: each single-store sub-query of the plan the engine chose, run alone; the slowest of
+    them per query. A plan that calls stores one after another cannot beat it.
+(d') where that plan skipped a sub-query a parallel fan-out over the stores needs (vector-first
+    skips the full traversal), the slowest of those sub-queries: the limit a fan-out cannot beat.
 
 Usage::
 
@@ -31,25 +33,30 @@ Usage::
 The shared test Neo4j is wiped by every integration test run; for the 100k run point the
 benchmark at a private server (``MEMORYCTL_BENCH_NEO4J_URI`` / ``_PASSWORD``), e.g.
 ``NEO4J_PORT=57931 NEO4J_STATE=.services/neo4j-bench NEO4J_HEAP=1500m NEO4J_PAGECACHE_MB=512
-scripts/neo4j-server start``. The benchmark only ever deletes the nodes of its own agents.
+NEO4J_JIT=full scripts/neo4j-server start``. The benchmark only ever deletes the nodes of its own
+agents.
 
-Measured 2026-11-29 (n=100,000, 10 queries per shape, 2 cores shared with other test runs, load
-average 2.6-4.5; Neo4j 5.26 with the test server's C1-only JIT, 1.5 GB heap), p50 ms:
+Measured 2026-11-30 (n=100,000, 20 queries per shape, --reuse, quiet 2-core machine, load average
+~1.1; Neo4j 5.26 with the default JIT, 1.5 GB heap), p50 ms:
 
     shape                      (a) unified  (b) naive  (c) 1 filter  (d) floor  a/d   b/a   c/a
-    graph+vector+time (hi)          1664       2975        1628        1357    1.23  1.79  0.98
-    graph+vector (lo)                 85       3390          92          23    3.80  39.7  1.08
-    relational+vector                300        152          -          209    1.44  0.51   -
-    or (text | entity)                76         70          -           26    2.90  0.92   -
-    graph only                       477       2046          -          251    1.90  4.28   -
-    time only                         34        353          -           22    1.57  10.3   -
+    graph+vector+time (hi)           119       1623         929          39    3.10  13.6  7.79
+    graph+vector (lo)                 48        892          37          13    3.71  18.6  0.77
+    relational+vector                 36         95           -          16    2.21  2.61   -
+    or (text | entity)                53         47           -          16    3.29  0.88   -
+    graph only                        79       1040           -          62    1.27  13.3   -
+    time only                         19        108           -          13    1.43  5.82   -
 
-With Neo4j on the JVM's default JIT (C2; production-like) the same run gave: hi fan-out 862 /
-2174 / 928 / 646 (a/d 1.34, b/a 2.52), graph only 284 / 1624 / - / 158 (b/a 5.72), time only
-21 / 126 / - / 11 (b/a 5.92). The high fan-out plans are bound by the Neo4j traversal (20,172
-ids for the top author). Chunked and unchunked id filters cost the same on Edge (c/a ~1).
-Load: PostgreSQL COPY 35 s, Neo4j 923 s (batches of 5,000), Edge upsert 87 s + optimize 573 s;
-peak RSS of this process 1.4 GB (while loading), ~0.75 GB for queries on --reuse.
+    hi fan-out (d'): the full traversal of the top author's 20,172 memories, 704 ms; a/d' 0.17.
+
+The high fan-out plan is vector-first (search top K ~ 420, Neo4j checks those candidates; the
+start's one-hop entities fetched meanwhile): fan-out 6 ms, near entities 48 ms in parallel with the
+vector search 32 ms, verify 37 ms, relationships 17 ms in parallel with hydration 8 ms. Every
+method returned the same ranking in 20/20 queries per shape. The relational+vector queries filter
+on metadata keys indexed as an operator would (``INDEXED_METADATA``). Peak RSS of this process
+0.74 GB. Before this session's plans (2026-11-29, load 2.6-4.5, C1 JIT): hi fan-out 1664 ms,
+graph only 477, relational+vector 300. Load of the data set (--create-db): PostgreSQL COPY 35 s,
+Neo4j 923 s (batches of 5,000), Edge upsert 87 s + optimize 573 s; peak RSS 1.4 GB while loading.
 """
 
 from __future__ import annotations
