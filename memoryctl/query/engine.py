@@ -53,9 +53,10 @@ GRAPH_CANDIDATE_CAP = 100_000
 # Vector-first plan for graph + vector queries (see ``QueryEngine._probe``). Below PROBE_MIN_FANOUT
 # reachable memories the traversal is cheap and graph-first wins; the probe asks the vector store
 # for PROBE_SAFETY times the hits it expects to need and gives up beyond PROBE_MAX_K. Measured with
-# benchmarks/query.py (100k memories, top author 20k): traversal + id filter ~860 ms, probe of ~420
-# candidates + verification ~60-90 ms; a 2,000-id traversal costs about what a 2,000-candidate probe
-# does, hence both bounds.
+# benchmarks/query.py (100k memories, top author 20k): graph-first 860-1660 ms, vector-first with
+# ~420 candidates 119 ms end to end; a 2,000-id traversal costs about what a 2,000-candidate check
+# does, hence both bounds. Exact relative to the vector search (HNSW beyond 100k points is
+# approximate either way).
 PROBE_MIN_FANOUT = 2_000
 PROBE_MAX_K = 2_000
 PROBE_SAFETY = 3.0
