@@ -12,7 +12,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host
-from pyinfra.operations import apt, files
+from pyinfra.operations import apt, files, gpg
 
 from deploy.settings import REPO, ClusterInventory, Secrets, load_inventory
 
@@ -68,10 +68,19 @@ def has_role(role: str) -> bool:
     return role in host.data.roles
 
 
-def apt_repository(name: str, key_url: str, line: str) -> None:
-    """A third-party apt repository (its key, ``sources.list.d/<name>.list``), lists refreshed
-    only when the repository was just added, so a re-run stays a no-op."""
+def apt_repository(name: str, key_url: str, uri: str, suite: str, components: str = "main") -> Any:
+    """A third-party apt repository, trusted for itself only: its key dearmored into
+    ``/etc/apt/keyrings/<name>.gpg`` (pyinfra's gpg operation, never ``apt-key``, whose keys every
+    repository could sign with) and the source line restricted to it with ``signed-by``.
+    Lists are refreshed only when the repository was just added, so a re-run stays a no-op.
+    Returns the repository operation (``did_change`` = it was just added).
+    """
+    keyring = f"/etc/apt/keyrings/{name}.gpg"
     apt.packages(name="Tools for apt keys", packages=["ca-certificates", "curl", "gnupg"], no_recommends=True)
-    apt.key(name=f"{name} apt key", src=key_url)
-    repo = apt.repo(name=f"{name} apt repository", src=line, filename=name)
+    files.directory(name="apt keyrings directory", path="/etc/apt/keyrings", mode="755")
+    gpg.key(name=f"{name} apt key (dearmored keyring)", src=key_url, dest=keyring, dearmor=True, mode="0644")
+    repo = apt.repo(
+        name=f"{name} apt repository", src=f"deb [signed-by={keyring}] {uri} {suite} {components}", filename=name
+    )
     apt.update(name=f"Refresh apt lists ({name} added)", _if=repo.did_change)
+    return repo

@@ -5,40 +5,45 @@
   the install runs again only when the wheels changed.
 - ``/etc/memoryctl/memoryctl.toml`` (0640 root:memoryctl) points at the mesh addresses of the
   ``db``, ``index`` and ``gpu`` nodes, with the generated passwords and API keys.
-- ``/etc/cron.d/memoryctl``: ``sync``, ``reconcile`` and ``nightly`` as the memoryctl user, each
-  under ``flock -n`` and appending to ``/var/log/memoryctl/<job>.log``; logrotate rotates those.
+- ``/etc/cron.d/memoryctl``: ``sync`` (every 5 min), ``reconcile --repair`` (every 10 min) and
+  ``nightly`` as the memoryctl user with ``MEMORYCTL_TRIGGER=cron`` (runs are recorded as ``cron``),
+  each under ``flock -n`` and appending to ``/var/log/memoryctl/<job>.log``; logrotate rotates those.
+- ``nightly`` on the cluster trains what the cluster can: the embedder is vLLM's (BGE-M3 over HTTP,
+  which takes no LoRA here) and the db node has no GPU for the generation model, so both training
+  steps record ``skipped`` with the reason, and the re-embed and reconcile steps run.
 """
 
 from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.files import FileContents
-from pyinfra.operations import apt, files, server
+from pyinfra.operations import apt, files, pip, server
 
 from deploy.common import component, secrets, template
+from deploy.qdrant import collection_layout
 from deploy.settings import REPO
-from deploy.wheelhouse import STAMP, ensure_wheelhouse
+from deploy.vllm import served_models
+from deploy.wheelhouse import ensure_wheelhouse, install_offline
 
 PREFIX = "/opt/memoryctl"
 VENV = f"{PREFIX}/venv"
 REMOTE_WHEELHOUSE = f"{PREFIX}/wheelhouse"
-MARKER = f"{VENV}/.memoryctl-wheelhouse"
 CONFIG = "/etc/memoryctl/memoryctl.toml"
 LOG_DIR = "/var/log/memoryctl"
 DATA_DIR = "/var/lib/memoryctl"
 USER = "memoryctl"
+# name -> (schedule, command). reconcile every 10 minutes (the design's cadence) repairs what it
+# finds, so a store that lost writes is refilled within minutes; its run record says what it fixed.
 DEFAULT_JOBS = {
-    "sync": "*/5 * * * *",
-    "reconcile": "30 4 * * *",
-    "nightly": "15 2 * * *",
+    "sync": ("*/5 * * * *", "sync"),
+    "reconcile": ("*/10 * * * *", "reconcile --repair"),
+    "nightly": ("15 2 * * *", "nightly"),
 }
 
 
 @deploy("memoryctl")
 def memoryctl() -> None:
     settings = component("memoryctl")
-    vllm = component("vllm")
 
     apt.packages(
         name="Python venv, cron, logrotate",
@@ -74,14 +79,14 @@ def memoryctl() -> None:
         qdrant_api_key=store.token("qdrant/api_key"),
         neo4j_password=store.token("neo4j/password"),
         vllm_api_key=store.token("vllm/api_key"),
-        model=vllm.get("model", "Qwen/Qwen2.5-7B-Instruct"),
-        embedding_model=vllm.get("embedding_model", "BAAI/bge-m3"),
+        models=served_models(),
+        collections=collection_layout(),
         user="root",
         group=USER,
         mode="640",
     )
-    schedules = {**DEFAULT_JOBS, **settings.get("schedules", {})}
-    jobs = [{"name": name, "command": name, "schedule": schedule} for name, schedule in schedules.items()]
+    schedules = {name: schedule for name, (schedule, _) in DEFAULT_JOBS.items()} | settings.get("schedules", {})
+    jobs = [{"name": name, "command": DEFAULT_JOBS[name][1], "schedule": schedules[name]} for name in DEFAULT_JOBS]
     template(
         "memoryctl/cron.j2",
         "/etc/cron.d/memoryctl",
@@ -97,29 +102,8 @@ def memoryctl() -> None:
 
 def install(settings: dict[str, object]) -> None:
     local = REPO / str(settings.get("wheelhouse", ".cache/wheelhouse"))
-    digest = ensure_wheelhouse(local)
+    ensure_wheelhouse(local)
     files.directory(name="Install prefix", path=PREFIX, mode="755")
-    # The marker names the wheelhouse last installed: when it matches, nothing is uploaded or
-    # checked file by file, which keeps the no-op re-run fast.
-    marker = host.get_fact(FileContents, path=MARKER) or []
-    if marker != [digest]:
-        # Only the wheels: the build lock and source stamp stay on the controller.
-        files.sync(
-            name="Upload the wheelhouse",
-            src=str(local),
-            dest=REMOTE_WHEELHOUSE,
-            delete=True,
-            exclude=[".lock", STAMP],
-        )
-        pip = f"{VENV}/bin/pip install --quiet --no-index --find-links {REMOTE_WHEELHOUSE}"
-        server.shell(
-            name="Install memoryctl from the wheelhouse",
-            commands=[
-                f"test -x {VENV}/bin/pip || python3 -m venv {VENV}",
-                f"{pip} --upgrade memoryctl",
-                # Same version, new build (source changed without a version bump): take it anyway.
-                f"{pip} --force-reinstall --no-deps memoryctl",
-                f"echo {digest} > {MARKER}",
-            ],
-        )
+    pip.venv(name="Python venv (venv module)", path=VENV, python="python3")
+    install_offline(local, VENV, REMOTE_WHEELHOUSE, ["memoryctl"], reinstall=["memoryctl"])
     files.link(name="memoryctl on PATH", path="/usr/local/bin/memoryctl", target=f"{VENV}/bin/memoryctl")

@@ -156,8 +156,11 @@ def qdrant_rest_probe(stack: Stack) -> dict[str, Any]:
         return res
     res["active_model"] = active_model
     res["embedder_model"] = stack.embedder.info.model_id
+    cluster = res.get("cluster") or {}
     if not res["ready"]:
         res.update(status="degraded", error="Qdrant answers but /readyz is not ready")
+    elif cluster.get("problems"):
+        res.update(status="degraded", error="Qdrant cluster: " + "; ".join(cluster["problems"]))
     elif active_model is None or active_model != res["embedder_model"]:
         res.update(status="degraded", error="the active collection was not built by the configured embedder")
     res.update(_model_registry(stack))
@@ -193,7 +196,65 @@ def _qdrant_rest(url: str, alias: str, headers: dict[str, str], timeout: float) 
                 points=info.get("points_count"),
                 collection_status=info.get("status"),
             )
+        peers = client.get("/cluster").json()["result"]
+        if peers.get("status") == "enabled":
+            shards = client.get(f"/collections/{target}/cluster").json()["result"] if target else None
+            res["cluster"] = qdrant_cluster_status(peers, shards, time.time())
     return res, active_model
+
+
+CLUSTER_FAILURE_WINDOW_S = 30.0  # a peer that failed a message this recently counts as unreachable
+
+
+def qdrant_cluster_status(peers: dict[str, Any], shards: dict[str, Any] | None, now: float) -> dict[str, Any]:
+    """A Qdrant cluster's state from one peer's ``GET /cluster`` and ``/collections/{c}/cluster``.
+
+    Every replica of every shard (this peer's and the others') with its state; a replica that is
+    not ``Active``, a shard transfer under way, a consensus thread that is not ``working`` or a peer
+    this one failed to reach in the last 30 s is a problem: answers may still be complete (another
+    replica serves them), but the cluster is not at full strength.
+    """
+    raft = peers.get("raft_info") or {}
+    consensus = (peers.get("consensus_thread_status") or {}).get("consensus_thread_status")
+    unreachable = sorted(
+        uri
+        for uri, failure in (peers.get("message_send_failures") or {}).items()
+        if _epoch(failure.get("latest_error_timestamp")) > now - CLUSTER_FAILURE_WINDOW_S
+    )
+    out: dict[str, Any] = {
+        "peers": len(peers.get("peers") or {}),
+        "this_peer": peers.get("peer_id"),
+        "leader": raft.get("leader"),
+        "role": raft.get("role"),
+        "term": raft.get("term"),
+        "commit": raft.get("commit"),
+        "pending_operations": raft.get("pending_operations"),
+        "consensus": consensus,
+        "unreachable": unreachable,
+    }
+    problems = [f"consensus thread {consensus}"] if consensus != "working" else []
+    problems += [f"peer {uri} unreachable" for uri in unreachable]
+    if shards is not None:
+        own = [(r["shard_id"], shards.get("peer_id"), r["state"]) for r in shards.get("local_shards", [])]
+        others = [(r["shard_id"], r["peer_id"], r["state"]) for r in shards.get("remote_shards", [])]
+        replicas = sorted(own + others, key=lambda r: (r[0], str(r[1])))
+        out["shards"] = shards.get("shard_count")
+        out["replicas"] = [{"shard": shard, "peer": peer, "state": state} for shard, peer, state in replicas]
+        out["transfers"] = len(shards.get("shard_transfers") or [])
+        problems += [
+            f"shard {shard} replica on peer {peer} is {state}" for shard, peer, state in replicas if state != "Active"
+        ]
+        if out["transfers"]:
+            problems.append(f"{out['transfers']} shard transfer(s) under way")
+    out["problems"] = problems
+    return out
+
+
+def _epoch(timestamp: Any) -> float:
+    try:
+        return datetime.fromisoformat(str(timestamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def _model_registry(stack: Stack) -> dict[str, Any]:

@@ -91,7 +91,6 @@ PAYLOAD_SCHEMA: tuple[tuple[str, str, bool, bool], ...] = (
 )
 
 
-
 def index_fields(meta_indexes: Mapping[str, str]) -> tuple[tuple[str, str, bool, bool], ...]:
     """PAYLOAD_SCHEMA plus the configured metadata indexes (``[qdrant] indexed_metadata``)."""
     extra = tuple((meta_key(k), kind, False, kind != "number") for k, kind in sorted(meta_indexes.items()))
@@ -337,8 +336,12 @@ class QdrantVectorStore:
         id_chunk_size: int = DEFAULT_ID_CHUNK,
         alias_cache_s: float = 5.0,
         meta_indexes: Mapping[str, str] | None = None,
+        layout: Mapping[str, int] | None = None,
     ) -> None:
         """``url`` = a server; else ``path`` (local mode on disk) or ``:memory:`` / None (in memory).
+
+        ``layout``: ``shard_number`` / ``replication_factor`` / ``write_consistency_factor`` for
+        the collections this store creates (a Qdrant cluster); existing collections keep theirs.
 
         ``alias_cache_s``: how long the alias -> collection resolution is trusted. Searches always
         go to the concrete collection whose model was checked, never through the alias, so a swap
@@ -350,6 +353,7 @@ class QdrantVectorStore:
         self.alias = alias
         self.prefix = collection_prefix
         self.index_fields = index_fields(meta_indexes or {})
+        self.layout = dict(layout or {})
         self.id_chunk_size = id_chunk_size
         self.alias_cache_s = alias_cache_s
         self.local = url is None
@@ -384,6 +388,7 @@ class QdrantVectorStore:
             alias=settings.alias,
             collection_prefix=settings.collection_prefix,
             meta_indexes=settings.indexed_metadata,
+            layout=settings.collection_layout(),
             **kwargs,
         )
 
@@ -491,6 +496,9 @@ class QdrantVectorStore:
                             "dim": model.dim,
                             "distance": model.distance,
                         },
+                        shard_number=self.layout.get("shard_number"),
+                        replication_factor=self.layout.get("replication_factor"),
+                        write_consistency_factor=self.layout.get("write_consistency_factor"),
                     )
                 except (UnexpectedResponse, ValueError) as exc:
                     # Another process created it between our check and our create: fine.
