@@ -18,6 +18,7 @@ and without build isolation when the controller has setuptools), without asking 
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -124,8 +125,14 @@ def wheelhouse_digest(wheelhouse: Path) -> str:
     return digest.hexdigest()
 
 
+@functools.cache
 def ensure_wheelhouse(wheelhouse: Path) -> str:
-    """Build (or refresh) the wheelhouse if the source changed; return its digest."""
+    """Build (or refresh) the wheelhouse if the source changed; return its digest.
+
+    Once per process: pyinfra prepares the hosts in greenlets of one process, and a second host
+    waiting on the file lock the first one holds would block them all (the lock is for other
+    processes: two deploys on one controller).
+    """
     wheelhouse.mkdir(parents=True, exist_ok=True)
     wanted = source_digests()
     with open(wheelhouse / ".lock", "w") as lock:
