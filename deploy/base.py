@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyinfra.api import deploy
 from pyinfra.operations import apt, server, systemd
 
-from deploy.common import component, template
+from deploy.common import component, sudoers, template
 from deploy.settings import resolve_path
 
 PACKAGES = ["sudo", "openssh-server", "systemd-timesyncd", "unattended-upgrades", "cron", "logrotate"]
@@ -49,7 +49,7 @@ def base() -> None:
         public_keys=keys,
         create_home=True,
     )
-    template("base/sudoers.j2", f"/etc/sudoers.d/90-{admin}", admin_user=admin, mode="440")
+    sudoers("base/sudoers.j2", f"/etc/sudoers.d/90-{admin}", admin_user=admin)
 
     sshd = template(
         "base/sshd_hardening.conf.j2",

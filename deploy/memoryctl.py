@@ -19,7 +19,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip, server
 
-from deploy.common import component, secrets, template
+from deploy.common import component, secrets, sudoers, template
 from deploy.qdrant import collection_layout
 from deploy.settings import REPO
 from deploy.vllm import served_models
@@ -98,6 +98,7 @@ def memoryctl() -> None:
         mode="644",
     )
     template("memoryctl/logrotate.j2", "/etc/logrotate.d/memoryctl", log_dir=LOG_DIR, run_as=USER, mode="644")
+    sudoers("memoryctl/sudoers-wireguard.j2", "/etc/sudoers.d/memoryctl-wireguard", run_as=USER)
 
 
 def install(settings: dict[str, object]) -> None:

@@ -27,7 +27,7 @@ from pyinfra.operations import apt, files, server, systemd
 
 from deploy import versions
 from deploy.artefacts import Artefact, install_archive, resolve
-from deploy.common import apt_repository, component, secrets, template
+from deploy.common import apt_repository, component, keep_running, secrets, template
 
 KEY_URL = "https://debian.neo4j.com/neotechnology.gpg.key"
 REPO_URI = "https://debian.neo4j.com"
@@ -90,14 +90,7 @@ def neo4j() -> None:
             _sudo=True,
             _sudo_user="neo4j",
         )
-    systemd.service(name="neo4j running and enabled", service="neo4j", running=True, enabled=True)
-    changes = [conf, dropin, *installed]
-    systemd.service(
-        name="Restart neo4j (config, unit or version changed)",
-        service="neo4j",
-        restarted=True,
-        _if=lambda: any(op.did_change() for op in changes),
-    )
+    keep_running("neo4j", [conf, dropin, *installed], package_starts_it=artefact is None)
 
 
 def archive_install(artefact: Artefact, version: str, context: dict[str, object]) -> list[Any]:

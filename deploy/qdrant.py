@@ -20,7 +20,7 @@ from pyinfra.operations import apt, files, server, systemd
 
 from deploy import versions
 from deploy.artefacts import install_archive, resolve
-from deploy.common import component, inventory, secrets, template
+from deploy.common import component, inventory, keep_running, secrets, template
 
 PREFIX = "/opt/qdrant"
 CONFIG = "/etc/qdrant/config.yaml"
@@ -102,10 +102,4 @@ def qdrant() -> None:
     )
     unit = template("qdrant/qdrant.service.j2", UNIT, **context)
     systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
-    systemd.service(name="qdrant running and enabled", service="qdrant", running=True, enabled=True)
-    systemd.service(
-        name="Restart qdrant (config or unit changed)",
-        service="qdrant",
-        restarted=True,
-        _if=lambda: config.did_change() or unit.did_change(),
-    )
+    keep_running("qdrant", [config, unit])

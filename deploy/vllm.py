@@ -31,7 +31,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip, server, systemd
 
 from deploy import versions
-from deploy.common import component, secrets, template
+from deploy.common import component, keep_running, secrets, template
 from deploy.facts import NvidiaDriver
 from deploy.settings import REPO
 from deploy.wheelhouse import ensure_wheelhouse, install_offline, subset
@@ -159,14 +159,7 @@ def vllm() -> None:
             mode="640",
             **instance,
         )
-        systemd.service(name=f"vllm@{name} running and enabled", service=f"vllm@{name}", running=True, enabled=True)
-        changes = [args, env, unit, *installed]
-        systemd.service(
-            name=f"Restart vllm@{name} (config or software changed)",
-            service=f"vllm@{name}",
-            restarted=True,
-            _if=lambda changes=changes: any(op.did_change() for op in changes),
-        )
+        keep_running(f"vllm@{name}", [args, env, unit, *installed])
 
 
 def install_vllm() -> list[object]:
@@ -226,4 +219,4 @@ def install_standin() -> list[object]:
     local = subset(wheelhouse, STANDIN_WHEELS, Path(f"{wheelhouse}-standin"))
     package = install_offline(local, VENV, f"{PREFIX}/wheelhouse", STANDIN_WHEELS, reinstall=[])
     script = files.put(name="The vLLM STAND-IN server", src=str(STANDIN), dest=f"{PREFIX}/vllm_standin.py", mode="644")
-    return [op for op in (package, script) if op is not None]
+    return [package, script]

@@ -292,25 +292,39 @@ def _model_registry(stack: Stack) -> dict[str, Any]:
 WG_STALE_S = 180.0  # WireGuard re-handshakes every 2 min while traffic flows (keepalive 25 s in our peers)
 
 
-def wireguard_probe() -> dict[str, Any]:
-    """Last handshake age of every WireGuard peer on this node (``wg show all dump``).
+WG_FIELDS = ("latest-handshakes", "endpoints", "allowed-ips")
 
-    Dump lines: an interface line has 5 tab-separated fields, a peer line 9 (interface, public key,
-    preshared key, endpoint, allowed ips, latest handshake epoch, rx, tx, keepalive).
+
+def wireguard_probe() -> dict[str, Any]:
+    """Last handshake age of every WireGuard peer on this node.
+
+    From ``wg show all <field>`` for the public fields only (interfaces, handshakes, endpoints,
+    allowed ips), never ``dump``, which prints the private and preshared keys. ``wg`` needs root:
+    another user (cron's ``memoryctl``) runs exactly these commands through ``sudo -n``, which the
+    deploy allows and nothing more.
     """
+    import os
     import shutil
     import subprocess
 
     wg = shutil.which("wg")
     if wg is None:
         return {"status": "disabled", "detail": "wg not installed (not a cluster node)"}
-    try:
-        proc = subprocess.run([wg, "show", "all", "dump"], capture_output=True, text=True, timeout=1.0, check=False)
-    except subprocess.TimeoutExpired:
-        return {"status": "timeout", "error": "`wg show all dump` did not answer within 1 s"}
-    if proc.returncode != 0:
-        return {"status": "down", "error": (proc.stderr.strip() or f"wg exited {proc.returncode}")[:300]}
-    interfaces, peers = parse_wg_dump(proc.stdout, time.time())
+    command = [wg, "show"] if os.geteuid() == 0 else ["sudo", "-n", wg, "show"]
+    outputs: dict[str, str] = {}
+    for what in ("interfaces", *WG_FIELDS):
+        args = [*command, what] if what == "interfaces" else [*command, "all", what]
+        try:
+            proc = subprocess.run(args, capture_output=True, text=True, timeout=1.0, check=False)
+        except subprocess.TimeoutExpired:
+            return {"status": "timeout", "error": f"`{' '.join(args)}` did not answer within 1 s"}
+        if proc.returncode != 0:
+            return {
+                "status": "down",
+                "error": (proc.stderr.strip() or f"`{' '.join(args)}` exited {proc.returncode}")[:300],
+            }
+        outputs[what] = proc.stdout
+    interfaces, peers = parse_wg_show(outputs, time.time())
     if not interfaces:
         return {"status": "disabled", "detail": "no WireGuard interface is up"}
     stale = [p for p in peers if p["handshake_age_s"] is None or p["handshake_age_s"] > WG_STALE_S]
@@ -320,26 +334,29 @@ def wireguard_probe() -> dict[str, Any]:
     return res
 
 
-def parse_wg_dump(text: str, now: float) -> tuple[list[str], list[dict[str, Any]]]:
-    """Interfaces and peers (with handshake ages) from ``wg show all dump`` output."""
-    interfaces: list[str] = []
-    peers: list[dict[str, Any]] = []
-    for line in text.splitlines():
-        f = line.split("\t")
-        if len(f) == 5:
-            interfaces.append(f[0])
-        elif len(f) == 9:
-            hs = int(f[5]) if f[5].isdigit() else 0
-            peers.append(
-                {
-                    "interface": f[0],
-                    "peer": f[1][:10] + "…",
-                    "endpoint": None if f[3] == "(none)" else f[3],
-                    "allowed_ips": f[4],
-                    "handshake_age_s": round(now - hs, 1) if hs else None,
-                }
-            )
-    return interfaces, peers
+def parse_wg_show(outputs: dict[str, str], now: float) -> tuple[list[str], list[dict[str, Any]]]:
+    """Interfaces and peers (with handshake ages) from ``wg show interfaces`` and ``wg show all
+    latest-handshakes|endpoints|allowed-ips`` (lines of interface, peer public key, value)."""
+    values: dict[tuple[str, str], dict[str, str]] = {}
+    for what in WG_FIELDS:
+        for line in outputs.get(what, "").splitlines():
+            interface, peer, value = ([*line.split("\t", 2), "", ""])[:3]
+            if peer:
+                values.setdefault((interface, peer), {})[what] = value
+    peers = []
+    for (interface, peer), v in values.items():
+        raw = v.get("latest-handshakes", "")
+        handshake = int(raw) if raw.isdigit() else 0
+        peers.append(
+            {
+                "interface": interface,
+                "peer": peer[:10] + "…",
+                "endpoint": None if v.get("endpoints", "(none)") in ("(none)", "") else v["endpoints"],
+                "allowed_ips": v.get("allowed-ips", ""),
+                "handshake_age_s": round(now - handshake, 1) if handshake else None,
+            }
+        )
+    return outputs.get("interfaces", "").split(), peers
 
 
 def vllm_probe(stack: Stack) -> dict[str, Any]:

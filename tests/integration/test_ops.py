@@ -482,18 +482,21 @@ def test_neo4j_stopped_mid_import_then_sync_and_reconcile(cluster: MemoryClient,
     assert store_counts(cluster) == {"postgres": n, "qdrant": n, "neo4j": n}
 
 
-def test_wireguard_dump_parsing() -> None:
-    from memoryctl.health import parse_wg_dump
+def test_wireguard_show_parsing() -> None:
+    from memoryctl.health import parse_wg_show
 
-    dump = (
-        "wg0\tPRIVKEY\tPUBKEY\t51820\toff\n"
-        "wg0\tpeerAAAAAAAAAAAAAAAA=\t(none)\t10.0.0.2:51820\t10.77.0.2/32\t1000\t10\t20\t25\n"
-        "wg0\tpeerBBBBBBBBBBBBBBBB=\t(none)\t(none)\t10.77.0.3/32\t0\t0\t0\toff\n"
-    )
-    interfaces, peers = parse_wg_dump(dump, now=1100.0)
+    a, b = "peerAAAAAAAAAAAAAAAA=", "peerBBBBBBBBBBBBBBBB="
+    outputs = {
+        "interfaces": "wg0\n",
+        "latest-handshakes": f"wg0\t{a}\t1000\nwg0\t{b}\t0\n",
+        "endpoints": f"wg0\t{a}\t10.0.0.2:51820\nwg0\t{b}\t(none)\n",
+        "allowed-ips": f"wg0\t{a}\t10.77.0.2/32\nwg0\t{b}\t10.77.0.3/32\n",
+    }
+    interfaces, peers = parse_wg_show(outputs, now=1100.0)
     assert interfaces == ["wg0"]
     assert [p["handshake_age_s"] for p in peers] == [100.0, None]
-    assert peers[1]["endpoint"] is None
+    assert [p["endpoint"] for p in peers] == ["10.0.0.2:51820", None]
+    assert [p["allowed_ips"] for p in peers] == ["10.77.0.2/32", "10.77.0.3/32"]
 
 
 def test_cli_reconcile_reembed_health_exit_codes(pg_dsn: str, neo4j_ops: dict[str, str], tmp_path: Path) -> None:
