@@ -18,7 +18,6 @@ and without build isolation when the controller has setuptools), without asking 
 from __future__ import annotations
 
 import fcntl
-import functools
 import hashlib
 import json
 import os
@@ -26,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,14 +125,24 @@ def wheelhouse_digest(wheelhouse: Path) -> str:
     return digest.hexdigest()
 
 
-@functools.cache
+_built: dict[Path, str] = {}
+_building = threading.Lock()
+
+
 def ensure_wheelhouse(wheelhouse: Path) -> str:
     """Build (or refresh) the wheelhouse if the source changed; return its digest.
 
-    Once per process: pyinfra prepares the hosts in greenlets of one process, and a second host
-    waiting on the file lock the first one holds would block them all (the lock is for other
-    processes: two deploys on one controller).
+    Once per process. pyinfra prepares the hosts in greenlets of one process (with gevent's
+    patches, so this lock lets the others wait cooperatively while pip runs); the file lock inside
+    is for other processes (two deploys on one controller) and would block every greenlet at once.
     """
+    with _building:
+        if wheelhouse not in _built:
+            _built[wheelhouse] = _build(wheelhouse)
+        return _built[wheelhouse]
+
+
+def _build(wheelhouse: Path) -> str:
     wheelhouse.mkdir(parents=True, exist_ok=True)
     wanted = source_digests()
     with open(wheelhouse / ".lock", "w") as lock:

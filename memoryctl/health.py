@@ -339,10 +339,16 @@ def parse_wg_show(outputs: dict[str, str], now: float) -> tuple[list[str], list[
     latest-handshakes|endpoints|allowed-ips`` (lines of interface, peer public key, value)."""
     values: dict[tuple[str, str], dict[str, str]] = {}
     for what in WG_FIELDS:
+        interface = ""
         for line in outputs.get(what, "").splitlines():
-            interface, peer, value = ([*line.split("\t", 2), "", ""])[:3]
-            if peer:
-                values.setdefault((interface, peer), {})[what] = value
+            fields = line.split("\t")
+            if len(fields) == 3:
+                interface = fields[0]
+            elif len(fields) != 2:
+                continue
+            # wg-tools prints the interface only on the first endpoints line of each interface.
+            peer, value = fields[-2:]
+            values.setdefault((interface, peer), {})[what] = value
     peers = []
     for (interface, peer), v in values.items():
         raw = v.get("latest-handshakes", "")

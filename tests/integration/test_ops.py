@@ -489,7 +489,8 @@ def test_wireguard_show_parsing() -> None:
     outputs = {
         "interfaces": "wg0\n",
         "latest-handshakes": f"wg0\t{a}\t1000\nwg0\t{b}\t0\n",
-        "endpoints": f"wg0\t{a}\t10.0.0.2:51820\nwg0\t{b}\t(none)\n",
+        # as wg-tools prints it: the interface on the first line only
+        "endpoints": f"wg0\t{a}\t10.0.0.2:51820\n{b}\t(none)\n",
         "allowed-ips": f"wg0\t{a}\t10.77.0.2/32\nwg0\t{b}\t10.77.0.3/32\n",
     }
     interfaces, peers = parse_wg_show(outputs, now=1100.0)
