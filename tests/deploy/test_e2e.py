@@ -186,19 +186,20 @@ def test_each_cron_job_runs_once_recorded_as_cron(imported: e2e_data.DataSet) ->
     every_minute = [
         re.sub(r"^(\S+\s+){5}", "* * * * * ", line) if "/bin/memoryctl " in line else line for line in lines
     ]
-    started = host.check_output("date -u +%Y-%m-%dT%H:%M:%S")
+    psql = "sudo -u postgres psql -XAtd memoryctl -c"
+    last = "SELECT coalesce(max(id), 0) FROM maintenance_runs"
+    before = int(host.check_output(f'{psql} "{last}"'))
+    recent = (
+        "SELECT id, command, status, coalesce(details->'steps', 'null') FROM maintenance_runs"
+        " WHERE trigger = 'cron' AND status <> 'running' ORDER BY id DESC LIMIT 50"
+    )
     t0 = time.monotonic()
     host.run("cat > /etc/cron.d/memoryctl-e2e <<'EOF'\n" + "\n".join(every_minute) + "\nEOF")
-    psql = "sudo -u postgres psql -XAtd memoryctl -c"
-    select = (
-        "SELECT command, status, trigger, coalesce(details->'steps', 'null') FROM maintenance_runs "
-        f"WHERE started_at > '{started}+00' AND trigger = 'cron' AND status <> 'running' ORDER BY id"
-    )
     try:
 
         def finished() -> dict[str, tuple[str, str]] | None:
-            rows = [line.split("|", 3) for line in host.check_output(f'{psql} "{select}"').splitlines()]
-            runs = {cmd: (status, steps) for cmd, status, _, steps in rows}
+            rows = [line.split("|", 3) for line in host.check_output(f'{psql} "{recent}"').splitlines()]
+            runs = {cmd: (status, steps) for run_id, cmd, status, steps in rows if int(run_id) > before}
             return runs if {"sync", "reconcile", "nightly"} <= runs.keys() else None
 
         runs = wait_for("a cron run of sync, reconcile and nightly", finished, timeout=240, interval=5)

@@ -81,11 +81,12 @@ def test_qdrant_peer_lost_answers_stay_whole_and_replicas_converge(imported: e2e
         return cluster.get("problems") == [] and {r["state"] for r in cluster.get("replicas", [])} == {"Active"}
 
     wait_for("every Qdrant replica Active again", converged, timeout=180, interval=3)
-    counts = wait_for(
-        "equal point counts on every replica of every shard",
-        lambda: (c := replica_counts(collection)) if all(len(v) == 1 for v in c.values()) else None,
-        timeout=120,
-    )
+
+    def equal_replicas() -> dict[int, set[int]] | None:
+        counts = replica_counts(collection)
+        return counts if all(len(v) == 1 for v in counts.values()) else None
+
+    counts = wait_for("equal point counts on every replica of every shard", equal_replicas, timeout=120)
     total = len(imported.records) + 30
     assert sum(next(iter(v)) for v in counts.values()) == total, counts
     drift = memoryctl("reconcile", "--json").json()
