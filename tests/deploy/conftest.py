@@ -104,7 +104,7 @@ def imported(deployed: Deployed, dataset: e2e_data.DataSet) -> e2e_data.DataSet:
     assert outcome["inserted"] + outcome["unchanged"] == len(dataset.records), outcome
     if any(outcome["pending"].values()):  # a store that was slow to answer: the outbox delivers it
         assert memoryctl("sync").returncode == 0
-    record("import", {"memories": len(dataset.records), "seconds": round(result.seconds, 1), **outcome})
+    record("import", {"memories": len(dataset.records), "cli_seconds": round(result.seconds, 1), **outcome})
     return dataset
 
 

@@ -150,7 +150,7 @@ def test_health_is_all_green_with_the_qdrant_cluster_and_timescale_jobs(imported
 def test_reconcile_finds_no_drift(imported: e2e_data.DataSet) -> None:
     run = memoryctl("reconcile", "--json")
     report = run.json()
-    record("e2e_reconcile", {"seconds": round(run.seconds, 1), **report})
+    record("e2e_reconcile", {"cli_seconds": round(run.seconds, 1), **report})
     assert run.returncode == 0 and report["drift"] == 0, report
     assert report["postgres"]["scanned"] == len(imported.records)
     assert {name: s["scanned"] for name, s in report["stores"].items()} == dict.fromkeys(
@@ -164,7 +164,7 @@ def test_migrate_swaps_the_alias_on_the_qdrant_cluster_and_rolls_back(imported: 
     assert needle.query is not None
     migrated = memoryctl("migrate", "--to-model", "kind=local", "--json")
     report = migrated.json()
-    record("e2e_migrate", {"seconds": round(migrated.seconds, 1), **report})
+    record("e2e_migrate", {"cli_seconds": round(migrated.seconds, 1), **report})
     assert migrated.returncode == 0 and report["status"] == "swapped", report
     assert report["copied"] == len(imported.records)
     after = health()["components"]["qdrant"]
@@ -174,7 +174,7 @@ def test_migrate_swaps_the_alias_on_the_qdrant_cluster_and_rolls_back(imported: 
     assert (layout["shard_number"], layout["replication_factor"]) == (3, 2)
     assert ids(query(needle.query))[0] == needle.id  # answered by the new model's collection
     rolled = memoryctl("migrate", "--rollback", "--json")
-    assert rolled.returncode == 0 and rolled.json()["status"] == "swapped", rolled.stdout
+    assert rolled.returncode == 0 and rolled.json()["status"] == "rolled-back", rolled.stdout
     assert health()["components"]["qdrant"]["collection"] == before["collection"]
     assert ids(query(needle.query))[0] == needle.id
 
