@@ -89,8 +89,13 @@ def adapters(
         _rollback(c, registry, kind)
     active = registry.active(which)
     rows = [
-        {"version": v.version, "model_id": v.model_id, "active": bool(active and v.version == active.version),
-         "created_at": str(v.manifest.get("created_at", "")), "metrics": v.manifest.get("metrics", {})}
+        {
+            "version": v.version,
+            "model_id": v.model_id,
+            "active": bool(active and v.version == active.version),
+            "created_at": str(v.manifest.get("created_at", "")),
+            "metrics": v.manifest.get("metrics", {}),
+        }
         for v in registry.list(which)
     ]
     if as_json:
@@ -115,8 +120,9 @@ def _rollback(c: object, registry: object, kind: str) -> None:
         vllm = c.settings.vllm
         if not vllm.url:
             raise InputError("rolling back a generation adapter needs [vllm] url")
-        with VLLMClient(vllm.url, api_key=vllm.api_key.get_secret_value() if vllm.api_key else None,
-                        timeout=vllm.timeout_s) as client:
+        with VLLMClient(
+            vllm.url, api_key=vllm.api_key.get_secret_value() if vllm.api_key else None, timeout=vllm.timeout_s
+        ) as client:
             back = rollback_generation(registry, client)  # type: ignore[arg-type]
         err.print(f"serving {back.served_name if back else 'the base model'}", markup=False)
         return
