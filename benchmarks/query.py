@@ -604,12 +604,12 @@ class Methods:
         ids: list[uuid.UUID] | None = None
         vec = self._vector(q) if q.has_vector_leg else None
         ran = {s.name: s for s in plan.steps}
-        probe = "graph.verify" in ran  # vector-first: search without ids, then check the candidates
-        graph_first = q.graph is not None and (not probe or "graph.traverse" in ran)  # incl. a fallback
+        vector_first = "graph.verify" in ran  # search without ids, then check the candidates
+        graph_first = q.graph is not None and (not vector_first or "graph.traverse" in ran)  # incl. a fallback
         if "graph.fanout" in ran:
             with timed("neo4j.fanout"):
                 self.env.graph.fanout(traversal(q))
-        if probe:
+        if vector_first:
             t0 = time.perf_counter()
             self.env.graph.traverse(traversal(q))  # what a fan-out would have to run
             f.fanout_ms = (time.perf_counter() - t0) * 1000
