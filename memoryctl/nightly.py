@@ -83,25 +83,6 @@ def last_success(stack: Stack) -> datetime | None:
     return row["t"] if row else None
 
 
-def embedding_rows(stack: Stack, since: datetime | None) -> list[dict[str, Any]]:
-    """(query, useful memory) pairs: a feedback event marked useful, joined to its recall's query."""
-    with pg_errors(), stack.pool.connection() as conn:
-        return list(
-            conn.execute(
-                "SELECT DISTINCT ON (f.query_id, f.memory_id) f.query_id::text || ':' || f.memory_id::text AS id,"
-                " r.payload ->> 'text' AS query, m.text AS positive, m.id::text AS positive_id,"
-                " f.query_id::text AS query_id"
-                " FROM memory_events f"
-                " JOIN memory_events r ON r.event = 'recall' AND r.query_id = f.query_id AND r.memory_id = f.memory_id"
-                " JOIN memories m ON m.id = f.memory_id AND m.deleted_at IS NULL"
-                " WHERE f.event = 'feedback' AND (f.payload ->> 'useful')::boolean"
-                " AND r.payload ->> 'text' IS NOT NULL AND (%s::timestamptz IS NULL OR f.time > %s)"
-                " ORDER BY f.query_id, f.memory_id, f.time DESC",
-                (since, since),
-            )
-        )
-
-
 def generation_rows(stack: Stack, since: datetime | None, kind: str) -> list[dict[str, str]]:
     from lora.datasets import pairs_from_turns
 
@@ -171,21 +152,26 @@ class Nightly:
             from lora import DataWindow, LoraTrainingConfig
             from lora.cycle import embedding_cycle
 
-            rows = embedding_rows(self.stack, since)
+            rows = self.stack.events.useful_pairs(since)
             config = LoraTrainingConfig.for_embedding(**self.ns.embedding_lora)
             registry = self._registry()
-            out = embedding_cycle(rows, registry=registry, workdir=tmp, config=config,
-                                  window=DataWindow(since=since, until=now))
+            out = embedding_cycle(
+                rows, registry=registry, workdir=tmp, config=config, window=DataWindow(since=since, until=now)
+            )
             record = out.to_record()
             if out.status != "registered" or out.version is None:
                 return out.status, record
             from memoryctl.ops.migrate import run_migration
 
-            target = EmbedderSettings(kind="minilm", adapter_path=str(out.version.path),
-                                      batch_size=self.settings.embedder.batch_size)
+            target = EmbedderSettings(
+                kind="minilm", adapter_path=str(out.version.path), batch_size=self.settings.embedder.batch_size
+            )
             migration = run_migration(self.stack, "migrate", target=target)
-            record["migrate"] = {"status": migration.status, "target": migration.target_model,
-                                 "verify": migration.verify}
+            record["migrate"] = {
+                "status": migration.status,
+                "target": migration.target_model,
+                "verify": migration.verify,
+            }
             if migration.status != "swapped":
                 return "rejected", {**record, "reason": f"migrate: {migration.status}"}
             registry.set_active("embedding", out.version.version)
@@ -209,8 +195,9 @@ class Nightly:
                 base_model_path=self.ns.generation_base_model, **self.ns.generation_lora
             )
             registry = self._registry()
-            out = generation_cycle(rows, registry=registry, workdir=tmp, config=config,
-                                   window=DataWindow(since=since, until=now))
+            out = generation_cycle(
+                rows, registry=registry, workdir=tmp, config=config, window=DataWindow(since=since, until=now)
+            )
             record = out.to_record()
             if out.status != "registered" or out.version is None:
                 return out.status, record
@@ -219,8 +206,9 @@ class Nightly:
                 return "ok", {**record, "served": False, "reason": "registered; no [vllm] url to hot-load it into"}
             from lora.vllm import VLLMClient
 
-            with VLLMClient(vllm.url, api_key=vllm.api_key.get_secret_value() if vllm.api_key else None,
-                            timeout=vllm.timeout_s) as client:
+            with VLLMClient(
+                vllm.url, api_key=vllm.api_key.get_secret_value() if vllm.api_key else None, timeout=vllm.timeout_s
+            ) as client:
                 swap = promote_generation(registry, out.version, client, path_on_server=self._server_path)
             return "ok", {**record, "served": True, "swap": _plain(swap)}
 
