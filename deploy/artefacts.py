@@ -8,9 +8,10 @@
     source: {artefact: qdrant-{version}-x86_64-unknown-linux-gnu.tar.xz}  # ../shared/artefacts
 
 ``{version}`` (and ``{pg}``, the PostgreSQL major) are filled in from :mod:`deploy.versions`, so an
-inventory never restates a version. ``artefact`` names a file of the release artefacts directory
-(``$MEMORYCTL_ARTEFACTS``, else ``/work/shared/artefacts``, else ``<repo>/../shared/artefacts``) and
-takes its sha256 from the ``SHA256SUMS`` beside it. Everything is checked at plan time: a URL without
+inventory never restates a version. ``artefact`` names a file of a release artefacts directory
+(``$MEMORYCTL_ARTEFACTS``, else ``/work/shared/artefacts`` and ``<repo>/../shared/artefacts``; and
+always the ones assembled here, ``<repo>/.cache/artefacts``) and takes its sha256 from the ``SHA256SUMS``
+beside it. Everything is checked at plan time: a URL without
 a real sha256 (missing, or the example's placeholder) is refused with a message saying where to
 get it, before any operation runs.
 
@@ -67,16 +68,18 @@ class Artefact:
 
 
 def artefacts_dirs() -> list[Path]:
+    """Where ``{artefact: NAME}`` is looked for; the ones assembled here (Neo4j) always."""
     env = os.environ.get("MEMORYCTL_ARTEFACTS")
-    if env:
-        return [Path(env)]
-    return [Path("/work/shared/artefacts"), REPO.parent / "shared" / "artefacts"]
+    shared = [Path(env)] if env else [Path("/work/shared/artefacts"), REPO.parent / "shared" / "artefacts"]
+    return [*shared, REPO / ".cache" / "artefacts"]
 
 
 def _from_artefacts(component: str, name: str) -> Artefact:
     for directory in artefacts_dirs():
         path, sums = directory / name, directory / "SHA256SUMS"
-        if path.is_file() and sums.is_file():
+        if path.is_file():
+            if not sums.is_file():
+                raise ArtefactSourceError(f"{component}.source.artefact {name}: no SHA256SUMS beside it in {directory}")
             for line in sums.read_text().splitlines():
                 digest, _, listed = line.partition(" ")
                 if listed.strip().lstrip("*") == name:
@@ -85,7 +88,8 @@ def _from_artefacts(component: str, name: str) -> Artefact:
     where = ", ".join(str(d) for d in artefacts_dirs())
     raise ArtefactSourceError(
         f"{component}.source.artefact {name} not found in {where} "
-        "(set MEMORYCTL_ARTEFACTS to the directory holding it and its SHA256SUMS)"
+        "(set MEMORYCTL_ARTEFACTS to the directory holding it and its SHA256SUMS; "
+        "the Neo4j archive is assembled by scripts/neo4j-artefact)"
     )
 
 

@@ -21,9 +21,8 @@ from pyinfra.operations import apt, files, pip, server
 
 from deploy.common import component, secrets, sudoers, template
 from deploy.qdrant import collection_layout
-from deploy.settings import REPO
 from deploy.vllm import served_models
-from deploy.wheelhouse import ensure_wheelhouse, install_offline
+from deploy.wheelhouse import controller_wheelhouse, install_offline
 
 PREFIX = "/opt/memoryctl"
 VENV = f"{PREFIX}/venv"
@@ -64,7 +63,7 @@ def memoryctl() -> None:
     files.directory(name="Log directory", path=LOG_DIR, user=USER, group=USER, mode="750")
     files.directory(name="Config directory", path="/etc/memoryctl", user="root", group=USER, mode="750")
 
-    install(settings)
+    install()
 
     endpoints = host.data.endpoints
     store = secrets()
@@ -101,9 +100,8 @@ def memoryctl() -> None:
     sudoers("memoryctl/sudoers-wireguard.j2", "/etc/sudoers.d/memoryctl-wireguard", run_as=USER)
 
 
-def install(settings: dict[str, object]) -> None:
-    local = REPO / str(settings.get("wheelhouse", ".cache/wheelhouse"))
-    ensure_wheelhouse(local)
+def install() -> None:
+    local = controller_wheelhouse()
     files.directory(name="Install prefix", path=PREFIX, mode="755")
     pip.venv(name="Python venv (venv module)", path=VENV, python="python3")
     install_offline(local, VENV, REMOTE_WHEELHOUSE, ["memoryctl"], reinstall=["memoryctl"])

@@ -34,7 +34,7 @@ from deploy import versions
 from deploy.common import component, keep_running, secrets, template
 from deploy.facts import NvidiaDriver
 from deploy.settings import REPO
-from deploy.wheelhouse import ensure_wheelhouse, install_offline, subset
+from deploy.wheelhouse import controller_wheelhouse, install_offline, subset
 
 PREFIX = "/opt/vllm"
 VENV = f"{PREFIX}/venv"
@@ -214,8 +214,7 @@ def gpu_driver() -> None:
 
 
 def install_standin() -> list[object]:
-    wheelhouse = REPO / str(component("memoryctl").get("wheelhouse", ".cache/wheelhouse"))
-    ensure_wheelhouse(wheelhouse)
+    wheelhouse = controller_wheelhouse()
     local = subset(wheelhouse, STANDIN_WHEELS, Path(f"{wheelhouse}-standin"))
     package = install_offline(local, VENV, f"{PREFIX}/wheelhouse", STANDIN_WHEELS, reinstall=[])
     script = files.put(name="The vLLM STAND-IN server", src=str(STANDIN), dest=f"{PREFIX}/vllm_standin.py", mode="644")

@@ -34,7 +34,8 @@ from pyinfra import host
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files, server
 
-from deploy.settings import REPO
+from deploy.common import component
+from deploy.settings import REPO, resolve_path
 
 SOURCES = ("pyproject.toml", "README.md", "memoryctl", "wireguard", "lora")
 STAMP = ".source-digest"
@@ -123,6 +124,13 @@ def wheelhouse_digest(wheelhouse: Path) -> str:
         digest.update(wheel.name.encode())
         digest.update(hashlib.sha256(wheel.read_bytes()).digest())
     return digest.hexdigest()
+
+
+def controller_wheelhouse() -> Path:
+    """The wheelhouse on the controller (``components.memoryctl.wheelhouse``), built if stale."""
+    path = resolve_path(str(component("memoryctl").get("wheelhouse", ".cache/wheelhouse")))
+    ensure_wheelhouse(path)
+    return path
 
 
 _built: dict[Path, str] = {}
