@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from memoryctl.client import MemoryClient
-from memoryctl.config import Settings, load_settings
 from memoryctl.model import validate_agent_id
+
+if TYPE_CHECKING:  # imported when first used: start-up cost of every command
+    from memoryctl.client import MemoryClient
+    from memoryctl.config import Settings
 
 
 @dataclass
@@ -22,12 +25,16 @@ class Ctx:
     @property
     def settings(self) -> Settings:
         if self._settings is None:
+            from memoryctl.config import load_settings
+
             self._settings = load_settings(self.config_path, profile=self.profile)
         return self._settings
 
     @property
     def client(self) -> MemoryClient:
         if self._client is None:
+            from memoryctl.client import MemoryClient
+
             self._client = MemoryClient(self.settings)
         return self._client
 

@@ -5,14 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import typer
-from psycopg.types.json import Jsonb
-from rich.table import Table
 
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import err, out, print_json
 from memoryctl.errors import ExitCode, InputError, NotFoundError
 from memoryctl.model import parse_uuid
-from memoryctl.stores.pg import pg_errors
 
 
 def nightly(
@@ -28,6 +25,8 @@ def nightly(
     if as_json:
         print_json(report.as_dict())
     else:
+        from rich.table import Table
+
         table = Table(title=f"nightly: {'failed' if report.failed else 'ok'} ({report.seconds:.1f} s)")
         for col in ("step", "status", "seconds", "detail"):
             table.add_column(col, overflow="fold")
@@ -46,6 +45,10 @@ def feedback(
     useful: Annotated[bool | None, typer.Option("--useful/--not-useful", help="Was the recall useful?")] = None,
 ) -> None:
     """Record whether a recalled memory was useful: the embedding LoRA learns from these pairs."""
+    from psycopg.types.json import Jsonb
+
+    from memoryctl.stores.pg import pg_errors
+
     if useful is None:
         raise InputError("say --useful or --not-useful")
     c = ctx_of(ctx)
@@ -89,13 +92,20 @@ def adapters(
         _rollback(c, registry, kind)
     active = registry.active(which)
     rows = [
-        {"version": v.version, "model_id": v.model_id, "active": bool(active and v.version == active.version),
-         "created_at": str(v.manifest.get("created_at", "")), "metrics": v.manifest.get("metrics", {})}
+        {
+            "version": v.version,
+            "model_id": v.model_id,
+            "active": bool(active and v.version == active.version),
+            "created_at": str(v.manifest.get("created_at", "")),
+            "metrics": v.manifest.get("metrics", {}),
+        }
         for v in registry.list(which)
     ]
     if as_json:
         print_json(rows)
         return
+    from rich.table import Table
+
     table = Table(title=f"{kind} adapters")
     for col in ("version", "active", "model_id", "created_at"):
         table.add_column(col)
@@ -115,8 +125,9 @@ def _rollback(c: object, registry: object, kind: str) -> None:
         vllm = c.settings.vllm
         if not vllm.url:
             raise InputError("rolling back a generation adapter needs [vllm] url")
-        with VLLMClient(vllm.url, api_key=vllm.api_key.get_secret_value() if vllm.api_key else None,
-                        timeout=vllm.timeout_s) as client:
+        with VLLMClient(
+            vllm.url, api_key=vllm.api_key.get_secret_value() if vllm.api_key else None, timeout=vllm.timeout_s
+        ) as client:
             back = rollback_generation(registry, client)  # type: ignore[arg-type]
         err.print(f"serving {back.served_name if back else 'the base model'}", markup=False)
         return

@@ -6,12 +6,9 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import out, print_json
-from memoryctl.config import masked
-from memoryctl.health import check, prometheus
 
 
 def init(
@@ -43,6 +40,8 @@ def health(
     deadline: Annotated[float, typer.Option(help="Seconds to wait for all probes.")] = 1.8,
 ) -> None:
     """Probe every component; exit 0 healthy, 1 unhealthy, 3 degraded."""
+    from memoryctl.health import check, prometheus
+
     c = ctx_of(ctx)
     report = check(c.client.stack, deadline_s=deadline)
     if as_prometheus:
@@ -50,6 +49,8 @@ def health(
     elif as_json:
         print_json(report.as_dict())
     else:
+        from rich.table import Table
+
         table = Table(title=f"memoryctl health: {report.status}")
         for col in ("component", "status", "latency ms", "detail"):
             table.add_column(col)
@@ -77,6 +78,8 @@ def runs(
     if as_json:
         print_json(rows)
         return
+    from rich.table import Table
+
     table = Table(title="maintenance runs")
     for col in ("id", "command", "started", "seconds", "status", "trigger", "counts", "error"):
         table.add_column(col)
@@ -100,6 +103,8 @@ def config_show(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Print the effective configuration (file + environment + flags), secrets masked."""
+    from memoryctl.config import masked
+
     data = masked(ctx_of(ctx).settings)
     if as_json:
         print_json(data)

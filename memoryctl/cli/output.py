@@ -1,4 +1,8 @@
-"""Output helpers: JSON for machines on stdout, rich for people, messages on stderr."""
+"""Output helpers: JSON for machines on stdout, rich for people, messages on stderr.
+
+The rich consoles are built on first use: importing rich costs ~100 ms, which ``--help``,
+``--json`` output and commands answered by ``memoryctl serve`` need not pay.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,30 @@ import json
 import sys
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+class _LazyConsole:
+    """Stands in for a ``rich.console.Console`` and builds it when first used."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
 
 # Piped output (no terminal) would default to 80 columns; tables of memories need more.
-out = Console(width=None if sys.stdout.isatty() else 140)
-err = Console(stderr=True, soft_wrap=True)
+out = cast("Console", _LazyConsole(width=None if sys.stdout.isatty() else 140))
+err = cast("Console", _LazyConsole(stderr=True, soft_wrap=True))
 
 
 def _default(value: Any) -> Any:

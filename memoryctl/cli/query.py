@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
-from rich.tree import Tree
 
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import err, out, print_json
 from memoryctl.errors import ExitCode, InputError
 from memoryctl.model import EntityRef, parse_datetime
-from memoryctl.query.engine import QueryResult
 from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_duration, parse_since
+
+if TYPE_CHECKING:
+    from memoryctl.query.engine import QueryResult
 
 
 def query(
@@ -74,6 +74,8 @@ def query(
 
 
 def _table(result: QueryResult) -> None:
+    from rich.table import Table
+
     table = Table(title=f"{len(result.hits)} hits ({result.ms:.0f} ms)", expand=True)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("score", no_wrap=True)
@@ -91,6 +93,8 @@ def _table(result: QueryResult) -> None:
 
 
 def _explain(result: QueryResult) -> None:
+    from rich.tree import Tree
+
     ex = result.explain
     tree = Tree(f"plan: {ex['plan']}  ({ex['total_ms']:.1f} ms)", highlight=False)
     for s in ex["steps"]:
@@ -121,6 +125,8 @@ def stats(
 ) -> None:
     """Counts and avg/min/max of a numeric metadata field per time bucket (e.g. a sentiment trend)."""
     from datetime import UTC, datetime
+
+    from rich.table import Table
 
     from memoryctl.model import validate_kind, validate_meta_key
     from memoryctl.query.relational import stats as run_stats
@@ -185,6 +191,8 @@ def cypher(
 ) -> None:
     """Raw Cypher for power users, in a READ transaction (write clauses are refused)."""
     import json
+
+    from rich.table import Table
 
     from memoryctl.cli.writes import parse_params
 

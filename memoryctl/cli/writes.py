@@ -6,15 +6,12 @@ import json
 import sys
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import err, out, print_json
-from memoryctl.client import WriteOutcome
 from memoryctl.errors import ExitCode, InputError
 from memoryctl.importer import count_lines
 from memoryctl.model import (
@@ -27,6 +24,9 @@ from memoryctl.model import (
     utcnow,
     validate_meta_key,
 )
+
+if TYPE_CHECKING:
+    from memoryctl.client import WriteOutcome
 
 
 def parse_params(pairs: list[str], flag: str = "--param") -> dict[str, Any]:
@@ -113,6 +113,8 @@ def import_(
         raise InputError(f"{file} is not a readable file")
     show_bar = sys.stderr.isatty() and not as_json
     if show_bar:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         total = count_lines(file)
         with Progress(
             TextColumn("importing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True
@@ -126,6 +128,8 @@ def import_(
     if as_json:
         print_json({"file": str(file), "strict": strict, **outcome.as_dict()})
     else:
+        from rich.table import Table
+
         table = Table(title=f"import {file}", show_header=False)
         for label, value in (
             ("inserted", outcome.inserted),
@@ -162,6 +166,8 @@ def get(
     if as_json:
         print_json(data)
         return
+    from rich.table import Table
+
     table = Table(show_header=False)
     for key, value in data.items():
         table.add_row(key, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
