@@ -23,9 +23,7 @@ from deploy.vllm import vllm
 from deploy.wireguard import wireguard
 
 if state.config.DIFF:
-    raise SystemExit(
-        "deploy.py: --diff would print rendered secrets (WireGuard keys, passwords); run without it"
-    )
+    raise SystemExit("deploy.py: --diff would print rendered secrets (WireGuard keys, passwords); run without it")
 
 base()
 wireguard()

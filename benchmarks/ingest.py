@@ -47,38 +47,64 @@ def synth(n: int, seed: int) -> list[dict[str, object]]:
         user = USERS[min(int(rng.paretovariate(1.2)) - 1, len(USERS) - 1)]
         project = rng.choice(PROJECTS)
         ticket = f"OPS-{rng.randrange(5000)}"
-        rows.append({
-            "id": str(uuid.UUID(int=(seed << 64) + i + 1)),
-            "agent_id": "bench",
-            "text": f"{user} wrote about {ticket} in {project}: deploy {rng.randrange(100)} latency was "
-                    f"{rng.choice(['fine', 'bad', 'worse', 'better'])} after the {rng.choice(['rollback', 'hotfix'])}",
-            "kind": rng.choice(["dialogue", "note", "event"]),
-            "created_at": f"2026-{rng.randrange(9, 12):02d}-{rng.randrange(1, 29):02d}T{rng.randrange(24):02d}:00:00Z",
-            "entities": [{"type": "User", "name": user}, {"type": "Ticket", "name": ticket},
-                         {"type": "Project", "name": project}],
-            "relations": [{"from": {"type": "User", "name": user}, "type": "AUTHORED", "to": "this"},
-                          {"from": {"type": "Ticket", "name": ticket}, "type": "BELONGS_TO",
-                           "to": {"type": "Project", "name": project}}],
-            "metadata": {"sentiment": round(rng.uniform(-1, 1), 2)},
-        })
+        day = f"2026-{rng.randrange(9, 12):02d}-{rng.randrange(1, 29):02d}"
+        rows.append(
+            {
+                "id": str(uuid.UUID(int=(seed << 64) + i + 1)),
+                "agent_id": "bench",
+                "text": f"{user} wrote about {ticket} in {project}: deploy {rng.randrange(100)} latency was "
+                f"{rng.choice(['fine', 'bad', 'worse', 'better'])} after the {rng.choice(['rollback', 'hotfix'])}",
+                "kind": rng.choice(["dialogue", "note", "event"]),
+                "created_at": f"{day}T{rng.randrange(24):02d}:00:00Z",
+                "entities": [
+                    {"type": "User", "name": user},
+                    {"type": "Ticket", "name": ticket},
+                    {"type": "Project", "name": project},
+                ],
+                "relations": [
+                    {"from": {"type": "User", "name": user}, "type": "AUTHORED", "to": "this"},
+                    {
+                        "from": {"type": "Ticket", "name": ticket},
+                        "type": "BELONGS_TO",
+                        "to": {"type": "Project", "name": project},
+                    },
+                ],
+                "metadata": {"sentiment": round(rng.uniform(-1, 1), 2)},
+            }
+        )
     return rows
 
 
 def settings_for(args: argparse.Namespace, workdir: Path, dsn: str | None) -> object:
     extractor = {"kind": "none"}  # entities are explicit: measure the write path, not regexes
     if args.profile == "embedded":
-        return load_settings(Path(os.devnull), profile="embedded", data_dir=workdir / "data",
-                             embedder={"kind": args.embedder}, extractor=extractor)
-    neo4j = {"uri": os.environ["MEMORYCTL_TEST_NEO4J_URI"], "timeout_s": 60.0,
-             "password": os.environ.get("MEMORYCTL_TEST_NEO4J_PASSWORD") or None}
+        return load_settings(
+            Path(os.devnull),
+            profile="embedded",
+            data_dir=workdir / "data",
+            embedder={"kind": args.embedder},
+            extractor=extractor,
+        )
+    neo4j = {
+        "uri": os.environ["MEMORYCTL_TEST_NEO4J_URI"],
+        "timeout_s": 60.0,
+        "password": os.environ.get("MEMORYCTL_TEST_NEO4J_PASSWORD") or None,
+    }
     # qdrant-client's local mode in memory: on disk it commits sqlite once per point, which would
     # measure that, not the pipeline. Set QDRANT_URL for a real server.
     qdrant: dict[str, object] = {"path": ":memory:"}
     if os.environ.get("QDRANT_URL"):
         qdrant = {"url": os.environ["QDRANT_URL"], "api_key": os.environ.get("QDRANT_API_KEY")}
-    return load_settings(Path(os.devnull), profile="cluster", data_dir=workdir,
-                         postgres={"dsn": dsn}, neo4j=neo4j, qdrant=qdrant,
-                         embedder={"kind": args.embedder}, extractor=extractor)
+    return load_settings(
+        Path(os.devnull),
+        profile="cluster",
+        data_dir=workdir,
+        postgres={"dsn": dsn},
+        neo4j=neo4j,
+        qdrant=qdrant,
+        embedder={"kind": args.embedder},
+        extractor=extractor,
+    )
 
 
 def fresh_db(admin: str) -> str:
@@ -92,8 +118,10 @@ def wipe_graph() -> None:
     from neo4j import GraphDatabase
 
     pw = os.environ.get("MEMORYCTL_TEST_NEO4J_PASSWORD")
-    with GraphDatabase.driver(os.environ["MEMORYCTL_TEST_NEO4J_URI"], auth=("neo4j", pw) if pw else None) as d, \
-            d.session() as s:
+    with (
+        GraphDatabase.driver(os.environ["MEMORYCTL_TEST_NEO4J_URI"], auth=("neo4j", pw) if pw else None) as d,
+        d.session() as s,
+    ):
         s.run("MATCH (n) CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 10000 ROWS").consume()
 
 
@@ -143,8 +171,10 @@ def main() -> None:
     b_rate, s_rate = args.n / batched_s, args.per_record / single_s
     print(f"profile={args.profile} embedder={args.embedder} load={os.getloadavg()[0]:.1f}")
     print(f"{'path':<12}{'memories':>10}{'seconds':>10}{'memories/s':>12}  counts (pg/qdrant/graph)")
-    for name, n, s, c in (("batched", args.n, batched_s, batched_counts),
-                          ("per-record", args.per_record, single_s, single_counts)):
+    for name, n, s, c in (
+        ("batched", args.n, batched_s, batched_counts),
+        ("per-record", args.per_record, single_s, single_counts),
+    ):
         print(f"{name:<12}{n:>10}{s:>10.2f}{n / s:>12.0f}  {c['postgres']}/{c['qdrant']}/{c['graph']}")
     print(f"ratio batched/per-record: {b_rate / s_rate:.1f}x (target >= 10x)")
     print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")

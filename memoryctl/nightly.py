@@ -174,18 +174,23 @@ class Nightly:
             rows = embedding_rows(self.stack, since)
             config = LoraTrainingConfig.for_embedding(**self.ns.embedding_lora)
             registry = self._registry()
-            out = embedding_cycle(rows, registry=registry, workdir=tmp, config=config,
-                                  window=DataWindow(since=since, until=now))
+            out = embedding_cycle(
+                rows, registry=registry, workdir=tmp, config=config, window=DataWindow(since=since, until=now)
+            )
             record = out.to_record()
             if out.status != "registered" or out.version is None:
                 return out.status, record
             from memoryctl.ops.migrate import run_migration
 
-            target = EmbedderSettings(kind="minilm", adapter_path=str(out.version.path),
-                                      batch_size=self.settings.embedder.batch_size)
+            target = EmbedderSettings(
+                kind="minilm", adapter_path=str(out.version.path), batch_size=self.settings.embedder.batch_size
+            )
             migration = run_migration(self.stack, "migrate", target=target)
-            record["migrate"] = {"status": migration.status, "target": migration.target_model,
-                                 "verify": migration.verify}
+            record["migrate"] = {
+                "status": migration.status,
+                "target": migration.target_model,
+                "verify": migration.verify,
+            }
             if migration.status != "swapped":
                 return "rejected", {**record, "reason": f"migrate: {migration.status}"}
             registry.set_active("embedding", out.version.version)
@@ -209,8 +214,9 @@ class Nightly:
                 base_model_path=self.ns.generation_base_model, **self.ns.generation_lora
             )
             registry = self._registry()
-            out = generation_cycle(rows, registry=registry, workdir=tmp, config=config,
-                                   window=DataWindow(since=since, until=now))
+            out = generation_cycle(
+                rows, registry=registry, workdir=tmp, config=config, window=DataWindow(since=since, until=now)
+            )
             record = out.to_record()
             if out.status != "registered" or out.version is None:
                 return out.status, record
@@ -219,8 +225,9 @@ class Nightly:
                 return "ok", {**record, "served": False, "reason": "registered; no [vllm] url to hot-load it into"}
             from lora.vllm import VLLMClient
 
-            with VLLMClient(vllm.url, api_key=vllm.api_key.get_secret_value() if vllm.api_key else None,
-                            timeout=vllm.timeout_s) as client:
+            with VLLMClient(
+                vllm.url, api_key=vllm.api_key.get_secret_value() if vllm.api_key else None, timeout=vllm.timeout_s
+            ) as client:
                 swap = promote_generation(registry, out.version, client, path_on_server=self._server_path)
             return "ok", {**record, "served": True, "swap": _plain(swap)}
 

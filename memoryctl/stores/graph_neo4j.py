@@ -160,7 +160,9 @@ UNWIND $ids AS mid
 MATCH (m:Memory {id: mid})
 WHERE m.agent_id IS NOT NULL AND ($agent IS NULL OR m.agent_id = $agent) AND NOT coalesce(m.deleted, false)
 """
-_CONNECTED_1 = _CANDIDATES + """
+_CONNECTED_1 = (
+    _CANDIDATES
+    + """
 WITH s, m,
      EXISTS { MATCH (m)-[:MENTIONS]->(s) } OR EXISTS { MATCH (s)%(left)s[:%(types)s]%(right)s(m) } AS direct
 OPTIONAL MATCH (m)-[:MENTIONS]->(n:Entity)
@@ -169,6 +171,7 @@ WITH m, direct, collect(elementId(n)) AS via
 RETURN collect(CASE WHEN direct THEN m.id END) AS direct,
        collect(CASE WHEN NOT direct AND size(via) > 0 THEN [m.id, via] END) AS rest
 """
+)
 _NEAR_ENTITIES_1 = """
 MATCH (s:Entity {key: $start})
 WHERE s.agent_id IS NOT NULL AND ($agent IS NULL OR s.agent_id = $agent)
@@ -176,7 +179,9 @@ MATCH (s)%(left)s[:%(types)s]%(right)s(x:Entity)
 WHERE ($eids IS NULL OR elementId(x) IN $eids) AND x.agent_id IS NOT NULL AND ($agent IS NULL OR x.agent_id = $agent)
 RETURN collect(DISTINCT elementId(x)) AS near
 """
-_CONNECTED = _CANDIDATES + """  AND (EXISTS { MATCH (m)-[:MENTIONS]->(s) }
+_CONNECTED = (
+    _CANDIDATES
+    + """  AND (EXISTS { MATCH (m)-[:MENTIONS]->(s) }
     OR EXISTS { MATCH p = (m)%(rleft)s[:%(types)s*1..%(hops)d]%(rright)s(s) WHERE all(x IN nodes(p) WHERE %(node_ok)s) }
     OR EXISTS {
       MATCH (m)-[:MENTIONS]->(n:Entity)
@@ -186,6 +191,7 @@ _CONNECTED = _CANDIDATES + """  AND (EXISTS { MATCH (m)-[:MENTIONS]->(s) }
     })
 RETURN collect(m.id) AS ids
 """
+)
 _RELATIONSHIPS = """
 UNWIND $ids AS mid
 MATCH (m:Memory {id: mid})-[r]-(x)

