@@ -128,6 +128,21 @@ class NightlySettings(BaseModel):
 ENV_PREFIX = "MEMORYCTL_"
 
 
+class ServeSettings(BaseModel):
+    """``memoryctl serve`` and how the CLI finds it (see memoryctl/serve)."""
+
+    socket: Path | None = None  # default <data_dir>/serve.sock; the file mode (0600) is the access control
+    http: str | None = None  # HOST:PORT on loopback or the mesh address, e.g. 10.77.0.1:8765; off when unset
+    url: str | None = None  # where the CLI reaches a service on another host, e.g. http://10.77.0.1:8765
+    token: SecretStr | None = None  # bearer token for HTTP; default: <data_dir>/serve.token (made by serve)
+    use: bool = True  # the CLI calls a running service; false: always work in-process
+    required: bool = False  # health reports the service down (degraded) when it does not answer
+    workers: int = Field(8, ge=1, le=256)  # requests handled at once
+    queue: int = Field(64, ge=0)  # connections waiting for a worker; beyond that: 503 + Retry-After
+    max_body_mb: float = Field(64.0, gt=0)  # request body limit (JSONL imports are the large ones)
+    io_timeout_s: float = Field(30.0, gt=0)  # reading a request / writing a reply, per socket operation
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -143,6 +158,7 @@ class Settings(BaseModel):
     vllm: VllmSettings = VllmSettings()
     query: QuerySettings = QuerySettings()
     nightly: NightlySettings = NightlySettings()
+    serve: ServeSettings = ServeSettings()
     # Where this settings object came from, for `config show`.
     source_file: Path | None = Field(default=None, exclude=True)
 
@@ -160,6 +176,14 @@ class Settings(BaseModel):
     @property
     def vectors_dir(self) -> Path:
         return self.data_dir / "vectors"
+
+    @property
+    def serve_socket(self) -> Path:
+        return self.serve.socket or self.data_dir / "serve.sock"
+
+    @property
+    def serve_token_file(self) -> Path:
+        return self.data_dir / "serve.token"
 
 
 def default_config_path() -> Path | None:

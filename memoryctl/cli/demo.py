@@ -75,9 +75,9 @@ def demo(
         q.agent_id, q.limit = AGENT, 5
         out.print(Rule(f"memoryctl query {title}"), markup=False)
         result = c.client.query(q)
-        _table(result)
+        _table(result.as_dict())
         if explain:
-            _explain(result)
+            _explain(result.as_dict())
         if result.degraded:
             out.print(f"degraded: {result.degraded}", markup=False)
     from memoryctl.query.relational import stats

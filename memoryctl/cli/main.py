@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from memoryctl._version import __version__
-from memoryctl.cli import demo, maint, nightly, ops, query, writes
+from memoryctl.cli import demo, maint, nightly, ops, query, serve, writes
 from memoryctl.cli.context import Ctx
 from memoryctl.cli.output import err
 from memoryctl.errors import ExitCode, MemoryctlError
@@ -72,6 +72,7 @@ app.command("reembed")(maint.reembed)
 app.command("nightly")(nightly.nightly)
 app.command("feedback")(nightly.feedback)
 app.command("adapters")(nightly.adapters)
+app.command("serve")(serve.serve)
 config_app.command("show")(ops.config_show)
 
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import sys
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from memoryctl.serve.operations import Reply
 
 
 class _LazyConsole:
@@ -36,7 +39,7 @@ out = cast("Console", _LazyConsole(width=None if sys.stdout.isatty() else 140))
 err = cast("Console", _LazyConsole(stderr=True, soft_wrap=True))
 
 
-def _default(value: Any) -> Any:
+def json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, uuid.UUID):
@@ -47,7 +50,7 @@ def _default(value: Any) -> Any:
 
 
 def to_json(data: Any) -> str:
-    return json.dumps(data, default=_default, ensure_ascii=False, indent=2)
+    return json.dumps(data, default=json_default, ensure_ascii=False, indent=2)
 
 
 def print_json(data: Any) -> None:
@@ -57,3 +60,16 @@ def print_json(data: Any) -> None:
 
 def warn(message: str) -> None:
     err.print(f"[yellow]warning:[/] {message}", highlight=False, markup=True)
+
+
+def emit(reply: Reply, as_json: bool, human: Callable[[Any], None]) -> int:
+    """Print a shared operation's reply -- the same whether the service or this process ran it:
+    its ``--json`` document or the human rendering of that document, then its warnings on stderr.
+    Returns the exit code."""
+    if as_json:
+        print_json(reply.data)
+    else:
+        human(reply.data)
+    for line in reply.warnings:
+        err.print(line, markup=False, highlight=False)
+    return reply.exit_code
