@@ -84,7 +84,7 @@ def parse_bind(value: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT``) for a specific address; every-interface binds are refused."""
     host, sep, port = value.rpartition(":")
     host = host.strip("[]")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:  # 0: any free port (tests)
         raise ConfigError(f"serve.http = {value!r} is not HOST:PORT", hint="e.g. 127.0.0.1:8765 or 10.77.0.1:8765")
     try:
         addr = ipaddress.ip_address(host)
@@ -184,6 +184,7 @@ class Service:
                     hint="is another service on that port, or is the address not on this host?",
                 ) from None
             tcp.listen(128)
+            self.http = (self.http[0], tcp.getsockname()[1])
             self._listeners.append((tcp, False))
         for _ in range(self.settings.serve.workers):
             self._spawn(self._work, "serve-worker")
