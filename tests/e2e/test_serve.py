@@ -43,7 +43,9 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     monkeypatch.setenv("MEMORYCTL_CONFIG", str(path))
     for name in ("good.jsonl", "bad.jsonl"):
-        rows = [{"id": f"5b0c2a9e-2f4e-4c59-9a53-3b0f7d1a01{i:02d}", "text": f"deploy note {i} by Bob"} for i in range(5)]
+        rows = [
+            {"id": f"5b0c2a9e-2f4e-4c59-9a53-3b0f7d1a01{i:02d}", "text": f"deploy note {i} by Bob"} for i in range(5)
+        ]
         lines = [json.dumps(r) for r in rows] + (["{not json", '{"text": ""}'] if name == "bad.jsonl" else [])
         (tmp_path / name).write_text("\n".join(lines) + "\n")
     return path
