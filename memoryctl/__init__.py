@@ -28,7 +28,7 @@ if TYPE_CHECKING:
         UsageError,
     )
     from memoryctl.model import EntityRef, Memory, MemoryRef, Relation
-    from memoryctl.query.engine import Hit, QueryResult
+    from memoryctl.query.results import Hit, QueryResult
     from memoryctl.query.spec import GraphFilter, MemoryQuery, Where
 
 _HOMES = {
@@ -46,7 +46,7 @@ _HOMES = {
         "UsageError",
     ),
     "memoryctl.model": ("EntityRef", "Memory", "MemoryRef", "Relation"),
-    "memoryctl.query.engine": ("Hit", "QueryResult"),
+    "memoryctl.query.results": ("Hit", "QueryResult"),
     "memoryctl.query.spec": ("GraphFilter", "MemoryQuery", "Where"),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
