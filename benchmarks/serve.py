@@ -89,6 +89,7 @@ class Workspace:
 
 def workspace(embedder: str) -> Workspace:
     root = Path(tempfile.mkdtemp(prefix="serve-bench-"))
+    root.chmod(0o755)  # as root, the embedded PostgreSQL runs as its own user and must enter it
     config = root / "memoryctl.toml"
     config.write_text(
         f'profile = "embedded"\ndata_dir = "{root / "data"}"\ndefault_agent = "bench"\n'

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -35,10 +37,20 @@ VOLATILE = re.compile(r'("(query_id|checked_at|seconds|total_ms|ms|latency_ms)":
 
 
 @pytest.fixture
-def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def data_dir() -> Iterator[Path]:
+    """Outside pytest's 0700 tree: as root, the embedded PostgreSQL runs as its own user, and its
+    pg_ctl then sometimes could not enter the directory to stop the server."""
+    root = Path(tempfile.mkdtemp(prefix="memoryctl-serve-test-"))
+    root.chmod(0o755)
+    yield root / "d"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def config(tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "memoryctl.toml"
     path.write_text(
-        f'profile = "embedded"\ndata_dir = "{tmp_path / "d"}"\ndefault_agent = "support"\n'
+        f'profile = "embedded"\ndata_dir = "{data_dir}"\ndefault_agent = "support"\n'
         '[embedder]\nkind = "hash"\n[extractor]\nkind = "none"\n'
     )
     monkeypatch.setenv("MEMORYCTL_CONFIG", str(path))
@@ -102,11 +114,11 @@ def service(config: Path) -> Iterator[Service]:
 
 
 def test_same_output_and_exit_codes_with_and_without_the_service(
-    config: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    config: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path, data_dir: Path
 ) -> None:
     run_all(capsys, tmp_path)  # sets the data up; first-time results (inserted vs unchanged) differ
     in_process = run_all(capsys, tmp_path)
-    assert not (tmp_path / "d" / "serve.sock").exists()
+    assert not (data_dir / "serve.sock").exists()
     settings = load_settings(config)
     svc = Service(settings)
     svc.warm_up()
@@ -116,7 +128,7 @@ def test_same_output_and_exit_codes_with_and_without_the_service(
         assert svc.status()["requests"] == len(commands(tmp_path)) - 1  # `get not-a-uuid` fails in the CLI
     finally:
         svc.shutdown(grace_s=10)
-    assert not (tmp_path / "d" / "serve.sock").exists()
+    assert not (data_dir / "serve.sock").exists()
     codes = {tuple(argv): code for argv, code, _, _ in in_process}
     assert codes[("get", MISSING)] == 1 and codes[("query", "x", "--via", "AUTHORED")] == 2
     assert codes[("import", str(tmp_path / "bad.jsonl"))] == 3
@@ -199,3 +211,17 @@ def test_body_limit_and_binding_rules(config: Path, tmp_path: Path) -> None:
         assert status == 413 and "limit" in data["error"]
     finally:
         svc.shutdown(grace_s=5)
+
+
+def test_docs_examples_run_against_a_live_service(service: Service, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "serve.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", doc, re.S)
+    assert len(blocks) >= 3
+    namespace: dict[str, Any] = {"URL": f"http://{service.address_http}", "TOKEN": service.token}
+    for block in blocks:
+        exec(compile(block, "docs/serve.md", "exec"), namespace)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].endswith(" 0")  # id and exit code of the add
+    assert "Alice: the rollback finished at 14:05" in printed[1]
+    assert "'name': 'Alice'" in printed[2]
+    assert printed[3].startswith("400 ") and "limt" in printed[3]
