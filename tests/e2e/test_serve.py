@@ -113,6 +113,7 @@ def service(config: Path) -> Iterator[Service]:
     svc.shutdown(grace_s=10)
 
 
+@pytest.mark.slow  # ~35 s: 54 CLI calls, two thirds of them starting the embedded PostgreSQL
 def test_same_output_and_exit_codes_with_and_without_the_service(
     config: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path, data_dir: Path
 ) -> None:
