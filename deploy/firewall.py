@@ -12,6 +12,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, server, systemd
 
 from deploy.common import component, has_role, inventory, template
+from deploy.memoryctl import serve_port
 
 # What each role serves over the mesh; every Qdrant peer (components.qdrant.peers) serves QDRANT_PORTS.
 ROLE_PORTS = {
@@ -26,6 +27,8 @@ def mesh_ports() -> list[int]:
     ports = {port for role, ports in ROLE_PORTS.items() if has_role(role) for port in ports}
     if host.name in inventory().qdrant_peers():
         ports.update(QDRANT_PORTS)
+    if has_role("db"):
+        ports.add(serve_port())  # memoryctl serve's HTTP side, for agents on the mesh
     return sorted(ports)
 
 

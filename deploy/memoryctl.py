@@ -11,15 +11,20 @@
 - ``nightly`` on the cluster trains what the cluster can: the embedder is vLLM's (BGE-M3 over HTTP,
   which takes no LoRA here) and the db node has no GPU for the generation model, so both training
   steps record ``skipped`` with the reason, and the re-embed and reconcile steps run.
+- ``memoryctl-serve.service``: the resident service (``memoryctl serve``) as the memoryctl user,
+  socket in ``/run/memoryctl``, HTTP on the node's mesh address only; restarted when the install,
+  the config or the unit changed. ``health`` reports it (``[serve] required``).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import apt, files, pip, server
+from pyinfra.operations import apt, files, pip, server, systemd
 
-from deploy.common import component, secrets, sudoers, template
+from deploy.common import component, keep_running, secrets, sudoers, template
 from deploy.qdrant import collection_layout
 from deploy.vllm import served_models
 from deploy.wheelhouse import controller_wheelhouse, install_offline
@@ -31,6 +36,9 @@ CONFIG = "/etc/memoryctl/memoryctl.toml"
 LOG_DIR = "/var/log/memoryctl"
 DATA_DIR = "/var/lib/memoryctl"
 USER = "memoryctl"
+SERVE_UNIT = "/etc/systemd/system/memoryctl-serve.service"
+SERVE_SOCKET = "/run/memoryctl/serve.sock"
+SERVE_PORT = 8765
 # name -> (schedule, command). reconcile every 10 minutes (the design's cadence) repairs what it
 # finds, so a store that lost writes is refilled within minutes; its run record says what it fixed.
 DEFAULT_JOBS = {
@@ -63,11 +71,11 @@ def memoryctl() -> None:
     files.directory(name="Log directory", path=LOG_DIR, user=USER, group=USER, mode="750")
     files.directory(name="Config directory", path="/etc/memoryctl", user="root", group=USER, mode="750")
 
-    install()
+    installed = install()
 
     endpoints = host.data.endpoints
     store = secrets()
-    template(
+    config = template(
         "memoryctl/memoryctl.toml.j2",
         CONFIG,
         data_dir=DATA_DIR,
@@ -80,6 +88,8 @@ def memoryctl() -> None:
         vllm_api_key=store.token("vllm/api_key"),
         models=served_models(),
         collections=collection_layout(),
+        serve_socket=SERVE_SOCKET,
+        serve_port=serve_port(),
         user="root",
         group=USER,
         mode="640",
@@ -98,11 +108,31 @@ def memoryctl() -> None:
     )
     template("memoryctl/logrotate.j2", "/etc/logrotate.d/memoryctl", log_dir=LOG_DIR, run_as=USER, mode="644")
     sudoers("memoryctl/sudoers-wireguard.j2", "/etc/sudoers.d/memoryctl-wireguard", run_as=USER)
+    unit = template(
+        "memoryctl/memoryctl-serve.service.j2",
+        SERVE_UNIT,
+        interface=host.data.mesh.get("interface", "wg0"),
+        run_as=USER,
+        venv=VENV,
+        config_path=CONFIG,
+        data_dir=DATA_DIR,
+        log_dir=LOG_DIR,
+        mode="644",
+    )
+    systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
+    keep_running("memoryctl-serve", [installed, config, unit])
 
 
-def install() -> None:
+def serve_port() -> int:
+    """The port of ``memoryctl serve``'s HTTP side on the db node's mesh address."""
+    return int(component("memoryctl").get("serve_port", SERVE_PORT))
+
+
+def install() -> Any:
+    """Install from the wheelhouse when it changed; the install operation, or None."""
     local = controller_wheelhouse()
     files.directory(name="Install prefix", path=PREFIX, mode="755")
     pip.venv(name="Python venv (venv module)", path=VENV, python="python3")
-    install_offline(local, VENV, REMOTE_WHEELHOUSE, ["memoryctl"], reinstall=["memoryctl"])
+    installed = install_offline(local, VENV, REMOTE_WHEELHOUSE, ["memoryctl"], reinstall=["memoryctl"])
     files.link(name="memoryctl on PATH", path="/usr/local/bin/memoryctl", target=f"{VENV}/bin/memoryctl")
+    return installed

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.deploy
 # What listens where: every service on the node's mesh address (PostgreSQL also on loopback for
 # local administration), SSH on every address; nothing else anywhere.
 SERVICES = {
-    "node1": {5432, 6333, 6334, 6335},  # PostgreSQL; Qdrant peer
+    "node1": {5432, 6333, 6334, 6335, 8765},  # PostgreSQL; Qdrant peer; memoryctl serve (HTTP)
     "node2": {6333, 6334, 6335, 7474, 7687},  # Qdrant peer; Neo4j http, bolt
     "node3": {6333, 6334, 6335, 8000, 8001},  # Qdrant peer; vLLM stand-in generate, embed
 }

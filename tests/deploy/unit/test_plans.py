@@ -62,7 +62,7 @@ def _no_commands(p: Plan) -> None:
 def test_firewall_plan_and_no_op() -> None:
     fresh = plan(firewall, "node1")
     rules = fresh.upload("/etc/nftables.conf")
-    assert "policy drop" in rules and "tcp dport { 5432, 6333, 6334, 6335 }" in rules
+    assert "policy drop" in rules and "tcp dport { 5432, 6333, 6334, 6335, 8765 }" in rules
     assert fresh.op("Check the ruleset").conditional
     again = plan(firewall, "node1", _present(fresh, ["nftables"], ["nftables"]))
     _no_commands(again)
@@ -80,7 +80,7 @@ def test_nftables_ruleset_is_valid(node: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("node", "ports"),
     [
-        ("node1", "5432, 6333, 6334, 6335"),
+        ("node1", "5432, 6333, 6334, 6335, 8765"),
         ("node2", "6333, 6334, 6335, 7474, 7687"),
         ("node3", "6333, 6334, 6335, 8000, 8001"),
     ],
@@ -418,3 +418,32 @@ def test_memoryctl_cron_runs_as_cron_every_ten_minutes_for_reconcile() -> None:
         path = Path(os.environ["MEMORYCTL_SECRETS_DIR"]).parent / "sudoers"
         path.write_text(rule)
         assert subprocess.run(["visudo", "-cqf", str(path)], check=False).returncode == 0
+
+
+def test_memoryctl_serve_unit_on_the_mesh_and_restart_gating(no_wheel_build: Path, tmp_path: Path) -> None:
+    fresh = plan(memoryctl, "node1")
+    unit = fresh.upload("/etc/systemd/system/memoryctl-serve.service")
+    assert "ExecStart=/opt/memoryctl/venv/bin/memoryctl serve" in unit
+    assert "User=memoryctl" in unit and "Environment=MEMORYCTL_CONFIG=/etc/memoryctl/memoryctl.toml" in unit
+    assert "RuntimeDirectory=memoryctl" in unit and "ReadWritePaths=/var/lib/memoryctl /var/log/memoryctl" in unit
+    text = fresh.upload("/etc/memoryctl/memoryctl.toml")
+    serve = tomllib.loads(text)["serve"]
+    assert serve == {"socket": "/run/memoryctl/serve.sock", "http": "10.77.0.1:8765", "required": True}
+    # the rendered section is valid for the service: a mesh address, never every interface
+    config = pytest.importorskip("memoryctl.config")
+    server = pytest.importorskip("memoryctl.serve.server")
+    path = tmp_path / "memoryctl.toml"
+    path.write_text(text)
+    settings = config.load_settings(path)
+    assert server.parse_bind(settings.serve.http) == ("10.77.0.1", 8765)
+    assert settings.serve_socket == Path("/run/memoryctl/serve.sock") and settings.serve.required
+    assert fresh.op("Reload systemd units").conditional
+    assert fresh.op("memoryctl-serve running and enabled").commands
+    assert "Restart memoryctl-serve" not in " ".join(fresh.names())  # its first start reads the files
+    # a node that has the unit running, enabled and the same files: nothing changes
+    from deploy.wheelhouse import wheelhouse_digest
+
+    present = _present(fresh, ["memoryctl-serve"], ["python3-venv", "cron", "logrotate", "util-linux"])
+    again = plan(memoryctl, "node1", {**present, "FileContents": lambda path, **_: [wheelhouse_digest(no_wheel_build)]})
+    assert not again.op("memoryctl-serve running and enabled").commands
+    assert again.op("Restart memoryctl-serve").conditional
