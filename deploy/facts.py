@@ -54,6 +54,31 @@ class PostgresPreloaded(FactBase[list[str] | None]):
         return [lib.strip() for lib in value.split(",") if lib.strip()]
 
 
+class PostgresRoleMemberships(FactBase[dict[str, list[str]]]):
+    """``{role: [roles it is a member of]}`` (empty when the server is not there yet)."""
+
+    def default(self) -> dict[str, list[str]]:
+        return {}
+
+    def requires_command(self, *args: Any, **kwargs: Any) -> str:
+        return "psql"
+
+    def command(self) -> str:
+        sql = (
+            "SELECT r.rolname || ' ' || g.rolname FROM pg_auth_members m"
+            " JOIN pg_roles g ON g.oid = m.roleid JOIN pg_roles r ON r.oid = m.member"
+        )
+        return f'psql -XAtc "{sql}" 2>/dev/null || true'
+
+    def process(self, output: list[str]) -> dict[str, list[str]]:
+        memberships: dict[str, list[str]] = {}
+        for line in output:
+            member, _, group = line.partition(" ")
+            if group:
+                memberships.setdefault(member, []).append(group)
+        return memberships
+
+
 class NvidiaDriver(FactBase[str | None]):
     """The loaded NVIDIA kernel driver's version line, or None (not installed, or not rebooted yet)."""
 

@@ -26,10 +26,11 @@ from pyinfra.operations import apt, postgres, server, systemd
 from deploy import versions
 from deploy.artefacts import install_deb, resolve
 from deploy.common import apt_repository, component, secrets, template
-from deploy.facts import PostgresExtensions, PostgresPreloaded
+from deploy.facts import PostgresExtensions, PostgresPreloaded, PostgresRoleMemberships
 
 DATABASE = "memoryctl"
 ROLE = "memoryctl"
+MONITOR = "pg_monitor"
 PGDG_KEY = "https://www.postgresql.org/media/keys/ACCC4CF8.asc"
 PGDG_URI = "https://apt.postgresql.org/pub/repos/apt"
 TIMESCALE_KEY = "https://packagecloud.io/timescale/timescaledb/gpgkey"
@@ -126,6 +127,14 @@ def postgresql() -> None:
     )
 
     role_and_database(password=secrets().token("postgres/memoryctl"))
+    if MONITOR not in host.get_fact(PostgresRoleMemberships, **AS_POSTGRES).get(ROLE, []):
+        # Read-only views of settings and statistics: memoryctl checks that TimescaleDB is preloaded
+        # (shared_preload_libraries is hidden from other roles) and health / monitoring read stats.
+        server.shell(
+            name=f"Grant {MONITOR} to {ROLE} (it reads settings and statistics)",
+            commands=[f"psql -v ON_ERROR_STOP=1 -XAtc 'GRANT {MONITOR} TO \"{ROLE}\"'"],
+            **AS_POSTGRES,
+        )
     if timescale and "timescaledb" not in host.get_fact(PostgresExtensions, database=DATABASE, **AS_POSTGRES):
         server.shell(
             name="TimescaleDB extension in the memoryctl database",

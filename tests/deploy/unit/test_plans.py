@@ -160,6 +160,13 @@ def _installed_postgres(**facts: Any) -> dict[str, Any]:
     }
 
 
+def test_postgres_role_may_read_settings_and_statistics() -> None:
+    grant = plan(postgresql, "node1", _installed_postgres()).op("Grant pg_monitor to memoryctl")
+    assert grant.commands[-1].endswith("""'GRANT pg_monitor TO "memoryctl"'""") and not grant.conditional
+    granted = plan(postgresql, "node1", _installed_postgres(PostgresRoleMemberships={"memoryctl": ["pg_monitor"]}))
+    assert "Grant pg_monitor" not in " ".join(granted.names())
+
+
 def test_postgres_converges_after_a_failed_run() -> None:
     """The package is in, but the run that installed it died before the restart and the extension:
     the next run restarts the server (it has not loaded timescaledb) and creates the extension."""
