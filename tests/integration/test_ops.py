@@ -315,6 +315,24 @@ def test_migrate_interrupted_resumes_swaps_and_rolls_back(cluster: MemoryClient)
     assert runs == [] or "running" not in runs
 
 
+def test_a_long_lived_client_follows_a_model_swap_made_by_another(cluster: MemoryClient) -> None:
+    """memoryctl serve keeps one client for days while `migrate` runs in another process: after the
+    swap its text queries embed with the model now active instead of degrading."""
+    mems = memories(60)
+    cluster.add(mems, extract=False)
+    before = cluster.stack.embedder.info.model_id
+    vectors = cluster.stack.require_vectors()
+    with MemoryClient(cluster.settings) as other:  # the other process (sharing the local-mode store)
+        other.stack._vectors = vectors
+        other.stack._tried.add("vector")
+        report = Migrator(other.stack, batch=50, sample=10).migrate(parse_model_spec("kind=hash,model=hash/elsewhere"))
+        other.stack._vectors = None
+    assert report.status == "swapped" and before != "hash/elsewhere"
+    result = cluster.query(text=mems[7].text, agent_id="a1", limit=1)
+    assert result.degraded == [] and result.hits[0].id == mems[7].id, result.explain
+    assert cluster.stack.embedder.info.model_id == "hash/elsewhere"
+
+
 def test_migrate_catches_a_historical_insert_made_during_verification(cluster: MemoryClient) -> None:
     """A memory dated last year, written after the catch-up's watermark: ``updated_at`` is the
     store's write time, so the post-swap catch-up (timestamps only, no second merge-join) finds it."""
