@@ -5,7 +5,9 @@ component settings, never secrets: passwords, API keys and WireGuard private key
 the controller into ``secrets_dir`` (outside git, mode 0600) and reused on every later run.
 
 Roles are inventory groups, so an operator re-maps them by editing ``roles:`` of a node:
-``db`` (PostgreSQL/TimescaleDB + memoryctl and its cron), ``index`` (Qdrant + Neo4j), ``gpu`` (vLLM).
+``db`` (PostgreSQL/TimescaleDB + memoryctl and its cron), ``index`` (Neo4j + the Qdrant peer that
+bootstraps the cluster), ``gpu`` (vLLM); ``components.qdrant.peers`` names the nodes that run a
+Qdrant peer (default: the ``index`` nodes).
 """
 
 from __future__ import annotations
