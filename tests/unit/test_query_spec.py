@@ -66,8 +66,11 @@ def test_query_needs_scope_and_something_to_ask() -> None:
     assert MemoryQuery(text="x", all_agents=True, agent_id="a").validate().agent_id is None
     with pytest.raises(InputError):
         GraphFilter(EntityRef("User", "A"), hops=4)
-    with pytest.raises(InputError):
-        GraphFilter(EntityRef("User", "A"), via=("NOT_A_REL",))
+    for bad in ("NOT A REL", "KNOWS|MENTIONS", "`X`", "1ST", "", "X" * 65):
+        with pytest.raises(InputError):
+            GraphFilter(EntityRef("User", "A"), via=(bad,))
+    # Any identifier of the documented shape is a relationship type, upper-cased.
+    assert GraphFilter(EntityRef("Speaker", "A"), via=("said", "Attended_2")).via == ("SAID", "ATTENDED_2")
 
 
 def test_pushdown_carries_every_payload_filter() -> None:
