@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 from rich.tree import Tree
 
+from memoryctl.cli.chart import bars, sparkline
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import err, out, print_json
 from memoryctl.errors import ExitCode, InputError
@@ -161,13 +162,18 @@ def stats(
             }
         )
         return
+    # The trend of what the table is about: the metric's average when there is one, else the count.
+    trend_of = "avg" if metric else "count"
+    series = [d.get(trend_of) for d in data]
     table = Table(title=f"stats{f' of {metric}' if metric else ''} per {bucket}")
     cols = ["bucket", "count"] + (["n", "avg", "min", "max"] if metric else [])
     for col in cols:
         table.add_column(col)
-    for d in data:
-        table.add_row(*[_fmt(d.get(col)) for col in cols])
+    table.add_column(trend_of, no_wrap=True)
+    for d, bar in zip(data, bars(series), strict=True):
+        table.add_row(*[_fmt(d.get(col)) for col in cols], bar)
     out.print(table, markup=False)
+    out.print(f"{trend_of} trend: {sparkline(series)}", markup=False, highlight=False)
 
 
 def _fmt(value: object) -> str:

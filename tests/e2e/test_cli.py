@@ -86,6 +86,8 @@ def test_readme_examples_run(config: Path, capsys: pytest.CaptureFixture[str], t
             assert "graph.traverse" in out  # --explain
         if argv[1] == "config":
             assert "[postgres]" in out
+        if argv[1] == "stats":  # the numbers and their trend: a bar per bucket, a sparkline
+            assert "0.600" in out and "█" in out and "avg trend:" in out
 
 
 def test_add_get_forget_json_contract(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
