@@ -1,10 +1,15 @@
 """Versioned schema migrations, applied by ``memoryctl init`` (and on first use).
 
 Migrations are the numbered ``sql/NNNN_*.sql`` files, applied in order under an advisory lock so
-two processes never race. A version may have variants: ``0002`` is ``timescale`` when the
-extension is available on the server (``pg_available_extensions``) and ``plain`` otherwise; the
-variant applied is recorded in ``schema_migrations`` so ``health`` and the README can say which path
-ran, instead of silently skipping one.
+two processes never race. A version may have variants: ``timescale`` when TimescaleDB can be used
+and ``plain`` otherwise; the variant applied is recorded in ``schema_migrations`` so ``health`` and
+the README can say which path ran, instead of silently skipping one. Once a database has taken one
+path, later versions follow it (a ``timescale`` aggregate needs the ``timescale`` hypertable).
+
+"Can be used" is two facts, both checked: the extension is *available* (its files are installed:
+``pg_available_extensions``) and *loaded* (``shared_preload_libraries`` names it; without that
+``CREATE EXTENSION`` fails). Installing the package without the preload setting is a common
+half-done deploy: the database then takes the plain path and ``health`` says why.
 """
 
 from __future__ import annotations
@@ -43,17 +48,39 @@ def choose_variant(variants: dict[str, Migration], timescale: bool) -> Migration
     return variants["timescale" if timescale else "plain"]
 
 
-def timescale_available(pool: Pool) -> bool:
+@dataclass(frozen=True, slots=True)
+class TimescaleStatus:
+    available: str | None  # default version of the installed package, None when not installed
+    preloaded: bool  # shared_preload_libraries names it (the server was started with it)
+    installed: str | None  # version of the extension created in this database
+
+    @property
+    def usable(self) -> bool:
+        return self.available is not None and self.preloaded
+
+
+def timescale_status(conn: Any) -> TimescaleStatus:
+    row = conn.execute(
+        "SELECT (SELECT default_version FROM pg_available_extensions WHERE name = 'timescaledb') AS available,"
+        " (SELECT extversion FROM pg_extension WHERE extname = 'timescaledb') AS installed,"
+        " current_setting('shared_preload_libraries') AS preload"
+    ).fetchone()
+    libs = {lib.strip().strip('"').rsplit("/", 1)[-1] for lib in row["preload"].split(",")}
+    return TimescaleStatus(row["available"], "timescaledb" in libs, row["installed"])
+
+
+def timescale_usable(pool: Pool) -> bool:
     with pg_errors(), pool.connection() as conn:
-        row = conn.execute("SELECT 1 AS ok FROM pg_available_extensions WHERE name = 'timescaledb'").fetchone()
-    return row is not None
+        return timescale_status(conn).usable
 
 
 def migrate(pool: Pool, *, timescale: bool | None = None) -> list[dict[str, Any]]:
-    """Apply pending migrations; return what was applied (empty when up to date)."""
+    """Apply pending migrations; return what was applied (empty when up to date).
+
+    ``timescale`` forces a path for a database that has none yet (tests use it to run the plain
+    path on a server that has TimescaleDB); by default it is taken when TimescaleDB is usable.
+    """
     applied: list[dict[str, Any]] = []
-    if timescale is None:
-        timescale = timescale_available(pool)
     with pg_errors(), pool.connection() as conn:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ADVISORY_KEY,))
@@ -62,7 +89,14 @@ def migrate(pool: Pool, *, timescale: bool | None = None) -> list[dict[str, Any]
                 " version integer PRIMARY KEY, variant text NOT NULL,"
                 " applied_at timestamptz NOT NULL DEFAULT now())"
             )
-            done = {r["version"] for r in conn.execute("SELECT version FROM schema_migrations").fetchall()}
+            recorded = {
+                r["version"]: r["variant"] for r in conn.execute("SELECT version, variant FROM schema_migrations")
+            }
+            done = set(recorded)
+            if "timescale" in recorded.values() or "plain" in recorded.values():
+                timescale = "timescale" in recorded.values()
+            elif timescale is None:
+                timescale = timescale_status(conn).usable
             for version, variants in available_migrations().items():
                 if version in done:
                     continue
