@@ -242,7 +242,7 @@ def methods(client: MemoryClient, convs: Sequence[Conversation], *, said: str = 
 
     def lexical(q: Question) -> list[uuid.UUID]:
         scoped = MemoryQuery(text=q.text, agent_id=q.agent_id, limit=K)
-        return [i for i, _ in engine.rel.fulltext(scoped, q.text, limit=K)]
+        return [i for i, _ in engine.rel.lexical(scoped, q.text, limit=K)]
 
     return {
         "default": lambda q: run(MemoryQuery(text=q.text, agent_id=q.agent_id, limit=K)),

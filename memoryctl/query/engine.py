@@ -617,12 +617,7 @@ class QueryEngine:
         self, q: MemoryQuery, ids: Sequence[uuid.UUID] | None, depth: int, with_where: bool
     ) -> list[tuple[uuid.UUID, float]]:
         assert q.text is not None
-        scoped = q if with_where else MemoryQuery(**{**_fields(q), "where": []})
-        rows = self.rel.fulltext(scoped, q.text, limit=depth if ids is None else max(depth, len(ids)))
-        if ids is not None:
-            allowed = set(ids)
-            rows = [r for r in rows if r[0] in allowed]
-        return rows[:depth]
+        return self.rel.lexical(q, q.text, limit=depth, ids=ids, with_where=with_where)
 
     def _pg_filter(
         self,
@@ -756,7 +751,3 @@ class QueryEngine:
                 )
         except Exception:
             pass
-
-
-def _fields(q: MemoryQuery) -> dict[str, Any]:
-    return {f: getattr(q, f) for f in q.__dataclass_fields__}
