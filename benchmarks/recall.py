@@ -320,6 +320,46 @@ def table(rows: dict[str, dict[str, float]], title: str) -> str:
     return "\n".join(lines)
 
 
+def compare_embedders(kinds: Sequence[str], splits: Sequence[str]) -> dict[str, dict[str, object]]:
+    """Dense retrieval alone per embedder (exact cosine over each conversation's turns, what the
+    vector store's exact search returns), plus what a user waits for: the first query (model load)
+    and warm single-query latency. Each embedder applies its own prefixes and normalisation."""
+    from memoryctl.config import EmbedderSettings
+    from memoryctl.embed import make_embedder
+
+    report: dict[str, dict[str, object]] = {}
+    for kind in kinds:
+        embedder = make_embedder(EmbedderSettings(kind=kind))  # type: ignore[arg-type]
+        t0 = time.perf_counter()
+        embedder.embed_query("warm-up: load the model")
+        first_ms = (time.perf_counter() - t0) * 1000
+        row: dict[str, object] = {"model": embedder.info.model_id, "first_query_ms": round(first_ms, 1)}
+        latencies: list[float] = []
+        docs = 0
+        docs_s = 0.0
+        for split in splits:
+            score = Score()
+            for conv in conversations.split(split):
+                t0 = time.perf_counter()
+                vectors = embedder.embed_documents([t.text for t in conv.turns])
+                docs_s += time.perf_counter() - t0
+                docs += len(conv.turns)
+                for q in conv.questions:
+                    t0 = time.perf_counter()
+                    qv = embedder.embed_query(q.text)
+                    latencies.append((time.perf_counter() - t0) * 1000)
+                    top = (vectors @ qv).argsort()[::-1][:K]
+                    score.add([conv.turns[i].id for i in top], q.evidence, 0.0)
+            row[split] = score.row()
+        latencies.sort()
+        row["query_p50_ms"] = round(statistics.median(latencies), 1)
+        row["query_p90_ms"] = round(latencies[int(len(latencies) * 0.9)], 1)
+        row["docs_per_s"] = round(docs / docs_s, 1)
+        report[kind] = row
+        embedder.close()
+    return report
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--split", default="dev", choices=(*conversations.SPLITS, "all"))
@@ -328,12 +368,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--said", default=SAID, help="relationship type from speaker to turn")
     ap.add_argument("--by-kind", action="store_true", help="also one table per question kind")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--compare-embedders",
+        metavar="KINDS",
+        help="instead: dense retrieval and latency per embedder kind, e.g. local,minilm (no stores)",
+    )
     args = ap.parse_args(argv)
+    splits = SPLITS if args.split == "all" else (args.split,)
+    if args.compare_embedders:
+        report = compare_embedders([k.strip() for k in args.compare_embedders.split(",")], splits)
+        if args.json:
+            print(json.dumps(report, indent=1))
+            return 0
+        for kind, row in report.items():
+            print(
+                f"{kind}: {row['model']}; first query {row['first_query_ms']} ms, warm query p50"
+                f" {row['query_p50_ms']} ms / p90 {row['query_p90_ms']} ms; documents {row['docs_per_s']}/s"
+            )
+            print(table({split: row[split] for split in splits}, "  dense only, no decay, per split"))
+        return 0
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = set(names) - set(METHODS)
     if unknown:
         ap.error(f"unknown methods {sorted(unknown)}: choose from {', '.join(METHODS)}")
-    splits = SPLITS if args.split == "all" else (args.split,)
     report: dict[str, object] = {}
     with open_client(args.profile) as client:
         for split in splits:
