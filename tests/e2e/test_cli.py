@@ -114,7 +114,7 @@ def test_add_get_forget_json_contract(config: Path, capsys: pytest.CaptureFixtur
         (["add", ""], 2, "empty"),
         (["add", "x", "--entity", "NoColon"], 2, "TYPE:NAME"),
         (["add", "x", "--entity", "Us`er:x"], 2, "entity type"),
-        (["add", "x", "--rel", "User:A -DROP_TABLE-> this"], 2, "relationship type"),
+        (["add", "x", "--rel", "User:A -1DROP-> this"], 2, "relation"),
         (["add", "x", "--rel", "nonsense"], 2, "FROM -REL-> TO"),
         (["add", "x", "--meta", "novalue"], 2, "key=value"),
         (["add", "x", "--meta", "bad key=1"], 2, "metadata key"),
