@@ -9,10 +9,11 @@ Qdrant Edge, the SQL graph, the configured embedder) in a scratch data directory
 
 Methods (every one asks the engine, scoped to the conversation's agent, top 10):
 
-- ``default``: ``memoryctl query TEXT`` as a user runs it (the configured half-life);
-- ``no-decay``: ``--half-life off``;
-- ``dense``: the vector leg alone, no decay;
-- ``lexical``: PostgreSQL full-text search alone (the engine's fallback path), no decay;
+- ``default``: ``memoryctl query TEXT`` as a user runs it (hybrid, the configured half-life);
+- ``no-decay``: ``--half-life off`` (hybrid, no recency preference);
+- ``dense``: the vector leg alone (``--retrieval dense``), no recency;
+- ``lexical``: the lexical leg alone (PostgreSQL, ``--retrieval lexical``), no recency;
+- ``hybrid``: both legs fused, no recency (``no-decay`` by another name, kept for the table's sake);
 - ``graph``: ``default`` plus ``--entity Speaker:<who the question is about> --via SAID``, for
   questions about one person (the others run as ``default``);
 - ``bm25``: reference, not the engine: Okapi BM25 (k1 1.2, b 0.75) over the same turns, in Python,
@@ -48,6 +49,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 for p in (ROOT, Path(__file__).resolve().parent):
@@ -65,7 +67,7 @@ from memoryctl.query.spec import GraphFilter, MemoryQuery  # noqa: E402
 from memoryctl.stores.protocols import EmbeddingModelInfo  # noqa: E402
 
 K = 10
-METHODS = ("default", "no-decay", "dense", "lexical", "graph", "bm25")
+METHODS = ("default", "no-decay", "dense", "lexical", "hybrid", "graph", "bm25")
 SPLITS = ("dev", "test", "general")
 
 
@@ -236,20 +238,18 @@ def methods(client: MemoryClient, convs: Sequence[Conversation], *, said: str = 
             raise SystemExit(f"degraded answer ({result.degraded}): {result.notes}")
         return [h.id for h in result.hits]
 
-    def graph(q: Question) -> list[uuid.UUID]:
-        via = GraphFilter(EntityRef(SPEAKER_TYPE, q.speaker), (said,)) if q.speaker else None
-        return run(MemoryQuery(text=q.text, agent_id=q.agent_id, limit=K, graph=via))
-
-    def lexical(q: Question) -> list[uuid.UUID]:
-        scoped = MemoryQuery(text=q.text, agent_id=q.agent_id, limit=K)
-        return [i for i, _ in engine.rel.lexical(scoped, q.text, limit=K)]
+    def ask(q: Question, **fields: Any) -> list[uuid.UUID]:
+        return run(MemoryQuery(text=q.text, agent_id=q.agent_id, limit=K, **fields))
 
     return {
-        "default": lambda q: run(MemoryQuery(text=q.text, agent_id=q.agent_id, limit=K)),
-        "no-decay": lambda q: run(MemoryQuery(text=q.text, agent_id=q.agent_id, limit=K, decay=False)),
-        "dense": lambda q: run(MemoryQuery(text=q.text, agent_id=q.agent_id, limit=K, decay=False)),
-        "lexical": lexical,
-        "graph": graph,
+        "default": ask,
+        "no-decay": lambda q: ask(q, decay=False),
+        "dense": lambda q: ask(q, decay=False, retrieval="dense"),
+        "lexical": lambda q: ask(q, decay=False, retrieval="lexical"),
+        "hybrid": lambda q: ask(q, decay=False, retrieval="hybrid"),
+        "graph": lambda q: ask(
+            q, graph=GraphFilter(EntityRef(SPEAKER_TYPE, q.speaker), (said,)) if q.speaker else None
+        ),
         "bm25": lambda q: bm25[q.agent_id].top(q.text, K),
     }
 

@@ -32,8 +32,15 @@ def query(
     combine: Annotated[str, typer.Option("--combine", help="and | or.")] = "and",
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 10,
     threshold: Annotated[float | None, typer.Option("--threshold", help="Minimum cosine similarity.")] = None,
+    retrieval: Annotated[
+        str, typer.Option("--retrieval", help="hybrid (vector + lexical, fused) | dense | lexical.")
+    ] = "hybrid",
     half_life: Annotated[
-        str | None, typer.Option("--half-life", help="Time decay half-life, e.g. 30d; 'off' disables.")
+        str | None,
+        typer.Option(
+            "--half-life",
+            help="Recency half-life (a bounded preference among comparably relevant hits), e.g. 30d; 'off' disables.",
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output (the documented contract).")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="Show the plan, per-step timings and counts.")] = False,
@@ -55,6 +62,7 @@ def query(
         combine=combine,  # type: ignore[arg-type]
         limit=limit,
         threshold=threshold,
+        retrieval=retrieval,  # type: ignore[arg-type]
     )
     if half_life == "off":
         q.decay = False

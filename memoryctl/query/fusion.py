@@ -95,11 +95,3 @@ def recency(created_at: datetime, newest: datetime, half_life: timedelta | None)
 def rank_score(relevance_: float, recency_: float) -> float:
     """Relevance first; recency reorders only memories within RECENCY_WEIGHT of each other."""
     return relevance_ + RECENCY_WEIGHT * recency_
-
-
-def decay(created_at: datetime, now: datetime, half_life: timedelta | None) -> float:
-    """0.5 ** (age / half_life); 1.0 without a half-life. Future timestamps are not boosted."""
-    if half_life is None:
-        return 1.0
-    age = max(0.0, (now - created_at).total_seconds())
-    return math.pow(0.5, age / half_life.total_seconds())

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from memoryctl.errors import InputError
 from memoryctl.model import EntityRef
-from memoryctl.query.fusion import decay, rrf
+from memoryctl.query.fusion import rrf
 from memoryctl.query.guard import Guard
 from memoryctl.query.plan import pushdown
 from memoryctl.query.relational import where_sql
@@ -98,13 +98,6 @@ def test_rrf_rewards_agreement() -> None:
     assert total[b] > total[a]
     assert total[c] > total[b]
     assert set(fused[a]) == {"vector"}
-
-
-def test_decay_halves_per_half_life() -> None:
-    now = datetime(2026, 11, 29, tzinfo=UTC)
-    assert decay(now - timedelta(days=30), now, timedelta(days=30)) == pytest.approx(0.5)
-    assert decay(now + timedelta(days=1), now, timedelta(days=30)) == 1.0
-    assert decay(now - timedelta(days=300), now, None) == 1.0
 
 
 def test_guard_times_out_and_opens_breaker() -> None:
