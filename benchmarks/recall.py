@@ -95,14 +95,17 @@ def memories(conv: Conversation, *, said: str = SAID) -> list[Memory]:
 
 
 @contextmanager
-def open_client(profile: str) -> Iterator[MemoryClient]:
-    """A client on a scratch embedded stack, or on the test servers (cluster, fresh database)."""
+def open_client(profile: str, embedder: str | None = None) -> Iterator[MemoryClient]:
+    """A client on a scratch embedded stack, or on the test servers (cluster, fresh database);
+    ``embedder``: an embedder kind instead of the configured one."""
+    chosen = {"embedder": {"kind": embedder}} if embedder else {}
     with tempfile.TemporaryDirectory(prefix="memoryctl-recall-") as tmp, _database(profile) as dsn:
         if profile == "embedded":
-            settings = load_settings(Path(os.devnull), profile="embedded", data_dir=Path(tmp))
+            settings = load_settings(Path(os.devnull), profile="embedded", data_dir=Path(tmp), **chosen)
         else:
             settings = load_settings(
                 Path(os.devnull),
+                **chosen,
                 profile="cluster",
                 data_dir=Path(tmp),
                 postgres={"dsn": dsn},
@@ -366,6 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--profile", default="embedded", choices=("embedded", "cluster"))
     ap.add_argument("--said", default=SAID, help="relationship type from speaker to turn")
+    ap.add_argument("--embedder", help="embedder kind instead of the configured one (local, onnx, minilm)")
     ap.add_argument("--by-kind", action="store_true", help="also one table per question kind")
     ap.add_argument("--json", action="store_true")
     ap.add_argument(
@@ -392,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown methods {sorted(unknown)}: choose from {', '.join(METHODS)}")
     report: dict[str, object] = {}
-    with open_client(args.profile) as client:
+    with open_client(args.profile, args.embedder) as client:
         for split in splits:
             convs = conversations.split(split)
             load_s = load(client, convs, said=args.said)
