@@ -123,7 +123,7 @@ def stats(
     from datetime import UTC, datetime
 
     from memoryctl.model import validate_kind, validate_meta_key
-    from memoryctl.query.relational import stats as run_stats
+    from memoryctl.query.stats import stats as run_stats
 
     c = ctx_of(ctx)
     width = parse_duration(bucket)
