@@ -15,7 +15,7 @@ Metadata: ``sentiment`` (float), ``severity`` (int); five kinds; ``created_at`` 
 Methods compared per query shape (every method returns the same thing: hydrated hits plus their
 relationships, except (d), which is a floor):
 
-(a) ``unified``: ``QueryEngine`` exactly as ``MemoryClient.engine`` builds it (record_events off);
+(a) ``unified``: ``QueryEngine`` exactly as ``MemoryClient.engine`` builds it (recall events off);
 (b) ``naive``: the three clients one after another, merged in Python: Qdrant top-K by text scoped
     to the agent only (K doubles until enough survive), the Neo4j traversal's full id list, all
     candidate rows from PostgreSQL with the time/where filter, intersect and sort in Python;
@@ -88,13 +88,15 @@ from memoryctl.client import MemoryClient  # noqa: E402
 from memoryctl.config import load_settings  # noqa: E402
 from memoryctl.delivery import graph_memory, vector_point  # noqa: E402
 from memoryctl.model import EntityRef, Memory, MemoryRef, Relation  # noqa: E402
-from memoryctl.query.engine import OVERFETCH, QueryEngine, QueryResult, _pushdown  # noqa: E402
+from memoryctl.query.engine import QueryEngine  # noqa: E402
 from memoryctl.query.fusion import rrf  # noqa: E402
+from memoryctl.query.plan import OVERFETCH, pushdown, traversal  # noqa: E402
 from memoryctl.query.relational import scope_sql  # noqa: E402
+from memoryctl.query.results import QueryResult  # noqa: E402
 from memoryctl.query.spec import GraphFilter, MemoryQuery, Where  # noqa: E402
 from memoryctl.stack import Stack  # noqa: E402
 from memoryctl.stores.graph_neo4j import Neo4jGraphStore  # noqa: E402
-from memoryctl.stores.protocols import GraphTraversal, VectorFilter  # noqa: E402
+from memoryctl.stores.protocols import VectorFilter  # noqa: E402
 from memoryctl.stores.records import RecordStore, row_to_memory  # noqa: E402
 from memoryctl.stores.schema import migrate  # noqa: E402
 from memoryctl.stores.vector_edge import EdgeVectorStore  # noqa: E402
@@ -307,7 +309,7 @@ def open_env(pg_dsn: str, neo4j_uri: str, neo4j_password: str | None, vec_dir: P
     stack._tried.update({"vector", "graph"})
     client = MemoryClient(settings, stack=stack)
     engine = client.engine
-    engine.record_events = False  # recall events are a write; not what is measured
+    engine.recalls = None  # recall events are a write; not what is measured
     return Env(client, engine, stack.records, vectors, graph, stack.embedder.info.model_id, pg_dsn)
 
 
@@ -497,18 +499,6 @@ class Methods:
         self.last_plan: QueryResult | None = None  # the engine's last answer: its plan drives (d)
 
     # ---- helpers ------------------------------------------------------------------------------
-    def _traversal(self, q: MemoryQuery) -> GraphTraversal:
-        assert q.graph is not None and q.agent_id is not None
-        g = q.graph
-        return GraphTraversal(
-            agent_id=q.agent_id,
-            start_key=g.entity.key(q.agent_id),
-            relation_types=g.via,
-            hops=g.hops,
-            direction=g.direction,
-            limit=100_000,
-        )
-
     def _vector(self, q: MemoryQuery) -> list[float]:
         assert q.text is not None
         out: list[float] = self.embedder.embed_query(q.text).tolist()
@@ -550,7 +540,7 @@ class Methods:
         if q.combine == "or":
             depth = q.limit * OVERFETCH + 10
             vhits = vectors.search(self._vector(q), scope, depth, model_id=model)
-            gids = self.env.graph.traverse(self._traversal(q))
+            gids = self.env.graph.traverse(traversal(q))
             rows = self._rows(q, gids, with_where=False)
             newest = sorted(rows.values(), key=lambda m: (-m.created_at.timestamp(), m.id))[:depth]
             fused = rrf({"vector": [h.id for h in vhits], "graph": [m.id for m in newest]})
@@ -560,14 +550,14 @@ class Methods:
                 self._rows(q, missing, with_where=False)
             return self._finish(ranked)
         if not q.has_vector_leg:
-            gids = self.env.graph.traverse(self._traversal(q)) if q.graph is not None else None
+            gids = self.env.graph.traverse(traversal(q)) if q.graph is not None else None
             if gids is not None and not gids:
                 return []
             rows = self._rows(q, gids)
             newest = sorted(rows.values(), key=lambda m: (-m.created_at.timestamp(), str(m.id)))[: q.limit]
             return self._finish([(m.id, 1.0) for m in newest])
         vec = self._vector(q)
-        gids = self.env.graph.traverse(self._traversal(q)) if q.graph is not None else None
+        gids = self.env.graph.traverse(traversal(q)) if q.graph is not None else None
         if gids is not None and not gids:
             return []
         rows = self._rows(q, gids) if gids is not None else {}
@@ -585,10 +575,10 @@ class Methods:
     def one_filter(self, q: MemoryQuery) -> Ranked | None:
         if q.graph is None or not q.has_vector_leg or q.combine == "or":
             return None
-        ids = self.env.graph.traverse(self._traversal(q))
+        ids = self.env.graph.traverse(traversal(q))
         if not ids:
             return []
-        flt = _pushdown(q, with_where=True, ids=ids)
+        flt = pushdown(q, with_where=True, ids=ids)
         assert flt is not None
         store = self.env.vectors
         saved, store.id_chunk_size = store.id_chunk_size, 10**9
@@ -614,48 +604,46 @@ class Methods:
         ids: list[uuid.UUID] | None = None
         vec = self._vector(q) if q.has_vector_leg else None
         ran = {s.name: s for s in plan.steps}
-        probe = "graph.verify" in ran  # vector-first: search without ids, then check the candidates
-        graph_first = q.graph is not None and (not probe or "graph.traverse" in ran)  # incl. a fallback
+        vector_first = "graph.verify" in ran  # search without ids, then check the candidates
+        graph_first = q.graph is not None and (not vector_first or "graph.traverse" in ran)  # incl. a fallback
         if "graph.fanout" in ran:
             with timed("neo4j.fanout"):
-                self.env.graph.fanout(self._traversal(q))
-        if probe:
+                self.env.graph.fanout(traversal(q))
+        if vector_first:
             t0 = time.perf_counter()
-            self.env.graph.traverse(self._traversal(q))  # what a fan-out would have to run
+            self.env.graph.traverse(traversal(q))  # what a fan-out would have to run
             f.fanout_ms = (time.perf_counter() - t0) * 1000
             assert vec is not None
-            flt = _pushdown(q, with_where=True)
+            flt = pushdown(q, with_where=True)
             assert flt is not None
             k = int(next(s for s in plan.steps if s.name == "vector.search").detail["limit"])
             with timed("qdrant.search(top K)"):
                 hits = self.env.vectors.search(vec, flt, k, model_id=self.env.model_id)
             with timed("neo4j.near_entities"):
-                near = self.env.graph.near_entities(self._traversal(q))
+                near = self.env.graph.near_entities(traversal(q))
             with timed("neo4j.verify"):
-                self.env.graph.connected(self._traversal(q), [h.id for h in hits], near=near)
+                self.env.graph.connected(traversal(q), [h.id for h in hits], near=near)
         pushed = plan.plan.startswith("graph(time pushed down")  # graph only: newest first in the graph
         if graph_first:
             with timed("neo4j.traverse"):
-                ids = self.env.graph.traverse(
-                    QueryEngine._traversal(q, newest_first=True) if pushed else self._traversal(q)
-                )
+                ids = self.env.graph.traverse(traversal(q, newest_first=True) if pushed else traversal(q))
         if q.combine == "or":
             assert vec is not None
-            flt = _pushdown(q, with_where=False)
+            flt = pushdown(q, with_where=False)
             assert flt is not None
             with timed("qdrant.search"):
                 self.env.vectors.search(vec, flt, depth, model_id=self.env.model_id)
             if ids:
                 with timed("postgres.filter"):
-                    self.env.engine.rel.filter(q, ids=ids, limit=depth, with_where=False)
+                    self.env.engine.relational.filter(q, ids=ids, limit=depth, with_where=False)
         elif vec is not None and (graph_first or q.graph is None):
-            flt = _pushdown(q, with_where=True, ids=ids)
+            flt = pushdown(q, with_where=True, ids=ids)
             assert flt is not None
             with timed("qdrant.search"):
                 self.env.vectors.search(vec, flt, depth, model_id=self.env.model_id)
         elif vec is None and not pushed:
             with timed("postgres.filter"):
-                self.env.engine.rel.filter(q, ids=ids, limit=q.limit)
+                self.env.engine.relational.filter(q, ids=ids, limit=q.limit)
         top = [i for i, _ in answer]
         if top:
             with timed("postgres.hydrate"):

@@ -15,7 +15,7 @@ from memoryctl.errors import (
     UsageError,
 )
 from memoryctl.model import EntityRef, Memory, MemoryRef, Relation
-from memoryctl.query.engine import Hit, QueryResult
+from memoryctl.query.results import Hit, QueryResult
 from memoryctl.query.spec import GraphFilter, MemoryQuery, Where
 
 __all__ = [

@@ -20,8 +20,11 @@ from memoryctl.delivery import Deliverer, DeliveryReport
 from memoryctl.errors import InputError, NotFoundError
 from memoryctl.importer import BadLine, read_jsonl
 from memoryctl.model import Memory, dedupe_entities, validate_agent_id
-from memoryctl.query.engine import QueryEngine, QueryResult
+from memoryctl.query.engine import QueryEngine
 from memoryctl.query.guard import Guard
+from memoryctl.query.plan import PlanOptions
+from memoryctl.query.relational import RelationalQueries
+from memoryctl.query.results import QueryResult
 from memoryctl.query.spec import MemoryQuery, parse_duration
 from memoryctl.stack import Stack
 from memoryctl.stores.records import UpsertResult
@@ -210,15 +213,16 @@ class MemoryClient:
         qs = self.settings.query
         return QueryEngine(
             self.stack.records,
+            RelationalQueries(self.stack.pool),
             vectors=self.stack.vectors,
             graph=self.stack.graph,
             embedder=lambda: self.stack.embedder,
             guard=Guard(timeout_s=qs.store_timeout_s, failures=qs.breaker_failures, reset_s=qs.breaker_reset_s),
             unavailable=self.stack.unavailable,
             default_half_life=self._half_life,
+            recalls=self.stack.events,
             graph_name=self.stack.store_names["graph"],
-            probe_min_fanout=qs.vector_first_min_fanout,
-            probe_max_k=qs.vector_first_max_k,
+            options=PlanOptions(qs.vector_first_min_fanout, qs.vector_first_max_k),
         )
 
     def _half_life(self, agent_id: str | None) -> timedelta | None:
@@ -232,6 +236,10 @@ class MemoryClient:
             fields.setdefault("agent_id", None if fields.get("all_agents") else self.settings.default_agent)
             q = MemoryQuery(**fields)
         return self.engine.run(q)
+
+    def feedback(self, query_id: uuid.UUID, memory_id: uuid.UUID, *, useful: bool) -> None:
+        """Say whether a recalled memory was useful: the embedding adapter learns from these pairs."""
+        self.stack.events.record_feedback(query_id, memory_id, useful=useful)
 
     def get(self, mid: uuid.UUID, *, agent_id: str | None = None) -> Memory:
         m = self.stack.records.get(mid)

@@ -83,25 +83,6 @@ def last_success(stack: Stack) -> datetime | None:
     return row["t"] if row else None
 
 
-def embedding_rows(stack: Stack, since: datetime | None) -> list[dict[str, Any]]:
-    """(query, useful memory) pairs: a feedback event marked useful, joined to its recall's query."""
-    with pg_errors(), stack.pool.connection() as conn:
-        return list(
-            conn.execute(
-                "SELECT DISTINCT ON (f.query_id, f.memory_id) f.query_id::text || ':' || f.memory_id::text AS id,"
-                " r.payload ->> 'text' AS query, m.text AS positive, m.id::text AS positive_id,"
-                " f.query_id::text AS query_id"
-                " FROM memory_events f"
-                " JOIN memory_events r ON r.event = 'recall' AND r.query_id = f.query_id AND r.memory_id = f.memory_id"
-                " JOIN memories m ON m.id = f.memory_id AND m.deleted_at IS NULL"
-                " WHERE f.event = 'feedback' AND (f.payload ->> 'useful')::boolean"
-                " AND r.payload ->> 'text' IS NOT NULL AND (%s::timestamptz IS NULL OR f.time > %s)"
-                " ORDER BY f.query_id, f.memory_id, f.time DESC",
-                (since, since),
-            )
-        )
-
-
 def generation_rows(stack: Stack, since: datetime | None, kind: str) -> list[dict[str, str]]:
     from lora.datasets import pairs_from_turns
 
@@ -171,7 +152,7 @@ class Nightly:
             from lora import DataWindow, LoraTrainingConfig
             from lora.cycle import embedding_cycle
 
-            rows = embedding_rows(self.stack, since)
+            rows = self.stack.events.useful_pairs(since)
             config = LoraTrainingConfig.for_embedding(**self.ns.embedding_lora)
             registry = self._registry()
             out = embedding_cycle(

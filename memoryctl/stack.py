@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from memoryctl.config import Settings
 from memoryctl.errors import MemoryctlError, StoreUnavailable
+from memoryctl.stores.events import EventLog
 from memoryctl.stores.pg import EmbeddedPostgres, Pool, pool_from_settings
 from memoryctl.stores.records import RecordStore, RunLog
 from memoryctl.stores.schema import migrate, schema_state
@@ -56,6 +57,10 @@ class Stack:
     @cached_property
     def runs(self) -> RunLog:
         return RunLog(self.pool)
+
+    @cached_property
+    def events(self) -> EventLog:
+        return EventLog(self.pool)
 
     # ---- models -------------------------------------------------------------------------------
     @cached_property

@@ -5,14 +5,12 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import typer
-from psycopg.types.json import Jsonb
 from rich.table import Table
 
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import err, out, print_json
-from memoryctl.errors import ExitCode, InputError, NotFoundError
+from memoryctl.errors import ExitCode, InputError
 from memoryctl.model import parse_uuid
-from memoryctl.stores.pg import pg_errors
 
 
 def nightly(
@@ -48,23 +46,7 @@ def feedback(
     """Record whether a recalled memory was useful: the embedding LoRA learns from these pairs."""
     if useful is None:
         raise InputError("say --useful or --not-useful")
-    c = ctx_of(ctx)
-    qid, mid = parse_uuid(query_id), parse_uuid(memory_id)
-    with pg_errors(), c.client.stack.pool.connection() as conn, conn.transaction():
-        recall = conn.execute(
-            "SELECT agent_id FROM memory_events WHERE event = 'recall' AND query_id = %s AND memory_id = %s LIMIT 1",
-            (qid, mid),
-        ).fetchone()
-        if recall is None:
-            raise NotFoundError(
-                f"memory {mid} was not recalled by query {qid}",
-                hint="use the query_id and a hit id from `memoryctl query --json`",
-            )
-        conn.execute(
-            "INSERT INTO memory_events (agent_id, memory_id, query_id, event, payload)"
-            " VALUES (%s, %s, %s, 'feedback', %s)",
-            (recall["agent_id"], mid, qid, Jsonb({"useful": useful})),
-        )
+    ctx_of(ctx).client.feedback(parse_uuid(query_id), parse_uuid(memory_id), useful=useful)
     out.print("recorded", markup=False)
 
 

@@ -12,7 +12,7 @@ from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import err, out, print_json
 from memoryctl.errors import ExitCode, InputError
 from memoryctl.model import EntityRef, parse_datetime
-from memoryctl.query.engine import QueryResult
+from memoryctl.query.results import QueryResult
 from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_duration, parse_since
 
 

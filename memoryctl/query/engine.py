@@ -1,249 +1,96 @@
-"""Planner and executor: one ``MemoryQuery`` → the fewest store calls that answer it.
+"""The executor: runs the ``Plan`` that ``memoryctl.query.plan`` chose, then hydrates and ranks.
 
-Plan shapes (see the README's "Query engine" section):
-
-- ``and`` + text + graph, chosen by cost: **graph-first** (traverse → candidate ids → one vector
-  search whose filter carries the ids, the agent, the time range and every ``where`` the payload
-  holds) when the start entity reaches few memories; **vector-first** when it reaches many (the
-  graph's degree count says so without traversing): the vector search with the same pushdown and
-  no ids returns the top K, the graph checks which of those K are connected, and the answer is
-  exact as soon as enough of them are (every memory outside the top K scores lower than all of
-  them); otherwise the engine falls back to graph-first. A high fan-out traversal (20k ids) is the
-  most expensive thing a query can do; this plan never runs it.
-- ``and`` + text without graph: one vector search with that pushdown → hydrate from PostgreSQL.
-  Nothing is pulled up to be filtered in Python; PostgreSQL is asked only for what the payload
-  does not hold (nothing, today: kind, agent_id, created_at and scalar metadata are all replicated).
-- ``and`` without text: graph only → the graph store applies the time range, orders newest first
-  and cuts (PostgreSQL hydrates); with where clauses graph → ids → PostgreSQL filter; without a
-  graph, PostgreSQL alone. Newest first.
-- ``or``: every leg (vector, graph, where) runs in parallel, results fused with RRF.
-- Time decay multiplies the final score; ``threshold`` is a floor on cosine similarity in the
-  vector leg (the only score with an absolute meaning).
-
-Every store call goes through ``Guard`` (timeout + breaker). When Qdrant fails, text falls back to
-PostgreSQL full-text search; when Neo4j fails, the graph filter falls back to the ``entities``
-column (one hop, mentions only). Either way the result names the degraded store.
+Every store call goes through the query's ``QueryContext`` (timeout + breaker, one timed step).
+When the vector store fails, text falls back to PostgreSQL full-text search; when the graph fails,
+the graph filter falls back to the ``entities`` column (one hop, mentions only). Either way the
+result names the degraded store. PostgreSQL is the truth: hydration drops whatever a lagging
+secondary store still returns for a deleted or out-of-scope memory. Time decay multiplies the
+final score; ``threshold`` is a floor on cosine similarity inside the vector search.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
-from memoryctl.errors import MemoryctlError
-from memoryctl.model import Memory
-from memoryctl.query.fusion import decay, rrf
-from memoryctl.query.guard import Guard, Pending
-from memoryctl.query.relational import RelationalQueries
-from memoryctl.query.spec import MemoryQuery, Where
-from memoryctl.stores.protocols import GraphStore, GraphTraversal, MetaCondition, VectorFilter, VectorStore
-from memoryctl.stores.records import RecordStore
+from memoryctl.errors import MemoryctlError, StoreUnavailable
+from memoryctl.query.context import QueryContext
+from memoryctl.query.fusion import RRF_K, decay, rrf
+from memoryctl.query.guard import Guard
+from memoryctl.query.plan import (
+    GRAPH_CANDIDATE_CAP,
+    Facts,
+    Need,
+    Plan,
+    PlanOptions,
+    PostgresFilter,
+    Traverse,
+    VectorFirst,
+    VectorSearch,
+    depth,
+    plan,
+    traversal,
+)
+from memoryctl.query.ports import MemoryRows, RecallLog, RelationalReads
+from memoryctl.query.results import Hit, QueryResult
+from memoryctl.query.spec import MemoryQuery
+from memoryctl.stores import names
+from memoryctl.stores.protocols import GraphStore, VectorStore
 
 if TYPE_CHECKING:
     from memoryctl.embed import Embedder
 
-T = TypeVar("T")
-OVERFETCH = 2  # vector hits fetched per requested hit: PostgreSQL may veto a few (deleted since)
-GRAPH_CANDIDATE_CAP = 100_000
-# Vector-first plan for graph + vector queries (see ``QueryEngine._probe``). Below PROBE_MIN_FANOUT
-# reachable memories the traversal is cheap and graph-first wins; the probe asks the vector store
-# for PROBE_SAFETY times the hits it expects to need and gives up beyond PROBE_MAX_K. Measured with
-# benchmarks/query.py (100k memories, top author 20k): graph-first 860-1660 ms, vector-first with
-# ~420 candidates 119 ms end to end; a 2,000-id traversal costs about what a 2,000-candidate check
-# does, hence both bounds. Exact relative to the vector search (HNSW beyond 100k points is
-# approximate either way).
-PROBE_MIN_FANOUT = 2_000
-PROBE_MAX_K = 2_000
-PROBE_SAFETY = 3.0
-SCOPE_TTL_S = 60.0
+Ranked = list[tuple[uuid.UUID, dict[str, float]]]
+SCOPE_TTL_S = 60.0  # how long an agent's point count is trusted for vector-first sizing
 
 
-@dataclass(slots=True)
-class Hit:
-    id: uuid.UUID
-    score: float
-    scores: dict[str, float]
-    memory: Memory
-    sources: list[str]
-    relationships: list[dict[str, Any]] = field(default_factory=list)
+@dataclasses.dataclass(slots=True)
+class _Ran:
+    """The runtime figures of a plan's run that its description needs."""
 
-    def as_dict(self) -> dict[str, Any]:
-        m = self.memory
-        return {
-            "id": str(self.id),
-            "score": round(self.score, 6),
-            "scores": {k: round(v, 6) for k, v in self.scores.items()},
-            "text": m.text,
-            "created_at": m.created_at.isoformat(),
-            "kind": m.kind,
-            "agent_id": m.agent_id,
-            "entities": [e.as_dict() for e in m.entities],
-            "metadata": m.metadata,
-            "relationships": self.relationships,
-            "sources": self.sources,
-        }
+    plan: Plan  # the plan that ran: the chosen one, or its fallback
+    ranked: Ranked
+    candidates: int | None = None
+    kept: int | None = None
+    fell_back: bool = False
 
-
-@dataclass(slots=True)
-class Step:
-    name: str
-    store: str
-    detail: dict[str, Any]
-    ms: float = 0.0
-    rows_in: int | None = None
-    rows_out: int | None = None
-    status: str = "ok"
-    error: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            k: getattr(self, k) for k in ("name", "store", "detail", "ms", "rows_in", "rows_out", "status", "error")
-        }
-
-
-@dataclass(slots=True)
-class _Prefetch:
-    """A store call started early (see ``QueryEngine._hydrate``) and the explain step it reports to."""
-
-    step: Step
-    t0: float
-    pending: Pending[dict[uuid.UUID, list[dict[str, Any]]]]
-
-
-@dataclass(slots=True)
-class QueryResult:
-    hits: list[Hit]
-    degraded: list[str]
-    plan: str
-    steps: list[Step]
-    query: MemoryQuery
-    ms: float = 0.0
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def explain(self) -> dict[str, Any]:
-        return {
-            "plan": self.plan,
-            "query": self.query.as_dict(),
-            "steps": [s.as_dict() for s in self.steps],
-            "total_ms": round(self.ms, 2),
-            "notes": self.notes,
-        }
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "query_id": str(self.query.query_id),
-            "hits": [h.as_dict() for h in self.hits],
-            "degraded": self.degraded,
-            "explain": self.explain,
-        }
-
-
-def _pushdown(q: MemoryQuery, *, with_where: bool, ids: Sequence[uuid.UUID] | None = None) -> VectorFilter | None:
-    """The vector filter: agent scope, time range, and every ``where`` the payload can answer.
-
-    None when the conditions contradict each other (nothing can match).
-    """
-    kinds: list[str] | None = None
-    exclude: list[str] = []
-    agent = q.agent_id
-    created_from, created_to = q.since, q.until
-    meta: list[MetaCondition] = []
-    for w in q.where if with_where else []:
-        if w.field == "kind":
-            if w.op == "!=":
-                exclude.append(w.value)
-            else:
-                wanted = set(w.value if w.op == "in" else [w.value])
-                kinds = sorted(wanted if kinds is None else wanted & set(kinds))
-                if not kinds:
-                    return None
-        elif w.field == "agent_id":
-            # Only '=' narrows the scope here; '!=' and 'in' are checked in PostgreSQL afterwards.
-            if w.op == "=":
-                if agent is not None and agent != w.value:
-                    return None  # contradiction: nothing can match
-                agent = w.value
-        elif w.field == "created_at":
-            created_from, created_to = _narrow_time(w, created_from, created_to)
-        else:
-            meta.append(MetaCondition(w.field[5:], w.op, w.value))
-    return VectorFilter(
-        agent_id=agent,
-        ids=ids,
-        kinds=kinds,
-        exclude_kinds=exclude or None,
-        created_from=created_from,
-        created_to=created_to,
-        meta=tuple(meta),
-    )
-
-
-def _narrow_time(w: Where, lo: datetime | None, hi: datetime | None) -> tuple[datetime | None, datetime | None]:
-    if w.op in (">", ">="):
-        lo = w.value if lo is None else max(lo, w.value)
-    elif w.op in ("<", "<="):
-        hi = w.value if hi is None else min(hi, w.value)
-    elif w.op == "=":
-        lo = hi = w.value
-    return lo, hi
-
-
-def _needs_postgres_filter(q: MemoryQuery) -> bool:
-    """Where clauses the vector payload cannot answer exactly (checked again in PostgreSQL)."""
-    return any(
-        (w.field == "agent_id" and w.op in ("!=", "in")) or (w.field == "created_at" and w.op in ("!=", "in"))
-        for w in q.where
-    )
+    def describe(self) -> str:
+        return self.plan.describe(candidates=self.candidates, kept=self.kept, fell_back=self.fell_back)
 
 
 class QueryEngine:
     def __init__(
         self,
-        records: RecordStore,
+        rows: MemoryRows,
+        relational: RelationalReads,
         *,
         vectors: Callable[[], VectorStore | None],
         graph: Callable[[], GraphStore | None],
         embedder: Callable[[], Embedder],
         guard: Guard,
         unavailable: dict[str, str],
-        default_half_life: Callable[[str | None], Any] = lambda agent: None,
-        record_events: bool = True,
-        graph_name: str = "neo4j",
-        probe_min_fanout: int = PROBE_MIN_FANOUT,
-        probe_max_k: int = PROBE_MAX_K,
+        default_half_life: Callable[[str | None], timedelta | None] = lambda agent: None,
+        recalls: RecallLog | None = None,
+        graph_name: str = names.NEO4J,
+        options: PlanOptions | None = None,
     ) -> None:
-        self.graph_name = graph_name
-        self.probe_min_fanout = probe_min_fanout
-        self.probe_max_k = probe_max_k
-        self.records = records
-        self.rel = RelationalQueries(records.pool)
+        self.rows = rows
+        self.relational = relational
         self._vectors = vectors
         self._graph = graph
         self._embedder = embedder
         self.guard = guard
         self.unavailable = unavailable
         self.default_half_life = default_half_life
-        self.record_events = record_events
+        self.recalls = recalls
+        self.graph_name = graph_name
+        self.options = options or PlanOptions()
         self._scope: dict[str | None, tuple[float, int]] = {}  # agent -> (monotonic time, points)
-
-    # ---- plumbing -----------------------------------------------------------------------------
-    def _step(self, steps: list[Step], name: str, store: str, detail: dict[str, Any], fn: Callable[[], T]) -> T:
-        step = Step(name, store, detail)
-        steps.append(step)
-        t0 = time.perf_counter()
-        try:
-            return self.guard.call(store, fn)
-        except MemoryctlError as exc:
-            step.status, step.error = "failed", exc.message
-            raise
-        finally:
-            step.ms = round((time.perf_counter() - t0) * 1000, 2)
 
     # ---- entry --------------------------------------------------------------------------------
     def run(self, q: MemoryQuery) -> QueryResult:
@@ -253,205 +100,123 @@ class QueryEngine:
         elif q.half_life is None:
             q.half_life = self.default_half_life(q.agent_id)
         t0 = time.perf_counter()
-        steps: list[Step] = []
-        degraded: list[str] = []
-        notes: list[str] = []
-        if q.combine == "or" and sum([q.has_vector_leg, q.graph is not None, bool(q.where)]) > 1:
-            plan, ranked = "or: parallel legs fused by RRF", self._run_or(q, steps, degraded, notes)
-        else:
-            plan, ranked = self._run_and(q, steps, degraded, notes)
-        hits = self._hydrate(q, ranked, steps, degraded)
-        result = QueryResult(hits, sorted(set(degraded)), plan, steps, q, notes=notes)
+        ctx = QueryContext(self.guard)
+        chosen = self.plan(q, ctx)
+        ran = self._run(chosen, q, ctx)
+        hits = self._hydrate(q, ran.ranked, ctx)
+        result = QueryResult(hits, sorted(set(ctx.degraded)), ran.describe(), ctx.steps, q, notes=ctx.notes)
         result.ms = (time.perf_counter() - t0) * 1000
-        if self.record_events and hits:
+        if self.recalls is not None and hits:
             self._record(q, hits)
         return result
 
-    # ---- AND ----------------------------------------------------------------------------------
-    def _run_and(
-        self, q: MemoryQuery, steps: list[Step], degraded: list[str], notes: list[str]
-    ) -> tuple[str, list[tuple[uuid.UUID, dict[str, float]]]]:
-        ids: list[uuid.UUID] | None = None
-        shape = []
-        if q.graph is not None and q.has_vector_leg and not _needs_postgres_filter(q):
-            probed = self._probe(q, steps, degraded, notes)
-            if probed is not None:
-                return probed
-        if q.graph is not None and not q.has_vector_leg and not q.where:
-            # Graph only: the graph filters by time, orders newest first and cuts; PostgreSQL only
-            # hydrates. (Its fallback, mentions in PostgreSQL, still goes through the filter below.)
-            ids = self._graph_ids(q, steps, degraded, notes, newest_first=True)
-            if self.graph_name not in degraded:
-                return "graph(time pushed down, newest first)", [(i, {"graph": 1.0}) for i in ids]
-            shape.append("graph")
-        elif q.graph is not None:
-            shape.append("graph")
-            ids = self._graph_ids(q, steps, degraded, notes)
-        if q.graph is not None and not ids:
-            return "graph → (no candidates)", []
-        if q.has_vector_leg:
-            shape.append("vector(pushdown: " + ", ".join(self._pushed(q, ids)) + ")")
-            ranked = self._vector_or_fulltext(q, steps, degraded, notes, ids=ids, with_where=True)
-            if ids is not None:  # every hit also satisfied the graph filter: say so in its sources
-                ranked = [(i, {**s, "graph": 1.0}) for i, s in ranked]
-            if _needs_postgres_filter(q) and ranked:
-                keep = {i for i, _ in self._pg_filter(q, steps, ids=[i for i, _ in ranked], limit=len(ranked))}
-                ranked = [(i, s) for i, s in ranked if i in keep]
-            return " → ".join(shape), ranked
-        shape.append("postgres(filter, newest first)")
-        rows = self._pg_filter(q, steps, ids=ids, limit=q.limit)
-        return " → ".join(shape), [(i, {"graph": 1.0} if ids is not None else {}) for i, _ in rows]
+    def plan(self, q: MemoryQuery, ctx: QueryContext) -> Plan:
+        """Ask ``plan`` until it stops needing facts; fetch each fact it asks for (a store call)."""
+        store = self._graph() if q.graph is not None else None
+        facts = Facts(graph_checks_cheaply=bool(store is not None and store.cheap_membership))
+        while isinstance(chosen := plan(q, facts, self.options), Need):
+            if chosen.fact == "fanout":
+                facts = dataclasses.replace(facts, fanout=self._fanout(q, ctx))
+            else:
+                facts = dataclasses.replace(facts, scope=self._scope_size(q.agent_id, ctx))
+        return chosen
 
-    def _pushed(self, q: MemoryQuery, ids: Sequence[uuid.UUID] | None) -> list[str]:
-        pushed = ["agent" if q.agent_id else "all agents"]
-        if ids is not None:
-            pushed.append(f"{len(ids)} ids")
-        if q.since or q.until:
-            pushed.append("time")
-        pushed += [f"{w.field} {w.op}" for w in q.where]
-        return pushed
+    # ---- plans --------------------------------------------------------------------------------
+    def _run(self, p: Plan, q: MemoryQuery, ctx: QueryContext) -> _Ran:
+        if p.kind == "or":
+            return _Ran(p, self._or(p, q, ctx))
+        if p.kind == "vector-first":
+            assert p.vector_first is not None and p.fallback is not None
+            found = self._vector_first(p.vector_first, q, ctx)
+            if found is None:
+                return self._run(p.fallback, q, ctx)
+            connected, kept = found
+            return _Ran(p, kept, kept=connected)
+        if p.traverse is None:
+            ranked = self._search(p.search, q, ctx) if p.search is not None else []
+            return _Ran(p, self._filtered(p.filter, q, ctx, ranked))
+        ids, fell_back = self._traverse(p.traverse, q, ctx)
+        if p.kind == "graph" and not fell_back:
+            return _Ran(p, [(i, {"graph": 1.0}) for i in ids], candidates=len(ids))
+        ran = _Ran(p, [], candidates=len(ids), fell_back=fell_back)
+        if ids and p.search is not None:
+            ranked = [(i, {**s, "graph": 1.0}) for i, s in self._search(p.search, q, ctx, ids)]
+            ran.ranked = self._filtered(p.filter, q, ctx, ranked)
+        elif ids:
+            assert p.filter is not None
+            ran.ranked = self._filtered(p.filter, q, ctx, [], ids)
+        return ran
 
-    # ---- OR -----------------------------------------------------------------------------------
-    def _run_or(
-        self, q: MemoryQuery, steps: list[Step], degraded: list[str], notes: list[str]
-    ) -> list[tuple[uuid.UUID, dict[str, float]]]:
-        import threading
+    def _filtered(
+        self,
+        stage: PostgresFilter | None,
+        q: MemoryQuery,
+        ctx: QueryContext,
+        ranked: Ranked,
+        candidates: list[uuid.UUID] | None = None,
+    ) -> Ranked:
+        """Run a PostgreSQL filter stage: a post-filter of ``ranked`` or the stage's own ranking."""
+        if stage is None:
+            return ranked
+        if stage.among == "ranked":
+            if not ranked:
+                return ranked
+            keep = {i for i, _ in self._pg_filter(stage, q, ctx, [i for i, _ in ranked], len(ranked))}
+            return [(i, s) for i, s in ranked if i in keep]
+        rows = self._pg_filter(stage, q, ctx, candidates if stage.among == "candidates" else None, stage.limit)
+        tag = {stage.tag: 1.0} if stage.tag else {}
+        return [(i, dict(tag)) for i, _ in rows]
 
-        legs: dict[str, list[tuple[uuid.UUID, dict[str, float]]]] = {}
-        lock = threading.Lock()
-        leg_steps: dict[str, list[Step]] = {}
+    def _or(self, p: Plan, q: MemoryQuery, ctx: QueryContext) -> Ranked:
+        legs: dict[str, Ranked] = {}
+        contexts = {name: ctx.leg() for name, _ in p.legs}
 
-        def leg(name: str, fn: Callable[[list[Step]], list[tuple[uuid.UUID, dict[str, float]]]]) -> None:
-            own: list[Step] = []
-            leg_steps[name] = own
+        def run_leg(name: str, leg: Plan) -> None:
             try:
-                res = fn(own)
+                legs[name] = self._run(leg, q, contexts[name]).ranked
             except MemoryctlError as exc:
-                res = []
-                notes.append(f"{name} leg failed: {exc.message}")
-            with lock:
-                legs[name] = res
+                legs[name] = []
+                ctx.note(f"{name} leg failed: {exc.message}")
 
-        fns: dict[str, Callable[[list[Step]], list[tuple[uuid.UUID, dict[str, float]]]]] = {}
-        depth = q.limit * OVERFETCH + 10
-        if q.has_vector_leg:
-            fns["vector"] = lambda s: self._vector_or_fulltext(q, s, degraded, notes, ids=None, with_where=False)
-        if q.graph is not None:
-
-            def graph_leg(s: list[Step]) -> list[tuple[uuid.UUID, dict[str, float]]]:
-                ids = self._graph_ids(q, s, degraded, notes)
-                rows = self._pg_filter(q, s, ids=ids, limit=depth, with_where=False) if ids else []
-                return [(i, {"graph": 1.0}) for i, _ in rows]
-
-            fns["graph"] = graph_leg
-        if q.where:
-            fns["where"] = lambda s: [(i, {"where": 1.0}) for i, _ in self._pg_filter(q, s, limit=depth)]
-        threads = [threading.Thread(target=leg, args=(n, f), daemon=True) for n, f in fns.items()]
+        threads = [threading.Thread(target=run_leg, args=leg, daemon=True) for leg in p.legs]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        for name in fns:
-            steps.extend(leg_steps.get(name, []))
+        for name, _ in p.legs:
+            ctx.steps.extend(contexts[name].steps)
         fused = rrf({name: [i for i, _ in res] for name, res in legs.items()})
         raw = {name: dict(res) for name, res in legs.items()}
-        ranked: list[tuple[uuid.UUID, dict[str, float]]] = []
+        ranked: Ranked = []
         for mid, parts in fused.items():
             scores: dict[str, float] = {}
             for name in parts:
                 scores.update(raw[name][mid])
             scores["rrf"] = sum(parts.values())
             ranked.append((mid, scores))
-        ranked.sort(key=lambda p: -p[1]["rrf"])
-        steps.append(
-            Step(
-                "fuse",
-                "engine",
-                {"method": "rrf", "k": 60, "legs": {n: len(r) for n, r in legs.items()}},
-                rows_in=sum(len(r) for r in legs.values()),
-                rows_out=len(ranked),
-            )
-        )
+        ranked.sort(key=lambda pair: -pair[1]["rrf"])
+        with ctx.step(
+            "fuse", "engine", {"method": "rrf", "k": RRF_K, "legs": {n: len(r) for n, r in legs.items()}}
+        ) as s:
+            s.rows_in, s.rows_out = sum(len(r) for r in legs.values()), len(ranked)
         return ranked
 
-    # ---- vector-first ---------------------------------------------------------------------------
-    def _probe(
-        self, q: MemoryQuery, steps: list[Step], degraded: list[str], notes: list[str]
-    ) -> tuple[str, list[tuple[uuid.UUID, dict[str, float]]]] | None:
-        """The vector-first plan, or None when graph-first is the better (or the only safe) plan.
-
-        Exactness: the vector search returns the top K of the scope by score (same pushdown as
-        graph-first). If at least ``depth`` of them are connected, those are the top ``depth``
-        connected memories overall, because every memory outside the top K scores lower than all
-        of them; if the search returned fewer than K, it saw the whole scope. Only otherwise is
-        the answer unknown, and the engine falls back to graph-first (said in the notes).
-        """
-        if not self.probe_min_fanout:
-            return None
-        assert q.graph is not None
-        if q.graph.hops != 1 or q.agent_id is None:
-            # Beyond one hop, checking a candidate means walking from dense intermediate nodes
-            # (an author's other memories): no cheaper than the traversal. The degree estimate is a
-            # one-hop figure too.
-            return None
+    # ---- vector-first -------------------------------------------------------------------------
+    def _fanout(self, q: MemoryQuery, ctx: QueryContext) -> int:
+        """The start entity's one-hop fan-out; 0 when the graph cannot say (graph-first then reports it)."""
         store = self._graph()
-        if store is None or not getattr(store, "cheap_membership", False):
-            return None
-        traversal = self._traversal(q)
-        detail = self._graph_detail(q)
+        if store is None:
+            return 0
+        detail = _graph_detail(q)
         try:
-            fan = self._step(steps, "graph.fanout", store.name, detail, lambda: store.fanout(traversal))
+            with ctx.step("graph.fanout", store.name, detail) as step:
+                step.rows_out = self.guard.call(store.name, lambda: store.fanout(traversal(q)))
         except MemoryctlError:
-            return None  # graph-first reports the failure and falls back
-        steps[-1].rows_out = fan
-        if fan < self.probe_min_fanout:
-            return None
-        depth = q.limit * OVERFETCH + 10
-        scope = self._scope_size(q.agent_id, steps)
-        k = max(4 * depth, math.ceil(depth * max(scope, 1) / fan * PROBE_SAFETY))
-        if scope <= 0 or k > self.probe_max_k:
-            return None
-        # The start's one-hop entity neighbours do not depend on the candidates: fetched while the
-        # vector search runs, so the verification below is one round trip over the candidates.
-        near_step = Step("graph.near_entities", store.name, {**detail, "parallel_with": "vector.search"})
-        steps.append(near_step)
-        t_near = time.perf_counter()
-        near_pending = self.guard.start(store.name, lambda: store.near_entities(traversal))
-        ranked = self._vector_or_fulltext(q, steps, degraded, notes, ids=None, with_where=True, depth=k)
-        candidates = [i for i, _ in ranked]
-        try:
-            try:
-                near = near_pending.wait()
-            except MemoryctlError as exc:
-                near_step.status, near_step.error = "failed", exc.message
-                raise
-            finally:
-                near_step.ms = round((time.perf_counter() - t_near) * 1000, 2)
-            near_step.rows_out = None if near is None else len(near)
-            connected = self._step(
-                steps,
-                "graph.verify",
-                store.name,
-                {**detail, "candidates": len(candidates)},
-                lambda: store.connected(traversal, candidates, near=near),
-            )
-        except MemoryctlError as exc:
-            notes.append(f"vector-first: verification failed ({exc.message}); graph-first instead")
-            return None
-        steps[-1].rows_in, steps[-1].rows_out = len(candidates), len(connected)
-        kept = [(i, {**s, "graph": 1.0}) for i, s in ranked if i in connected]
-        if len(kept) < depth and len(ranked) >= k:
-            notes.append(
-                f"vector-first: {len(kept)} of the top {k} are connected, fewer than the {depth} needed;"
-                " graph-first instead"
-            )
-            return None
-        pushed = ", ".join(self._pushed(q, None))
-        plan = f"graph fan-out {fan} → vector-first(top {k}, pushdown: {pushed}) → graph.verify → {len(kept)} kept"
-        return plan, kept[:depth]
+            return 0
+        return step.rows_out
 
-    def _scope_size(self, agent_id: str | None, steps: list[Step]) -> int:
-        """Points the vector search ranks for this agent (cached briefly: an estimate for ``_probe``)."""
+    def _scope_size(self, agent_id: str | None, ctx: QueryContext) -> int:
+        """Points the vector search ranks for this agent (cached briefly: a sizing estimate)."""
         now = time.monotonic()
         cached = self._scope.get(agent_id)
         if cached is not None and now - cached[0] < SCOPE_TTL_S:
@@ -460,107 +225,100 @@ class QueryEngine:
         if store is None:
             return 0
         try:
-            n = self._step(
-                steps, "vector.count", store.name, {"agent": agent_id}, lambda: store.count(agent_id=agent_id)
-            )
+            with ctx.step("vector.count", store.name, {"agent": agent_id}) as step:
+                step.rows_out = self.guard.call(store.name, lambda: store.count(agent_id=agent_id))
         except MemoryctlError:
             return 0
-        steps[-1].rows_out = n
-        self._scope[agent_id] = (now, n)
-        return n
+        self._scope[agent_id] = (now, step.rows_out)
+        return step.rows_out
 
-    # ---- legs ---------------------------------------------------------------------------------
-    @staticmethod
-    def _traversal(q: MemoryQuery, *, newest_first: bool = False) -> GraphTraversal:
-        """Nearest first with the candidate cap, or (graph only) the query's window newest first."""
-        assert q.graph is not None
-        g = q.graph
-        return GraphTraversal(
-            agent_id=q.agent_id,
-            start_key=g.entity.key(q.agent_id) if q.agent_id else "",
-            relation_types=g.via,
-            hops=g.hops,
-            direction=g.direction,
-            limit=q.limit * OVERFETCH + 10 if newest_first else GRAPH_CANDIDATE_CAP,
-            created_from=q.since if newest_first else None,
-            created_to=q.until if newest_first else None,
-            newest_first=newest_first,
+    def _vector_first(self, vf: VectorFirst, q: MemoryQuery, ctx: QueryContext) -> tuple[int, Ranked] | None:
+        """How many of the top K are connected and the best of them, or None when that cannot be
+        the exact answer.
+
+        Exact when at least ``depth`` of the top K are connected: every memory outside the top K
+        scores lower than all of them. If the search returned fewer than K, it saw the whole scope.
+        """
+        store = self._graph()
+        assert store is not None  # the planner chose vector-first because a graph store is open
+        detail = _graph_detail(q)
+        # The start's one-hop entity neighbours do not depend on the candidates: fetched while the
+        # vector search runs, so the verification below is one round trip over the candidates.
+        near_call = ctx.start(
+            "graph.near_entities",
+            store.name,
+            {**detail, "parallel_with": "vector.search"},
+            lambda: store.near_entities(vf.traversal),
         )
-
-    @staticmethod
-    def _graph_detail(q: MemoryQuery) -> dict[str, Any]:
-        assert q.graph is not None
-        g = q.graph
-        return {"start": g.entity.as_dict(), "via": list(g.via), "hops": g.hops, "direction": g.direction}
-
-    def _graph_ids(
-        self, q: MemoryQuery, steps: list[Step], degraded: list[str], notes: list[str], *, newest_first: bool = False
-    ) -> list[uuid.UUID]:
-        assert q.graph is not None
-        g = q.graph
-        traversal = self._traversal(q, newest_first=newest_first)
-        detail = self._graph_detail(q)
-        if newest_first:
-            detail.update(order="newest first", limit=traversal.limit, time_pushed=bool(q.since or q.until))
+        ranked = self._search(vf.search, q, ctx)
+        candidates = [i for i, _ in ranked]
         try:
-            if q.agent_id is None:
-                raise MemoryctlError("graph filters need an agent (entity keys are per agent)")
+            near = near_call.wait()
+            near_call.step.rows_out = None if near is None else len(near)
+            connected = ctx.call(
+                "graph.verify",
+                store.name,
+                {**detail, "candidates": len(candidates)},
+                lambda: store.connected(vf.traversal, candidates, near=near),
+                rows_in=len(candidates),
+            )
+        except MemoryctlError as exc:
+            ctx.note(f"vector-first: verification failed ({exc.message}); graph-first instead")
+            return None
+        kept = [(i, {**s, "graph": 1.0}) for i, s in ranked if i in connected]
+        if len(kept) < vf.depth and len(ranked) >= vf.k:
+            ctx.note(
+                f"vector-first: {len(kept)} of the top {vf.k} are connected, fewer than the {vf.depth} needed;"
+                " graph-first instead"
+            )
+            return None
+        return len(kept), kept[: vf.depth]
+
+    # ---- stages -------------------------------------------------------------------------------
+    def _traverse(self, stage: Traverse, q: MemoryQuery, ctx: QueryContext) -> tuple[list[uuid.UUID], bool]:
+        """The memory ids the graph reaches, and whether PostgreSQL mentions answered instead."""
+        assert q.graph is not None
+        t = stage.traversal
+        detail = _graph_detail(q)
+        if t.newest_first:
+            detail.update(order="newest first", limit=t.limit, time_pushed=bool(q.since or q.until))
+        try:
             store = self._graph()
             if store is None:
-                from memoryctl.errors import StoreUnavailable
-
                 raise StoreUnavailable(self.graph_name, self.unavailable.get(self.graph_name, "unavailable"))
-            ids = self._step(steps, "graph.traverse", store.name, detail, lambda: store.traverse(traversal))
-            steps[-1].rows_out = len(ids)
-            return ids
+            return ctx.call("graph.traverse", store.name, detail, lambda: store.traverse(t)), False
         except MemoryctlError as exc:
-            if "agent" in exc.message and q.agent_id is None:
-                raise
-            degraded.append(self.graph_name)
-            notes.append(
-                f"{self.graph_name} unavailable ({exc.message}); graph filter fell back to PostgreSQL mentions (1 hop)"
+            ctx.degrade(
+                self.graph_name,
+                f"{self.graph_name} unavailable ({exc.message}); graph filter fell back to PostgreSQL mentions (1 hop)",
             )
-            ids = self._step(
-                steps,
-                "fallback.mentions",
-                "postgres",
-                detail,
-                lambda: self.rel.mentions(q, g.entity.type, g.entity.name, limit=GRAPH_CANDIDATE_CAP),
-            )
-            steps[-1].rows_out = len(ids)
-            return ids
+        entity = q.graph.entity
+        ids = ctx.call(
+            "fallback.mentions",
+            names.POSTGRES,
+            detail,
+            lambda: self.relational.mentions(q, entity.type, entity.name, limit=GRAPH_CANDIDATE_CAP),
+        )
+        return ids, True
 
-    def _vector_or_fulltext(
-        self,
-        q: MemoryQuery,
-        steps: list[Step],
-        degraded: list[str],
-        notes: list[str],
-        *,
-        ids: Sequence[uuid.UUID] | None,
-        with_where: bool,
-        depth: int | None = None,
-    ) -> list[tuple[uuid.UUID, dict[str, float]]]:
-        depth = depth or q.limit * OVERFETCH + 10
-        flt = _pushdown(q, with_where=with_where, ids=ids)
-        if flt is None:
-            notes.append("the where clauses contradict each other: nothing can match")
+    def _search(
+        self, stage: VectorSearch, q: MemoryQuery, ctx: QueryContext, ids: Sequence[uuid.UUID] | None = None
+    ) -> Ranked:
+        """The vector search (``ids``: the graph's candidates), or full-text when the store fails."""
+        if stage.filter is None:
+            ctx.note("the where clauses contradict each other: nothing can match")
             return []
+        flt = dataclasses.replace(stage.filter, ids=ids) if stage.among_candidates else stage.filter
         try:
             store = self._vectors()
             if store is None:
-                from memoryctl.errors import StoreUnavailable
-
-                raise StoreUnavailable("qdrant", self.unavailable.get("qdrant", "unavailable"))
+                raise StoreUnavailable(names.VECTORS, self.unavailable.get(names.VECTORS, "unavailable"))
             embedder = self._embedder()
-            if q.vector is not None:
-                vector = list(q.vector)
-            else:
-                assert q.text is not None
-                vector = self._embed(q.text, embedder, steps)
+            model_id = embedder.info.model_id
+            vector = list(q.vector) if q.vector is not None else self._embed(q, embedder, ctx)
             detail = {
-                "model": embedder.info.model_id,
-                "limit": depth,
+                "model": model_id,
+                "limit": stage.depth,
                 "filter": {
                     "agent": flt.agent_id,
                     "ids": len(flt.ids) if flt.ids is not None else None,
@@ -569,109 +327,95 @@ class QueryEngine:
                     "time": [t.isoformat() if t else None for t in (flt.created_from, flt.created_to)],
                     "meta": [f"{m.key} {m.op} {m.value!r}" for m in flt.meta],
                 },
-                "threshold": q.threshold,
+                "threshold": stage.threshold,
             }
-            hits = self._step(
-                steps,
+            hits = ctx.call(
                 "vector.search",
                 store.name,
                 detail,
-                lambda: store.search(vector, flt, depth, model_id=embedder.info.model_id, score_threshold=q.threshold),
+                lambda: store.search(vector, flt, stage.depth, model_id=model_id, score_threshold=stage.threshold),
+                rows_in=len(ids) if ids is not None else None,
             )
-            steps[-1].rows_in = len(ids) if ids is not None else None
-            steps[-1].rows_out = len(hits)
             return [(h.id, {"vector": h.score}) for h in hits]
         except MemoryctlError as exc:
             if q.text is None:
-                degraded.append("qdrant")
-                notes.append(f"qdrant unavailable ({exc.message}); a raw vector cannot fall back to full-text")
+                ctx.degrade(
+                    names.VECTORS, f"qdrant unavailable ({exc.message}); a raw vector cannot fall back to full-text"
+                )
                 return []
-            degraded.append("qdrant")
-            notes.append(f"qdrant unavailable ({exc.message}); text fell back to PostgreSQL full-text search")
-            rows = self._step(
-                steps,
-                "fallback.fulltext",
-                "postgres",
-                {"text": q.text, "ids": len(ids) if ids is not None else None},
-                lambda: self._fulltext(q, ids, depth, with_where),
+            ctx.degrade(
+                names.VECTORS, f"qdrant unavailable ({exc.message}); text fell back to PostgreSQL full-text search"
             )
-            steps[-1].rows_out = len(rows)
-            return [(i, {"fulltext": r}) for i, r in rows]
+        rows = ctx.call(
+            "fallback.fulltext",
+            names.POSTGRES,
+            {"text": q.text, "ids": len(ids) if ids is not None else None},
+            lambda: self._fulltext(q, ids, stage.depth, stage.with_where),
+        )
+        return [(i, {"fulltext": r}) for i, r in rows]
 
-    def _embed(self, text: str, embedder: Embedder, steps: list[Step]) -> list[float]:
+    def _embed(self, q: MemoryQuery, embedder: Embedder, ctx: QueryContext) -> list[float]:
         """Not under the store timeout: a local model's first call loads it (seconds, once per
         process), and the http embedder enforces its own timeout and retries."""
-        step = Step("embed.query", "embedder", {"model": embedder.info.model_id})
-        steps.append(step)
-        t0 = time.perf_counter()
-        try:
-            vector: list[float] = embedder.embed_query(text).tolist()
+        assert q.text is not None
+        with ctx.step("embed.query", "embedder", {"model": embedder.info.model_id}):
+            vector: list[float] = embedder.embed_query(q.text).tolist()
             return vector
-        except MemoryctlError as exc:
-            step.status, step.error = "failed", exc.message
-            raise
-        finally:
-            step.ms = round((time.perf_counter() - t0) * 1000, 2)
 
     def _fulltext(
-        self, q: MemoryQuery, ids: Sequence[uuid.UUID] | None, depth: int, with_where: bool
+        self, q: MemoryQuery, ids: Sequence[uuid.UUID] | None, want: int, with_where: bool
     ) -> list[tuple[uuid.UUID, float]]:
         assert q.text is not None
-        scoped = q if with_where else MemoryQuery(**{**_fields(q), "where": []})
-        rows = self.rel.fulltext(scoped, q.text, limit=depth if ids is None else max(depth, len(ids)))
+        scoped = q if with_where else dataclasses.replace(q, where=[])
+        rows = self.relational.fulltext(scoped, q.text, limit=want if ids is None else max(want, len(ids)))
         if ids is not None:
             allowed = set(ids)
             rows = [r for r in rows if r[0] in allowed]
-        return rows[:depth]
+        return rows[:want]
 
     def _pg_filter(
         self,
+        stage: PostgresFilter,
         q: MemoryQuery,
-        steps: list[Step],
-        *,
-        ids: Sequence[uuid.UUID] | None = None,
-        limit: int,
-        with_where: bool = True,
+        ctx: QueryContext,
+        ids: Sequence[uuid.UUID] | None,
+        limit: int | None,
     ) -> list[tuple[uuid.UUID, datetime]]:
+        assert limit is not None
         detail = {
-            "where": [f"{w.field} {w.op}" for w in q.where] if with_where else [],
+            "where": [f"{w.field} {w.op}" for w in q.where] if stage.with_where else [],
             "time": bool(q.since or q.until),
             "ids": len(ids) if ids is not None else None,
             "limit": limit,
         }
-        rows = self._step(
-            steps,
+        return ctx.call(
             "postgres.filter",
-            "postgres",
+            names.POSTGRES,
             detail,
-            lambda: self.rel.filter(q, ids=ids, limit=limit, with_where=with_where),
+            lambda: self.relational.filter(q, ids=ids, limit=limit, with_where=stage.with_where),
+            rows_in=len(ids) if ids is not None else None,
         )
-        steps[-1].rows_in = len(ids) if ids is not None else None
-        steps[-1].rows_out = len(rows)
-        return rows
 
     # ---- hydrate, score, relationships --------------------------------------------------------
-    def _hydrate(
-        self, q: MemoryQuery, ranked: list[tuple[uuid.UUID, dict[str, float]]], steps: list[Step], degraded: list[str]
-    ) -> list[Hit]:
+    def _hydrate(self, q: MemoryQuery, ranked: Ranked, ctx: QueryContext) -> list[Hit]:
         if not ranked:
             return []
-        window = ranked[: max(q.limit * OVERFETCH + 10, q.limit)]
+        window = ranked[: max(depth(q), q.limit)]
         ids = [i for i, _ in window]
         # Relationships need only ids: ask the graph for the likely hits (the first ``limit``)
         # while PostgreSQL hydrates, instead of after it. Both are single round trips of similar
         # cost, so this takes one of them off the critical path; a hit the guess missed (a vetoed
         # row moved another one up) is fetched afterwards.
-        early = self._start_relationships(ids[: q.limit], steps, degraded)
-        rows = self._step(
-            steps,
+        early = self._start_relationships(ids[: q.limit], ctx)
+        rows = ctx.call(
             "postgres.hydrate",
-            "postgres",
+            names.POSTGRES,
             {"ids": len(ids)},
-            lambda: self.records.get_many(ids, include_deleted=False),
+            lambda: self.rows.get_many(ids, include_deleted=False),
+            rows_in=len(ids),
         )
-        steps[-1].rows_in, steps[-1].rows_out = len(ids), len(rows)
         now = datetime.now(UTC)
+        graph_source = self.graph_name if not ctx.is_degraded(self.graph_name) else "postgres-mentions"
         hits: list[Hit] = []
         for mid, scores in window:
             m = rows.get(mid)
@@ -683,80 +427,56 @@ class QueryEngine:
                 continue
             d = decay(m.created_at, now, q.half_life)
             base = scores.get("rrf", scores.get("vector", scores.get("fulltext", 1.0)))
-            parts = {**scores, "decay": d}
-            sources = ["postgres"]
+            sources = [names.POSTGRES]
             if "vector" in scores:
-                sources.append("qdrant")
+                sources.append(names.VECTORS)
             if "graph" in scores:
-                sources.append(self.graph_name if self.graph_name not in degraded else "postgres-mentions")
-            hits.append(Hit(mid, base * d, parts, m, sources))
+                sources.append(graph_source)
+            hits.append(Hit(mid, base * d, {**scores, "decay": d}, m, sources))
         hits.sort(key=lambda h: (-h.score, -h.memory.created_at.timestamp()))
         hits = hits[: q.limit]
-        self._relationships(hits, steps, degraded, early)
+        self._relationships(hits, ctx, early)
         return hits
 
-    def _start_relationships(self, ids: list[uuid.UUID], steps: list[Step], degraded: list[str]) -> _Prefetch | None:
-        if not ids or self.graph_name in degraded:
+    def _start_relationships(self, ids: list[uuid.UUID], ctx: QueryContext) -> Any:
+        if not ids or ctx.is_degraded(self.graph_name):
             return None
         store = self._graph()
         if store is None:
             return None
-        step = Step("graph.relationships", store.name, {"ids": len(ids), "parallel_with": "postgres.hydrate"})
-        steps.append(step)
-        return _Prefetch(step, time.perf_counter(), self.guard.start(store.name, lambda: store.relationships(ids)))
+        detail = {"ids": len(ids), "parallel_with": "postgres.hydrate"}
+        return ctx.start("graph.relationships", store.name, detail, lambda: store.relationships(ids))
 
-    def _relationships(
-        self, hits: list[Hit], steps: list[Step], degraded: list[str], early: _Prefetch | None = None
-    ) -> None:
-        if not hits or self.graph_name in degraded:
+    def _relationships(self, hits: list[Hit], ctx: QueryContext, early: Any) -> None:
+        if not hits or ctx.is_degraded(self.graph_name):
             return
         rels: dict[uuid.UUID, list[dict[str, Any]]] = {}
-        if early is not None:
-            try:
-                rels = early.pending.wait()
-            except MemoryctlError as exc:
-                early.step.status, early.step.error = "failed", exc.message
-                degraded.append(self.graph_name)
-                return
-            finally:
-                early.step.ms = round((time.perf_counter() - early.t0) * 1000, 2)
-        missing = [h.id for h in hits if h.id not in rels]
-        store = self._graph() if missing else None
-        if store is not None:
-            try:
-                rels = {
-                    **rels,
-                    **self._step(
-                        steps,
-                        "graph.relationships",
-                        store.name,
-                        {"ids": len(missing)},
-                        lambda: store.relationships(missing),
-                    ),
-                }
-            except MemoryctlError:
-                degraded.append(self.graph_name)
-                return
+        try:
+            if early is not None:
+                rels = early.wait()
+            missing = [h.id for h in hits if h.id not in rels]
+            store = self._graph() if missing else None
+            if store is not None:
+                more = ctx.call(
+                    "graph.relationships", store.name, {"ids": len(missing)}, lambda: store.relationships(missing)
+                )
+                rels = {**rels, **more}
+        except MemoryctlError:
+            ctx.degrade(self.graph_name)
+            return
         for h in hits:
             h.relationships = rels.get(h.id, [])
 
     def _record(self, q: MemoryQuery, hits: list[Hit]) -> None:
         """Recall events feed the nightly datasets; losing one is not worth failing a query."""
-        from psycopg.types.json import Jsonb
-
+        assert self.recalls is not None
         try:
-            with self.records.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO memory_events (agent_id, memory_id, query_id, event, payload)"
-                    " VALUES (%s, %s, %s, 'recall', %s)",
-                    [
-                        (h.memory.agent_id, h.id, q.query_id, Jsonb({"rank": r, "score": h.score, "text": q.text}))
-                        for r, h in enumerate(hits, start=1)
-                    ],
-                )
-        except Exception:
+            self.recalls.record_recalls(q.query_id, q.text, [(h.memory.agent_id, h.id, h.score) for h in hits])
+        except MemoryctlError:
             pass
 
 
-def _fields(q: MemoryQuery) -> dict[str, Any]:
-    return {f: getattr(q, f) for f in q.__dataclass_fields__}
+def _graph_detail(q: MemoryQuery) -> dict[str, Any]:
+    assert q.graph is not None
+    g = q.graph
+    return {"start": g.entity.as_dict(), "via": list(g.via), "hops": g.hops, "direction": g.direction}

@@ -23,13 +23,12 @@ from memoryctl.model import (
     validate_meta_key,
     validate_relation_type,
 )
-from memoryctl.stores.protocols import Direction, MetaOp
+from memoryctl.stores.protocols import MAX_HOPS, Direction, MetaOp
 
 Combine = Literal["and", "or"]
 CANONICAL_FIELDS = ("kind", "agent_id", "created_at")
 OPS: tuple[MetaOp, ...] = ("=", "!=", "<", "<=", ">", ">=", "in")
 MAX_LIMIT = 1000
-MAX_HOPS = 3
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -183,6 +182,11 @@ class MemoryQuery:
             raise InputError("a query is scoped to one agent", hint="pass --agent A, or --all-agents as an operator")
         else:
             validate_agent_id(self.agent_id)
+        if self.graph is not None and self.agent_id is None:
+            raise InputError(
+                "a graph filter needs an agent: entity keys are per agent",
+                hint="pass --agent A instead of --all-agents",
+            )
         if not 1 <= self.limit <= MAX_LIMIT:
             raise InputError(f"limit must be 1..{MAX_LIMIT}")
         if self.combine not in ("and", "or"):

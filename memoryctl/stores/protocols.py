@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 Direction = Literal["out", "in", "both"]
 MetaOp = Literal["=", "!=", "<", "<=", ">", ">=", "in"]
+MAX_HOPS = 3  # the deepest graph traversal a query may ask for
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +216,7 @@ class GraphTraversal:
     agent_id: str | None
     start_key: str
     relation_types: Sequence[str] = ()  # empty = any whitelisted type
-    hops: int = 1
+    hops: int = 1  # 1..MAX_HOPS
     direction: Direction = "both"
     limit: int | None = None
     # Restrict the memories returned (not the path) to [created_from, created_to), and order them

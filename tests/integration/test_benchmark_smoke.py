@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -71,8 +72,8 @@ def test_every_method_answers_the_same(bench: ModuleType, loaded: tuple[Any, Any
 
     # The vector-first plan (its fan-out threshold lowered to this small graph) must give the same
     # answers, and the benchmark's floors must follow it.
-    saved = env.engine.probe_min_fanout
-    env.engine.probe_min_fanout = 10
+    saved = env.engine.options
+    env.engine.options = replace(saved, vector_first_min_fanout=10)
     try:
         for q in queries[bench.SHAPES[0]]:
             unified, steps = methods.unified(q)
@@ -81,4 +82,4 @@ def test_every_method_answers_the_same(bench: ModuleType, loaded: tuple[Any, Any
             floor = methods.floor(q, unified, methods.last_plan)
             assert "neo4j.verify" in floor.parts and floor.fanout_ms is not None and floor.fanout_ms > 0
     finally:
-        env.engine.probe_min_fanout = saved
+        env.engine.options = saved

@@ -4,13 +4,14 @@ Qdrant: same answers as graph-first, honest fallback when too few of the top K a
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from memoryctl.client import MemoryClient
 from memoryctl.model import EntityRef, Memory, MemoryRef, Relation
-from memoryctl.query.engine import QueryResult
+from memoryctl.query.results import QueryResult
 from memoryctl.query.spec import GraphFilter, MemoryQuery
 
 pytestmark = pytest.mark.integration
@@ -44,12 +45,12 @@ def world(cluster: MemoryClient) -> tuple[MemoryClient, list[Memory]]:
 
 def _run(client: MemoryClient, q: MemoryQuery, *, min_fanout: int) -> QueryResult:
     engine = client.engine
-    saved = engine.probe_min_fanout
-    engine.probe_min_fanout = min_fanout
+    saved = engine.options
+    engine.options = replace(saved, vector_first_min_fanout=min_fanout)
     try:
         return engine.run(q)
     finally:
-        engine.probe_min_fanout = saved
+        engine.options = saved
 
 
 def _q(limit: int, **kw: object) -> MemoryQuery:

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from memoryctl.errors import InputError
 from memoryctl.model import EntityRef
-from memoryctl.query.engine import _pushdown
 from memoryctl.query.fusion import decay, rrf
 from memoryctl.query.guard import Guard
+from memoryctl.query.plan import pushdown
 from memoryctl.query.relational import where_sql
 from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_duration, parse_since
 
@@ -78,13 +78,13 @@ def test_pushdown_carries_every_payload_filter() -> None:
         since=datetime(2026, 1, 1, tzinfo=UTC),
         where=[Where.parse("kind in note,event"), Where.parse("kind != event"), Where.parse("sentiment > 0")],
     )
-    flt = _pushdown(q, with_where=True, ids=ids)
+    flt = pushdown(q, with_where=True, ids=ids)
     assert flt is not None
     assert flt.agent_id == "a" and flt.ids == ids and flt.kinds == ["event", "note"]
     assert flt.exclude_kinds == ["event"] and flt.created_from == q.since
     assert [(m.key, m.op, m.value) for m in flt.meta] == [("sentiment", ">", 0)]
     contradiction = MemoryQuery(text="x", agent_id="a", where=[Where.parse("kind = a"), Where.parse("kind = b")])
-    assert _pushdown(contradiction, with_where=True) is None
+    assert pushdown(contradiction, with_where=True) is None
 
 
 def test_rrf_rewards_agreement() -> None:

@@ -1,0 +1,243 @@
+"""The executor over in-memory fakes of the store protocols (tests/unit/fakes.py).
+
+What each plan shape asks of which store, in what order, what it answers, and how it degrades;
+the same behaviour against the real stores is in tests/integration/test_query_engine.py.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from memoryctl.errors import StoreError, StoreUnavailable
+from memoryctl.model import EntityRef, Memory
+from memoryctl.query.engine import QueryEngine
+from memoryctl.query.guard import Guard
+from memoryctl.query.plan import PlanOptions
+from memoryctl.query.spec import GraphFilter, MemoryQuery, Where
+from memoryctl.stores.protocols import VectorFilter
+from tests.unit.fakes import (
+    EMBEDDER,
+    FakeGraph,
+    FakeRecalls,
+    FakeRelational,
+    FakeRows,
+    FakeVectors,
+    World,
+    cosine_rank,
+)
+
+NOW = datetime.now(UTC)
+ALICE, BOB = EntityRef("User", "Alice"), EntityRef("User", "Bob")
+
+
+def memory(text: str, *, who: EntityRef = ALICE, hours: float = 1, agent: str = "a", **kw: object) -> Memory:
+    return Memory(
+        text=text,
+        agent_id=agent,
+        created_at=NOW - timedelta(hours=hours),
+        entities=[who],
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+class Stack:
+    """The fakes an engine is built from, and the engine."""
+
+    def __init__(
+        self, world: World, *, graph: FakeGraph | None = None, vectors: FakeVectors | None = None, **options: int
+    ) -> None:
+        self.world = world
+        self.rows, self.relational = FakeRows(world), FakeRelational(world)
+        self.vectors = vectors or FakeVectors(world)
+        self.graph = graph or FakeGraph(world, cheap_membership=False)
+        self.recalls = FakeRecalls()
+        self.vectors_up = self.graph_up = True
+        self.engine = QueryEngine(
+            self.rows,
+            self.relational,
+            vectors=lambda: self.vectors if self.vectors_up else None,
+            graph=lambda: self.graph if self.graph_up else None,
+            embedder=lambda: EMBEDDER,
+            guard=Guard(timeout_s=5.0),
+            unavailable={"qdrant": "refused", "neo4j": "refused"},
+            recalls=self.recalls,
+            options=PlanOptions(**options),
+        )
+
+
+@pytest.fixture
+def world() -> World:
+    w = World()
+    w.add(
+        memory("alice rollback of payments finished", hours=1, metadata={"sentiment": 0.5}),
+        memory("alice started the rollback of payments", hours=3, metadata={"sentiment": -0.5}),
+        memory("alice lunch is pizza", hours=2),
+        memory("bob rollback of the database", who=BOB, hours=1),
+        memory("alice rollback of payments finished", hours=1, agent="other"),
+    )
+    return w
+
+
+def texts(result: object) -> list[str]:
+    return [h.memory.text for h in result.hits]  # type: ignore[attr-defined]
+
+
+def test_vector_plan_is_one_search_then_hydration(world: World) -> None:
+    s = Stack(world)
+    r = s.engine.run(MemoryQuery(text="rollback payments", agent_id="a", where=[Where.parse("sentiment < 0")]))
+    assert texts(r) == ["alice started the rollback of payments"]
+    # relationships are fetched from the graph while PostgreSQL hydrates
+    assert [st.name for st in r.steps] == ["embed.query", "vector.search", "graph.relationships", "postgres.hydrate"]
+    (search,) = s.vectors.calls.args("search")
+    assert search["filter"].agent_id == "a" and search["filter"].meta[0].key == "sentiment"
+    assert s.relational.calls.log == []  # nothing pulled up from PostgreSQL first
+    assert r.plan == "vector(pushdown: agent, meta.sentiment <)" and r.degraded == []
+    assert r.hits[0].sources == ["postgres", "qdrant"]
+
+
+def test_answers_match_brute_force(world: World) -> None:
+    s = Stack(world)
+    q = MemoryQuery(text="rollback of payments", agent_id="a", decay=False)
+    assert [h.id for h in s.engine.run(q).hits] == cosine_rank(world, q)
+
+
+def test_postgres_is_the_truth_at_hydration(world: World) -> None:
+    gone = next(m for m in world.memories.values() if m.text == "alice lunch is pizza")
+    gone.deleted_at = NOW
+    s = Stack(world, vectors=FakeVectors(world, stale=[gone.id]))  # the vector store still has it
+    r = s.engine.run(MemoryQuery(text="alice lunch pizza", agent_id="a", limit=10))
+    scope = VectorFilter(agent_id="a")
+    assert gone.id in {h.id for h in s.vectors.search(EMBEDDER.embed_query("pizza").tolist(), scope, 10, model_id="m")}
+    assert gone.id not in {h.id for h in r.hits}
+    assert all(h.memory.agent_id == "a" for h in r.hits)
+
+
+def test_vector_store_down_falls_back_to_full_text(world: World) -> None:
+    s = Stack(world)
+    s.vectors.calls.fail["search"] = StoreUnavailable("qdrant", "no answer within 2.0s")
+    r = s.engine.run(MemoryQuery(text="rollback payments", agent_id="a"))
+    assert r.degraded == ["qdrant"] and any("full-text" in n for n in r.notes)
+    assert texts(r)[:2] == ["alice rollback of payments finished", "alice started the rollback of payments"]
+    failed = next(st for st in r.steps if st.name == "vector.search")
+    assert failed.status == "failed" and "no answer" in (failed.error or "")
+    assert [st.name for st in r.steps][-3:] == ["fallback.fulltext", "graph.relationships", "postgres.hydrate"]
+    raw = s.engine.run(MemoryQuery(vector=EMBEDDER.embed_query("rollback").tolist(), agent_id="a"))
+    assert raw.hits == [] and any("raw vector" in n for n in raw.notes)
+
+
+def test_graph_down_falls_back_to_mentions(world: World) -> None:
+    s = Stack(world)
+    s.graph_up = False
+    r = s.engine.run(MemoryQuery(text="rollback", agent_id="a", graph=GraphFilter(ALICE)))
+    assert r.degraded == ["neo4j"] and r.plan == "graph → vector(pushdown: agent, 3 ids)"
+    assert ("mentions", {"entity": ("User", "Alice"), "limit": 100_000}) in s.relational.calls.log
+    assert all(h.sources == ["postgres", "qdrant", "postgres-mentions"] for h in r.hits)
+    assert all(h.relationships == [] for h in r.hits)  # no graph: no relationships asked for
+
+
+def test_graph_only_is_answered_by_the_graph(world: World) -> None:
+    s = Stack(world)
+    r = s.engine.run(MemoryQuery(agent_id="a", graph=GraphFilter(ALICE), since=NOW - timedelta(hours=2.5), limit=1))
+    assert texts(r) == ["alice rollback of payments finished"]
+    (traverse,) = s.graph.calls.args("traverse")
+    t = traverse["traversal"]
+    assert t.newest_first and t.created_from is not None and t.limit == 12
+    assert r.plan == "graph(time pushed down, newest first)"
+    assert [st.name for st in r.steps if st.store == "postgres"] == ["postgres.hydrate"]
+    assert r.hits[0].relationships  # fetched from the graph alongside hydration
+    s.graph.calls.fail["traverse"] = StoreUnavailable("neo4j", "refused")
+    fallback = s.engine.run(MemoryQuery(agent_id="a", graph=GraphFilter(ALICE), limit=2))
+    assert fallback.plan == "graph → postgres(filter, newest first)" and fallback.degraded == ["neo4j"]
+    assert texts(fallback) == ["alice rollback of payments finished", "alice lunch is pizza"]
+
+
+def test_vector_first_gives_the_graph_first_answer(world: World) -> None:
+    for i in range(30):
+        world.add(memory(f"bob rollback payments note {i}", who=BOB, hours=4 + i))
+    q = MemoryQuery(text="rollback payments", agent_id="a", graph=GraphFilter(ALICE), limit=2, decay=False)
+    graph_first = Stack(world, graph=FakeGraph(world), vector_first_min_fanout=0).engine.run(q)
+    s = Stack(world, graph=FakeGraph(world, fanout=3000))
+    vector_first = s.engine.run(_same(q))
+    assert "vector-first" in vector_first.plan and graph_first.plan.startswith("graph → vector")
+    assert [h.id for h in vector_first.hits] == [h.id for h in graph_first.hits]
+    names = [st.name for st in vector_first.steps]
+    assert names[:3] == ["graph.fanout", "vector.count", "graph.near_entities"]
+    assert "graph.traverse" not in names and "graph.verify" in names
+    (search,) = s.vectors.calls.args("search")
+    assert search["filter"].ids is None and search["limit"] >= 4 * 14
+    # the scope is cached: the next query does not count again
+    s.engine.run(_same(q))
+    assert s.vectors.calls.names().count("count") == 1
+
+
+def _same(q: MemoryQuery) -> MemoryQuery:
+    return MemoryQuery(text=q.text, agent_id=q.agent_id, graph=q.graph, limit=q.limit, decay=q.decay)
+
+
+def test_vector_first_falls_back_when_too_few_are_connected(world: World) -> None:
+    for i in range(300):
+        world.add(memory(f"bob rollback payments note {i}", who=BOB, hours=4 + i))
+    s = Stack(world, graph=FakeGraph(world, fanout=3000))  # says 3000, reaches 3
+    r = s.engine.run(MemoryQuery(text="rollback payments", agent_id="a", graph=GraphFilter(ALICE), limit=1))
+    assert r.plan.startswith("graph → vector") and any("graph-first instead" in n for n in r.notes)
+    names = [st.name for st in r.steps]
+    assert names.index("graph.verify") < names.index("graph.traverse")
+    assert texts(r) == ["alice rollback of payments finished"]
+
+
+def test_vector_first_verification_failure_falls_back(world: World) -> None:
+    s = Stack(world, graph=FakeGraph(world, fanout=3000))
+    s.graph.calls.fail["connected"] = StoreUnavailable("neo4j", "no answer within 2.0s")
+    r = s.engine.run(MemoryQuery(text="rollback", agent_id="a", graph=GraphFilter(ALICE), limit=1))
+    assert any("verification failed" in n for n in r.notes) and r.plan.startswith("graph → vector")
+
+
+def test_or_fuses_the_legs_and_survives_a_failed_one(world: World) -> None:
+    s = Stack(world)
+    r = s.engine.run(MemoryQuery(text="rollback", agent_id="a", graph=GraphFilter(BOB), combine="or", limit=5))
+    assert r.plan == "or: parallel legs fused by RRF"
+    assert {"rrf", "vector", "graph"} <= set(r.hits[0].scores) and texts(r)[0] == "bob rollback of the database"
+    assert [st.name for st in r.steps][-3:] == ["fuse", "graph.relationships", "postgres.hydrate"]
+    s.relational.calls.fail["filter"] = StoreError("postgres", "canceling statement due to statement timeout")
+    broken = s.engine.run(
+        MemoryQuery(text="rollback", agent_id="a", where=[Where.parse("kind = note")], combine="or", limit=5)
+    )
+    assert any(n.startswith("where leg failed: postgres: canceling") for n in broken.notes)
+    assert broken.hits and all("vector" in h.scores for h in broken.hits)
+
+
+def test_recalls_are_recorded_and_losing_one_fails_nothing(world: World) -> None:
+    s = Stack(world)
+    r = s.engine.run(MemoryQuery(text="pizza", agent_id="a", limit=2))
+    ((query_id, text, hits),) = s.recalls.events
+    assert query_id == r.query.query_id and text == "pizza" and [h[1] for h in hits] == [h.id for h in r.hits]
+    s.recalls.calls.fail["record_recalls"] = StoreUnavailable("postgres", "gone")
+    assert s.engine.run(MemoryQuery(text="pizza", agent_id="a", limit=2)).hits
+
+
+def test_no_candidates_skips_the_search(world: World) -> None:
+    s = Stack(world)
+    r = s.engine.run(MemoryQuery(text="rollback", agent_id="a", graph=GraphFilter(EntityRef("User", "Nobody"))))
+    assert r.hits == [] and r.plan == "graph → (no candidates)" and s.vectors.calls.log == []
+
+
+def test_every_plan_stays_in_the_agent(world: World) -> None:
+    s = Stack(world)
+    queries = [
+        MemoryQuery(text="rollback payments finished", agent_id="other"),
+        MemoryQuery(agent_id="other", graph=GraphFilter(ALICE)),
+        MemoryQuery(text="rollback", agent_id="other", graph=GraphFilter(ALICE), combine="or"),
+        MemoryQuery(agent_id="other", since=NOW - timedelta(days=1)),
+    ]
+    for q in queries:
+        assert texts(s.engine.run(q)) == ["alice rollback of payments finished"], q
+        assert all(h.memory.agent_id == "other" for h in s.engine.run(_copy(q)).hits)
+
+
+def _copy(q: MemoryQuery) -> MemoryQuery:
+    return MemoryQuery(
+        text=q.text, agent_id=q.agent_id, graph=q.graph, since=q.since, combine=q.combine, query_id=uuid.uuid4()
+    )
