@@ -339,24 +339,26 @@ def test_hostile_values_as_query_parameters_in_every_store(world: World, unchang
 
     recalled = 0
 
-    def stores_of(r: Any) -> set[str]:
+    def run(q: MemoryQuery) -> tuple[Any, set[str]]:
+        """The answer and the stores that answered it."""
         nonlocal recalled
+        r = client.query(q)
         recalled += len(r.hits)  # each hit is recorded as a recall event (the nightly training data)
-        return {s.store for s in r.steps if s.status == "ok"}
+        return r, {s.store for s in r.steps if s.status == "ok"}
 
     for m in memories[::2]:
         key, value = next(iter(m.metadata.items()))
         same_meta = {x.id for x in memories if x.agent_id == m.agent_id and x.metadata.get(key) == value}
         # where only: PostgreSQL alone
-        r = client.query(MemoryQuery(agent_id=m.agent_id, where=[Where.build(f"meta.{key}", "=", value)], limit=50))
-        assert not r.degraded and "postgres" in stores_of(r) and "qdrant" not in stores_of(r)
+        r, stores = run(MemoryQuery(agent_id=m.agent_id, where=[Where.build(f"meta.{key}", "=", value)], limit=50))
+        assert not r.degraded and "postgres" in stores and "qdrant" not in stores
         assert {h.id for h in r.hits} == same_meta
         tally.add("postgres", "meta_value", value)
         # text + where: one Qdrant search with the value in its filter
-        r = client.query(
+        r, stores = run(
             MemoryQuery(text=m.text, agent_id=m.agent_id, where=[Where.build(f"meta.{key}", "=", value)], limit=50)
         )
-        assert not r.degraded and "qdrant" in stores_of(r)
+        assert not r.degraded and "qdrant" in stores
         assert {h.id for h in r.hits} == same_meta
         tally.add("qdrant", "meta_value", value)
         tally.add("qdrant", "text", m.text)
@@ -370,20 +372,20 @@ def test_hostile_values_as_query_parameters_in_every_store(world: World, unchang
         ent = m.entities[-1]
         k = ent.key(m.agent_id)
         mentioning = {x.id for x in memories if x.agent_id == m.agent_id and k in x.entity_keys}
-        r = client.query(MemoryQuery(agent_id=m.agent_id, graph=GraphFilter(ent), limit=50))
-        assert not r.degraded and "neo4j" in stores_of(r)
+        r, stores = run(MemoryQuery(agent_id=m.agent_id, graph=GraphFilter(ent), limit=50))
+        assert not r.degraded and "neo4j" in stores
         assert {h.id for h in r.hits} == mentioning and m.id in mentioning
         tally.add("neo4j", "entity_name", ent.name)
         tally.add("neo4j", "entity_type", ent.type)
     # Values that were never stored: empty answers, not errors, from each store.
     rng = random.Random(5)
     for _ in range(60):
-        absent = hostile(rng) + "\u2603absent"
+        absent = hostile(rng, control=False) + "\u2603absent"
         m = rng.choice(memories)
         where = [Where.build(f"meta.{next(iter(m.metadata))}", "=", absent)]
         assert client.query(MemoryQuery(agent_id=m.agent_id, where=where)).hits == []
         assert client.query(MemoryQuery(text=absent, agent_id=m.agent_id, where=where)).hits == []
-        ghost = EntityRef(m.entities[0].type, absent.replace("\t", " ").replace("\n", " "))
+        ghost = EntityRef(m.entities[0].type, absent)
         assert client.query(MemoryQuery(agent_id=m.agent_id, graph=GraphFilter(ghost))).hits == []
         for s in ("postgres", "qdrant"):
             tally.add(s, "absent_value", absent)
@@ -464,7 +466,9 @@ def test_invalid_values_are_refused_with_their_reason(world: World, unchanged: N
 
 def cypher_writes(rng: random.Random) -> Iterator[tuple[str, str]]:
     """Distinct writing queries, each with the refusal reason it must get."""
-    heads = ["", "MATCH (m:Memory {agent_id: $agent_id}) WITH m ", "WITH $agent_id AS a ", "OPTIONAL MATCH (e:Entity) "]
+    heads = [
+        "", "MATCH (m:Memory {agent_id: $agent_id}) WITH m ", "WITH $agent_id AS aid ", "OPTIONAL MATCH (e:Entity) "
+    ]  # fmt: skip
     writes = [
         "CREATE (n:{label} {{x: $p}})", "MERGE (n:{label} {{x: $p}})", "MATCH (n:{label}) DETACH DELETE n",
         "MATCH (n:{label}) SET n.x = $p", "MATCH (n:{label}) REMOVE n.key", "MATCH (n:{label}) SET n:{label}2",
@@ -474,10 +478,15 @@ def cypher_writes(rng: random.Random) -> Iterator[tuple[str, str]]:
         for w in writes:
             for label in ("Memory", "Entity", "Pwned"):
                 yield head + w.format(label=label) + " RETURN $agent_id AS a", "write refused"
-    for proc in ("dbms.killQueries([])", "db.clearQueryCaches()", "dbms.setConfigValue('x', 'y')"):
-        yield f"WITH $agent_id AS a CALL {proc} RETURN a", "is not allowed"
+    for proc, reason in [
+        ("dbms.listConfig() YIELD name", "is not allowed"),
+        ("dbms.queryJmx('*:*') YIELD name", "is not allowed"),
+        ("dbms.info() YIELD id", "is not allowed"),
+        ("dbms.killQueries([]) YIELD queryId", "ProcedureNotFound"),  # gone from Neo4j 5
+    ]:
+        yield f"WITH $agent_id AS aid CALL {proc} RETURN aid", reason
     for src in ("file:///etc/passwd", "http://127.0.0.1:9/x"):
-        yield f"WITH $agent_id AS a LOAD CSV FROM '{src}' AS l RETURN a", "LOAD CSV is not allowed"
+        yield f"WITH $agent_id AS aid LOAD CSV FROM '{src}' AS l RETURN aid", "LOAD CSV is not allowed"
     for q in ("MATCH (n) DETACH DELETE n", "MATCH (m:Memory) RETURN m", "RETURN 1"):
         yield q, "does not use $agent_id"
     for q in ("MATCH (n RETURN $agent_id", "RETURN $agent_id +", "MATCH (n) WHERE n.x = $agent_id RETURN n)"):
