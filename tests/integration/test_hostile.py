@@ -526,7 +526,7 @@ def test_cypher_writes_are_refused_with_their_reason(world: World, unchanged: No
 def test_hostile_model_ids_and_paths_stay_names(world: World, tmp_path: Path, unchanged: None) -> None:
     """A hostile embedding model id becomes a slugged collection name, never a path or a filter."""
     from memoryctl.stores.protocols import EmbeddingModelInfo
-    from memoryctl.stores.vector_qdrant import collection_name
+    from memoryctl.stores.vector_core import collection_name
 
     rng = random.Random(9)
     for _ in range(50):
