@@ -16,6 +16,7 @@ from pyinfra.api import deploy
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import apt, files, server
 
+from deploy import backup
 from deploy.common import component, secrets, template
 from deploy.settings import REPO
 from deploy.wheelhouse import STAMP, ensure_wheelhouse
@@ -76,6 +77,7 @@ def memoryctl() -> None:
         vllm_api_key=store.token("vllm/api_key"),
         model=vllm.get("model", "Qwen/Qwen2.5-7B-Instruct"),
         embedding_model=vllm.get("embedding_model", "BAAI/bge-m3"),
+        backup=backup.memoryctl_settings(),
         user="root",
         group=USER,
         mode="640",
