@@ -172,6 +172,7 @@ def _config(side: str, peer: str, **extra: Any) -> Any:
         user="postgres",
         group="postgres",
         mode="640",
+        create_remote_dir=False,  # else pyinfra would chown /etc to postgres
         **extra,
     )
 

@@ -192,6 +192,7 @@ def prometheus() -> None:
         user="root",
         group="prometheus",
         mode="640",
+        create_remote_dir=False,  # else pyinfra would chgrp /etc/prometheus
     )
     mesh = {name: node["mesh"] for name, node in cluster.nodes.items()}
     config = template(
@@ -235,6 +236,7 @@ def prometheus() -> None:
         user="root",
         group="prometheus",
         mode="640",
+        create_remote_dir=False,
     )
     server.shell(
         name="Check the Alertmanager config",

@@ -36,10 +36,10 @@ class NodeCertificate:
 
 
 def _key_pem() -> str:
+    # Stripped, as SecretDir reads it back: the first run renders what every later run does.
     key = ec.generate_private_key(ec.SECP256R1())
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return pem.decode().strip()
 
 
 def _load_key(pem: str) -> ec.EllipticCurvePrivateKey:
@@ -92,7 +92,7 @@ class CertificateAuthority:
                 )
                 .sign(key, hashes.SHA256())
             )
-            return cert.public_bytes(serialization.Encoding.PEM).decode()
+            return cert.public_bytes(serialization.Encoding.PEM).decode().strip()
 
         return self.secrets.get_or_create(f"{self.name}/ca.crt", issue), key
 
@@ -116,7 +116,7 @@ class CertificateAuthority:
                 )
                 .sign(ca_key, hashes.SHA256())
             )
-            return cert.public_bytes(serialization.Encoding.PEM).decode()
+            return cert.public_bytes(serialization.Encoding.PEM).decode().strip()
 
         cert_pem = self.secrets.get_or_create(f"{self.name}/{node}.crt", issue)
         return NodeCertificate(ca=ca_pem, cert=cert_pem, key=key_pem)
