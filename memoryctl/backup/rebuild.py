@@ -4,8 +4,8 @@ Every memory (soft-deleted ones with their flag, as delivery writes them) is rea
 pages and written with the graph store's bulk upsert: the same projection the outbox delivers, in
 batches instead of one outbox entry at a time. Idempotent (a memory's node and edges are replaced
 whole), so it can run on a graph that is empty, half-restored or intact; ``--prune`` then
-removes what PostgreSQL no longer has (``reconcile --repair``'s orphan pass, limited to the graph). Outbox entries written meanwhile are
-delivered as usual, so writes may continue during a rebuild.
+removes what PostgreSQL no longer has (``reconcile --repair``'s orphan pass, limited to the
+graph). Outbox entries written meanwhile are delivered as usual: writes may continue meanwhile.
 
 Why this instead of a Neo4j backup (docs/backup.md): Community has no online backup, only offline
 ``neo4j-admin database dump`` (the store stopped for the dump's duration), and a dump is a second
