@@ -93,8 +93,13 @@ def validate_relation_type(value: str) -> str:
     return str(upper)
 
 
+def is_meta_key(value: object) -> bool:
+    """Metadata keys that may be filtered on are identifiers: they reach a payload path or SQL."""
+    return isinstance(value, str) and _META_KEY.match(value) is not None
+
+
 def validate_meta_key(value: str) -> str:
-    if not isinstance(value, str) or not _META_KEY.match(value):
+    if not is_meta_key(value):
         raise InputError(
             f"invalid metadata key {value!r}",
             hint="metadata keys are identifiers: a letter or _, then letters, digits or _ (max 64)",

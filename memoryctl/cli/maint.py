@@ -14,19 +14,14 @@ from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import err, out, print_json
 from memoryctl.errors import ExitCode, UsageError
-from memoryctl.ops.migrate import run_migration
-from memoryctl.ops.models import parse_model_spec
-from memoryctl.ops.reconcile import CATEGORIES
-from memoryctl.ops.reconcile import reconcile as run_reconcile
-from memoryctl.ops.reembed import reembed_changed
-from memoryctl.ops.runs import recorded_run
 from memoryctl.query.spec import parse_duration
+
+# The ops modules (psycopg, numpy) and rich's widgets are imported by the commands that use them:
+# every other command's start-up would pay for them.
 
 
 @contextmanager
@@ -35,6 +30,8 @@ def _bar(enabled: bool, label: str, total: int | None) -> Iterator[Callable[[int
     if not enabled or not err.is_terminal:
         yield None
         return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -65,6 +62,11 @@ def reconcile(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report.")] = False,
 ) -> None:
     """Compare PostgreSQL, the vector store and the graph: orphans, missing, stale, purge-due."""
+    from rich.table import Table
+
+    from memoryctl.ops.reconcile import CATEGORIES
+    from memoryctl.ops.reconcile import reconcile as run_reconcile
+
     c = ctx_of(ctx)
     agent_id = c.agent(agent) if agent else None
     stack = c.client.stack
@@ -134,6 +136,11 @@ def migrate(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Re-embed every memory into a new model's collection, verify, swap atomically; resumable."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from memoryctl.ops.migrate import run_migration
+    from memoryctl.ops.models import parse_model_spec
+
     c = ctx_of(ctx)
     chosen = [
         name
@@ -231,6 +238,9 @@ def reembed(
             "reembed needs --changed",
             hint="to re-embed everything with another model use `memoryctl migrate --to-model ...`",
         )
+    from memoryctl.ops.reembed import reembed_changed
+    from memoryctl.ops.runs import recorded_run
+
     c = ctx_of(ctx)
     agent_id = c.agent(agent) if agent else None
     stack = c.client.stack

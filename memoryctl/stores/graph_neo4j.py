@@ -34,16 +34,19 @@ import neo4j
 from neo4j import exceptions as nx
 
 from memoryctl.config import Neo4jSettings
-from memoryctl.errors import InputError, StoreError, StoreTimeout, StoreUnavailable, UsageError
+from memoryctl.errors import StoreError, StoreTimeout, StoreUnavailable, UsageError
 from memoryctl.model import RELATION_TYPES, validate_agent_id
-from memoryctl.stores.graph_sql import (
+from memoryctl.stores import names
+from memoryctl.stores.graph_semantics import (
     ALL_RELATION_TYPES,
     CheckedTraversal,
     PreparedEdge,
     check_ids,
+    check_page,
     check_traversal,
     node_ref,
     prepare_batch,
+    relationship,
     relationship_sort_key,
 )
 from memoryctl.stores.protocols import GraphMemory, GraphRecord, GraphTraversal
@@ -278,7 +281,7 @@ def _plan_operators(plan: Any) -> Iterator[tuple[str, str]]:
 class Neo4jGraphStore:
     """``GraphStore`` on Neo4j 5 (Bolt). Also offers ``run_read`` for read-only power-user Cypher."""
 
-    name = "neo4j"
+    name = names.NEO4J
     engine = "neo4j"
     cheap_membership = True  # connected() at one hop: per candidate plus one expansion of s
 
@@ -526,19 +529,15 @@ class Neo4jGraphStore:
             return [rec.data() for rec in tx.run(_RELATIONSHIPS, ids=keys)]
 
         for row in self._read("relationships", work):
-            if row["is_memory"]:
-                node: dict[str, Any] = {"kind": "memory", "id": node_ref(row["xid"])[0]}
-            else:
-                node = {"kind": "entity", "key": row["key"], "type": row["etype"], "name": row["name"]}
-            result[uuid.UUID(row["mid"])].append({"type": row["type"], "direction": row["direction"], "node": node})
+            other = node_ref(row["xid"])[0] if row["is_memory"] else row["key"]
+            rel = relationship(row["type"], row["direction"], other, row["is_memory"], row["etype"], row["name"])
+            result[uuid.UUID(row["mid"])].append(rel)
         for rels in result.values():
             rels.sort(key=relationship_sort_key)
         return result
 
     def scroll(self, *, agent_id: str | None = None, batch: int = 1000) -> Iterator[list[GraphRecord]]:
-        agent = validate_agent_id(agent_id) if agent_id is not None else None
-        if type(batch) is not int or batch < 1:
-            raise InputError(f"batch must be a positive integer, not {batch!r}")
+        agent = check_page(agent_id, batch)
         after = ""
         while True:
             params = {"agent": agent, "after": after, "batch": batch}

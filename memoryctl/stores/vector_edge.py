@@ -31,8 +31,9 @@ reaches, so the store searches exactly up to ``exact_below`` points and with a h
 beyond; filtered searches are planned by Edge itself from the payload-index cardinalities (a
 selective filter, e.g. a chunk of candidate ids, is scored exactly anyway).
 
-Filters use the same payload and the same semantics as ``QdrantVectorStore`` (shared helpers in
-``vector_qdrant``), built from Edge's typed condition objects only; no string is ever parsed.
+The store's semantics (which collection, model checks, chunking, payload, filter meaning) are
+``vector_core``'s; this module maps them onto Edge's shards and typed condition objects only; no
+string is ever parsed.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ import shutil
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any, cast
@@ -55,46 +55,46 @@ import qdrant_edge as qe
 
 from memoryctl.config import Settings
 from memoryctl.errors import InputError, StoreError, StoreUnavailable
-from memoryctl.stores.protocols import (
-    CollectionInfo,
-    EmbeddingModelInfo,
-    MetaCondition,
-    VectorFilter,
-    VectorHit,
-    VectorPoint,
-    VectorRecord,
-)
-from memoryctl.stores.vector_qdrant import (
+from memoryctl.stores.protocols import EmbeddingModelInfo, VectorHit, VectorPoint, VectorRecord
+from memoryctl.stores.vector_core import (
     DEFAULT_ID_CHUNK,
     HIT_FIELDS,
     RECORD_FIELDS,
     STORE,
     Distance,
-    check_vector,
-    chunks,
+    IndexField,
+    Search,
+    VectorCore,
     collection_name,
-    empty_selection,
+    floats,
     hit_from,
-    index_fields,
-    is_number,
     iso,
-    merge_hits,
-    meta_key,
-    meta_value_error,
+    options,
     point_payload,
     record_from,
+)
+from memoryctl.stores.vector_filter import (
+    AnyOf,
+    Condition,
+    Filter,
+    HasId,
+    IsEmpty,
+    Match,
+    MatchAny,
+    Range,
+    TimeRange,
 )
 
 ACTIVE_FILE = "active"
 MODEL_FILE = "model.json"
 SHARD_DIR = "shard"
 LOCK_FILE = ".lock"
-# Search params, measured at 100k x 384 on 2 cores. Exact top-10 costs ~6 ms idle
-# (shared/notes/embedded-engines.md) and ~86 ms with a load average of 9 (benchmarks/vector_chunks.py);
-# HNSW after optimize() is ~10x faster, but its recall@10 on random vectors is 0.15 at the default
-# ef and 0.74 at ef=1024. So: exact below 100k points (right answers at interactive cost for the
-# sizes an embedded store holds; a per-agent filter narrows it further), HNSW with a high ef above.
-# Re-measure recall on real embeddings (clustered, so far kinder to HNSW) before lowering either.
+# Search params, measured at 100k x 384 on 2 cores. Exact top-10 costs ~6 ms idle and ~86 ms with a
+# load average of 9 (benchmarks/vector_chunks.py); HNSW after optimize() is ~10x faster, but its
+# recall@10 on random vectors is 0.15 at the default ef and 0.74 at ef=1024. So: exact below 100k
+# points (right answers at interactive cost for the sizes an embedded store holds; a per-agent
+# filter narrows it further), HNSW with a high ef above. Re-measure recall on real embeddings
+# (clustered, so far kinder to HNSW) before lowering either.
 DEFAULT_EXACT_BELOW = 100_000
 DEFAULT_HNSW_EF = 512
 
@@ -138,10 +138,9 @@ class _RWLock:
 
 
 # --------------------------------------------------------------------------------------------------
-# Filter translation (Edge condition objects)
+# The neutral filter nodes as Edge condition objects
 
-_RANGE_OP = {"<": "lt", "<=": "lte", ">": "gt", ">=": "gte"}
-Condition = Any  # qe.FieldCondition | qe.HasIdCondition | qe.IsEmptyCondition | qe.Filter
+EdgeCondition = Any  # qe.FieldCondition | qe.HasIdCondition | qe.IsEmptyCondition | qe.Filter
 
 
 def _match(value: str | int | bool) -> qe.MatchValue:
@@ -157,73 +156,28 @@ def _match(value: str | int | bool) -> qe.MatchValue:
     return qe.MatchValue(value)
 
 
-def _eq(key: str, value: Any, cond: MetaCondition) -> Condition:
-    if isinstance(value, bool | str):
-        return qe.FieldCondition(key, match=_match(value))
-    if is_number(value):
-        # A point range, not a match: see vector_qdrant._eq (1 must also find 1.0).
-        if isinstance(value, int) and abs(value) > 2**53:
-            return qe.FieldCondition(key, match=_match(value))
-        return qe.FieldCondition(key, range=qe.RangeFloat(gte=float(value), lte=float(value)))
-    raise meta_value_error(cond, "unsupported value type")
+def _condition(c: Condition) -> EdgeCondition:
+    if isinstance(c, Match):
+        return qe.FieldCondition(c.key, match=_match(c.value))
+    if isinstance(c, MatchAny):
+        return qe.FieldCondition(c.key, match=qe.MatchAny(list(c.values)))
+    if isinstance(c, Range):
+        return qe.FieldCondition(c.key, range=qe.RangeFloat(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
+    if isinstance(c, TimeRange):
+        bounds = {k: iso(v) for k, v in (("gt", c.gt), ("gte", c.gte), ("lt", c.lt), ("lte", c.lte)) if v is not None}
+        return qe.FieldCondition(c.key, range=qe.RangeDateTime(**bounds))
+    if isinstance(c, HasId):
+        return qe.HasIdCondition(set(c.ids))
+    if isinstance(c, IsEmpty):
+        return qe.IsEmptyCondition(c.key)
+    assert isinstance(c, AnyOf)
+    return qe.Filter(should=[_condition(x) for x in c.conditions])
 
 
-def _meta_condition(cond: MetaCondition) -> tuple[list[Condition], list[Condition]]:
-    key = meta_key(cond.key)
-    if cond.op == "=":
-        return [_eq(key, cond.value, cond)], []
-    if cond.op == "!=":
-        # SQL semantics: a point without the key does not satisfy "key != v".
-        return [], [qe.IsEmptyCondition(key), _eq(key, cond.value, cond)]
-    if cond.op == "in":
-        values = list(cond.value) if isinstance(cond.value, list | tuple | set | frozenset) else None
-        if not values:
-            raise meta_value_error(cond, "'in' needs a non-empty list")
-        if all(isinstance(v, str) for v in values):
-            return [qe.FieldCondition(key, match=qe.MatchAny(values))], []
-        return [qe.Filter(should=[_eq(key, v, cond) for v in values])], []
-    if cond.op in _RANGE_OP:
-        arg = _RANGE_OP[cond.op]
-        if isinstance(cond.value, datetime):
-            return [qe.FieldCondition(key, range=qe.RangeDateTime(**{arg: iso(cond.value)}))], []
-        if is_number(cond.value):
-            return [qe.FieldCondition(key, range=qe.RangeFloat(**{arg: float(cond.value)}))], []
-        raise meta_value_error(cond, "ranges need a number or a datetime")
-    raise meta_value_error(cond, "unknown operator")
-
-
-def build_filter(flt: VectorFilter, ids: Sequence[uuid.UUID] | None = None) -> qe.Filter:
-    """The Edge filter for ``flt`` with ``ids`` (one chunk) in place of ``flt.ids``."""
-    must: list[Condition] = []
-    must_not: list[Condition] = []
-    if flt.agent_id is not None:
-        must.append(qe.FieldCondition("agent_id", match=_match(flt.agent_id)))
-    if ids is not None:
-        must.append(qe.HasIdCondition(set(ids)))
-    if flt.kinds is not None:
-        must.append(qe.FieldCondition("kind", match=qe.MatchAny(list(flt.kinds))))
-    if flt.exclude_kinds:
-        must_not.append(qe.FieldCondition("kind", match=qe.MatchAny(list(flt.exclude_kinds))))
-    if flt.created_from is not None or flt.created_to is not None:
-        # Half-open [from, to), as in QdrantVectorStore.
-        must.append(
-            qe.FieldCondition(
-                "created_at",
-                range=qe.RangeDateTime(
-                    gte=iso(flt.created_from) if flt.created_from else None,
-                    lt=iso(flt.created_to) if flt.created_to else None,
-                ),
-            )
-        )
-    if flt.entity_keys_any is not None:
-        must.append(qe.FieldCondition("entity_keys", match=qe.MatchAny(list(flt.entity_keys_any))))
-    for cond in flt.meta:
-        m, n = _meta_condition(cond)
-        must.extend(m)
-        must_not.extend(n)
-    if not flt.include_deleted:
-        must_not.append(qe.FieldCondition("deleted", match=_match(True)))
-    return qe.Filter(must=must or None, must_not=must_not or None)
+def to_edge(flt: Filter) -> qe.Filter:
+    return qe.Filter(
+        must=[_condition(c) for c in flt.must] or None, must_not=[_condition(c) for c in flt.must_not] or None
+    )
 
 
 def _index_schema(kind: str, is_tenant: bool, hnsw: bool) -> Any:
@@ -236,50 +190,23 @@ def _index_schema(kind: str, is_tenant: bool, hnsw: bool) -> Any:
     return qe.BoolIndexParams(enable_hnsw=hnsw)
 
 
-def _floats(vector: Sequence[float]) -> list[float]:
-    """The vector as the list of Python floats Edge converts fastest.
-
-    Callers mostly hand over ``ndarray.tolist()`` rows already; converting those element by element
-    again cost ~40 % of a bulk upsert (benchmarks/ops.py). Anything else (numpy rows, tuples, ints)
-    goes through one conversion.
-    """
-    if type(vector) is list and (not vector or type(vector[0]) is float):
-        return vector
-    if isinstance(vector, np.ndarray):
-        return cast(list[float], vector.astype(np.float64, copy=False).tolist())
-    return [float(x) for x in vector]
-
-
 # --------------------------------------------------------------------------------------------------
 
 
-class EdgeVectorStore:
-    """The vector store on Qdrant Edge: one shard directory per model, an ``active`` pointer file."""
+class EdgeBackend:
+    """The engine primitives on Qdrant Edge: one shard directory per model, an ``active`` file."""
 
-    name = STORE
-    engine = "qdrant-edge"
+    kind = "qdrant-edge"
+    write_batch = 1000
 
-    def __init__(
-        self,
-        base_dir: str | os.PathLike[str],
-        *,
-        collection_prefix: str = "memories",
-        id_chunk_size: int = DEFAULT_ID_CHUNK,
-        exact_below: int = DEFAULT_EXACT_BELOW,
-        hnsw_ef: int = DEFAULT_HNSW_EF,
-        meta_indexes: Mapping[str, str] | None = None,
-    ) -> None:
-        if id_chunk_size < 1:
-            raise InputError("id_chunk_size must be >= 1")
-        self.base = Path(base_dir)
-        self.prefix = collection_prefix
-        self.id_chunk_size = id_chunk_size
+    def __init__(self, base_dir: Path, *, prefix: str, exact_below: int, hnsw_ef: int) -> None:
+        self.base = base_dir
+        self.location = str(base_dir)
+        self.prefix = prefix  # the active file names a model id; collections are named from it
         self.exact_below = exact_below
         self.hnsw_ef = hnsw_ef
-        self.index_fields = index_fields(meta_indexes or {})
         self._rw = _RWLock()
         self._shards: dict[str, qe.EdgeShard] = {}
-        self._models: dict[str, EmbeddingModelInfo] = {}
         self._closed = False
         try:
             self.base.mkdir(parents=True, exist_ok=True)
@@ -306,20 +233,8 @@ class EdgeVectorStore:
         for leftover in self.base.glob(".dropping-*"):
             shutil.rmtree(leftover, ignore_errors=True)
 
-    @classmethod
-    def from_settings(cls, settings: Settings, **kwargs: Any) -> EdgeVectorStore:
-        """From ``memoryctl.config.Settings``: the shards live under ``settings.vectors_dir``."""
-        return cls(
-            settings.vectors_dir,
-            collection_prefix=settings.qdrant.collection_prefix,
-            meta_indexes=settings.qdrant.indexed_metadata,
-            **kwargs,
-        )
-
-    # ---------------------------------------------------------------------------------- plumbing
-
     @contextlib.contextmanager
-    def _errors(self, op: str) -> Iterator[None]:
+    def errors(self, op: str) -> Iterator[None]:
         try:
             if self._closed:
                 raise StoreUnavailable(STORE, f"{op}: the vector store is closed")
@@ -327,6 +242,8 @@ class EdgeVectorStore:
         except (StoreError, InputError):
             raise
         except Exception as exc:
+            # The binding raises plain exceptions: their text is all there is to tell a shard lock
+            # held by another process (a store that is busy, not broken) from any other failure.
             text = f"{type(exc).__name__}: {exc}"
             if "WouldBlock" in text or "lock" in text.lower():
                 raise StoreUnavailable(
@@ -334,32 +251,93 @@ class EdgeVectorStore:
                 ) from exc
             raise StoreError(STORE, f"{op}: {text}"[:500]) from exc
 
+    def pointer(self) -> str:
+        return str(self.base / ACTIVE_FILE)
+
+    def describe(self) -> dict[str, Any]:
+        name = self.active(fresh=True)
+        if name is None or self.model_of(name) is None:
+            return {"points": None}
+        with self._using(name) as shard:
+            return {"points": shard.info().points_count}
+
     def _dir(self, name: str) -> Path:
         return self.base / name
 
-    def _read_model(self, name: str) -> EmbeddingModelInfo | None:
-        if name in self._models:
-            return self._models[name]
+    # ---- collections ----------------------------------------------------------------------------
+    def model_of(self, name: str) -> EmbeddingModelInfo | None:
         try:
             data = json.loads((self._dir(name) / MODEL_FILE).read_text())
         except FileNotFoundError:
             return None
-        model = EmbeddingModelInfo(
+        return EmbeddingModelInfo(
             model_id=str(data["model_id"]), dim=int(data["dim"]), distance=cast(Distance, data["distance"])
         )
-        self._models[name] = model
-        return model
 
-    def _active_id(self) -> str | None:
+    def names(self) -> list[str]:
+        return sorted(d.name for d in self.base.iterdir() if not d.name.startswith(".") and d.is_dir())
+
+    def create(self, name: str, model: EmbeddingModelInfo, fields: Sequence[IndexField]) -> None:
+        """Shard + indexes + model.json in a scratch directory, then renamed into place, so a
+        directory with a final name is always complete."""
+        with self._rw.write():
+            if (self._dir(name) / MODEL_FILE).exists():  # another thread won the race
+                return
+            tmp = self.base / f".creating-{name}-{os.getpid()}-{threading.get_ident()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shard = qe.EdgeShard.create(
+                str(tmp / SHARD_DIR),
+                qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=model.dim, distance=_DIST[model.distance])),
+            )
+            try:
+                self._add_indexes(shard, fields)
+                shard.flush()
+            finally:
+                shard.close()
+            meta = {"memoryctl": 1, "model_id": model.model_id, "dim": model.dim, "distance": model.distance}
+            (tmp / MODEL_FILE).write_text(json.dumps(meta, indent=1))
+            os.rename(tmp, self._dir(name))
+
+    def ensure_indexes(self, name: str, fields: Sequence[IndexField]) -> None:
+        with self._using(name) as shard:
+            self._add_indexes(shard, fields)
+
+    @staticmethod
+    def _add_indexes(shard: qe.EdgeShard, fields: Sequence[IndexField]) -> None:
+        present = set(shard.info().payload_schema)
+        for field, kind, tenant, hnsw in fields:
+            if field not in present:
+                shard.update(qe.UpdateOperation.create_field_index(field, _index_schema(kind, tenant, hnsw)))
+
+    def payload_schema(self, name: str) -> dict[str, str]:
+        with self._using(name) as shard:
+            schema = shard.info().payload_schema
+        return {k: str(v.data_type).rsplit(".", 1)[-1].lower() for k, v in schema.items()}
+
+    def drop(self, name: str) -> None:
+        with self._rw.write():
+            shard = self._shards.pop(name, None)
+            if shard is not None:
+                shard.close()
+            if self._dir(name).exists():
+                # Rename first: the collection disappears atomically even if rmtree is cut short.
+                doomed = self.base / f".dropping-{name}-{uuid.uuid4().hex[:8]}"
+                os.rename(self._dir(name), doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
+
+    def active(self, *, fresh: bool) -> str | None:
+        """Read every time: the file is local and cheap."""
         try:
-            return (self.base / ACTIVE_FILE).read_text().strip() or None
+            model_id = (self.base / ACTIVE_FILE).read_text().strip()
         except FileNotFoundError:
             return None
+        return collection_name(self.prefix, model_id) if model_id else None
 
-    def _write_active(self, model_id: str) -> None:
+    def set_active(self, name: str, model: EmbeddingModelInfo) -> None:
+        """Written to a temporary file, fsynced, then ``os.replace``d: atomic on POSIX."""
         tmp = self.base / f".{ACTIVE_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
         with open(tmp, "w") as fh:
-            fh.write(model_id + "\n")
+            fh.write(model.model_id + "\n")
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.base / ACTIVE_FILE)
@@ -388,224 +366,43 @@ class EdgeVectorStore:
                 if name not in self._shards and not self._closed:
                     self._shards[name] = qe.EdgeShard.load(str(self._dir(name) / SHARD_DIR))
 
-    def _resolve(self, model_id: str | None) -> tuple[str, EmbeddingModelInfo]:
-        """The collection for ``model_id`` (None = the active one), which must exist."""
-        if model_id is None:
-            model_id = self._active_id()
-            if model_id is None:
-                raise StoreError(
-                    STORE,
-                    f"no collection is active ({self.base / ACTIVE_FILE} does not exist)",
-                    hint="run `memoryctl migrate` or ensure_collection() for the configured embedder",
+    # ---- points ---------------------------------------------------------------------------------
+    def upsert(self, name: str, points: Sequence[VectorPoint]) -> None:
+        batch = [qe.Point(p.id, floats(p.vector), point_payload(p)) for p in points]
+        with self._using(name) as shard:
+            shard.update(qe.UpdateOperation.upsert_points(batch))
+
+    def set_payload(self, name: str, ids: Sequence[uuid.UUID], payload: dict[str, Any]) -> None:
+        # By filter: an id that is not (yet) in the shard is not an error.
+        selected = qe.Filter(must=[qe.HasIdCondition(set(ids))])
+        with self._using(name) as shard:
+            shard.update(qe.UpdateOperation.set_payload_by_filter(selected, payload))
+
+    def delete(self, name: str, ids: Sequence[uuid.UUID]) -> None:
+        with self._using(name) as shard:
+            shard.update(qe.UpdateOperation.delete_points(list(ids)))
+
+    def search(self, name: str, search: Search) -> list[list[VectorHit]]:
+        query = qe.Query.Nearest(search.vector)
+        with self._using(name) as shard:
+            params = self._params(shard, search)
+            requests = [
+                qe.QueryRequest(
+                    limit=search.limit,
+                    query=query,
+                    filter=to_edge(f),
+                    score_threshold=search.score_threshold,
+                    params=params,
+                    with_payload=HIT_FIELDS,
                 )
-        name = collection_name(self.prefix, model_id)
-        model = self._read_model(name)
-        if model is None:
-            raise StoreError(STORE, f"no collection for model {model_id!r} ({name})", hint="ensure_collection() first")
-        return name, model
-
-    # ---------------------------------------------------------------------------------- protocol
-
-    def ensure_collection(self, model: EmbeddingModelInfo, *, activate_if_none: bool = True) -> str:
-        name = collection_name(self.prefix, model.model_id)
-        with self._errors("ensure_collection"):
-            existing = self._read_model(name)
-            if existing is not None and existing != model:
-                raise StoreError(
-                    STORE,
-                    f"collection {name} exists for {existing}, not {model}",
-                    hint="a model id must always mean the same dimension and distance; use a new id",
-                )
-            if existing is None:
-                self._create(name, model)
-            else:
-                with self._using(name) as shard:
-                    self._ensure_indexes(shard)
-            if activate_if_none and self._active_id() is None:
-                self._write_active(model.model_id)
-        return name
-
-    def _create(self, name: str, model: EmbeddingModelInfo) -> None:
-        """Build shard + indexes + model.json in a scratch directory, then rename it into place."""
-        with self._rw.write():
-            if (self._dir(name) / MODEL_FILE).exists():  # another thread won the race
-                return
-            tmp = self.base / f".creating-{name}-{os.getpid()}-{threading.get_ident()}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            shard = qe.EdgeShard.create(
-                str(tmp / SHARD_DIR),
-                qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=model.dim, distance=_DIST[model.distance])),
+                for f in search.filters
+            ]
+            results = (
+                [shard.query(requests[0])] if len(requests) == 1 else shard.query_batch(qe.QueryBatchRequest(requests))
             )
-            try:
-                self._ensure_indexes(shard)
-                shard.flush()
-            finally:
-                shard.close()
-            (tmp / MODEL_FILE).write_text(
-                json.dumps(
-                    {
-                        "memoryctl": 1,
-                        "model_id": model.model_id,
-                        "dim": model.dim,
-                        "distance": model.distance,
-                    },
-                    indent=1,
-                )
-            )
-            os.rename(tmp, self._dir(name))
-            self._models[name] = model
+        return [[hit_from(p.id, p.score, p.payload) for p in points] for points in results]
 
-    def _ensure_indexes(self, shard: qe.EdgeShard) -> None:
-        present = set(shard.info().payload_schema)
-        for field, kind, tenant, hnsw in self.index_fields:
-            if field not in present:
-                shard.update(qe.UpdateOperation.create_field_index(field, _index_schema(kind, tenant, hnsw)))
-
-    def payload_schema(self, model_id: str | None = None) -> dict[str, str]:
-        """Field -> index type of a collection (for ``health`` and tests)."""
-        with self._errors("payload_schema"):
-            name, _ = self._resolve(model_id)
-            with self._using(name) as shard:
-                schema = shard.info().payload_schema
-            return {k: str(v.data_type).rsplit(".", 1)[-1].lower() for k, v in schema.items()}
-
-    def active_model(self) -> EmbeddingModelInfo | None:
-        with self._errors("active_model"):
-            model_id = self._active_id()
-            return None if model_id is None else self._read_model(collection_name(self.prefix, model_id))
-
-    def activate(self, model_id: str) -> None:
-        with self._errors("activate"):
-            self._resolve(model_id)
-            self._write_active(model_id)
-
-    def collections(self) -> list[CollectionInfo]:
-        with self._errors("collections"):
-            active = self._active_id()
-            out = []
-            for d in sorted(self.base.iterdir()):
-                if d.name.startswith(".") or not d.is_dir():
-                    continue
-                model = self._read_model(d.name)
-                if model is None:
-                    continue
-                out.append(
-                    CollectionInfo(
-                        name=d.name,
-                        model=model,
-                        points=self._count(d.name, None),
-                        active=model.model_id == active,
-                    )
-                )
-            return out
-
-    def drop_collection(self, model_id: str) -> None:
-        name = collection_name(self.prefix, model_id)
-        with self._errors("drop_collection"):
-            if self._active_id() == model_id:
-                raise StoreError(
-                    STORE,
-                    f"refusing to drop {name}: it is the active collection",
-                    hint="activate another model first (`memoryctl migrate` does this)",
-                )
-            with self._rw.write():
-                shard = self._shards.pop(name, None)
-                if shard is not None:
-                    shard.close()
-                self._models.pop(name, None)
-                if self._dir(name).exists():
-                    # Rename first: the collection disappears atomically even if rmtree is cut short.
-                    doomed = self.base / f".dropping-{name}-{uuid.uuid4().hex[:8]}"
-                    os.rename(self._dir(name), doomed)
-                    shutil.rmtree(doomed, ignore_errors=True)
-
-    def upsert(self, points: Sequence[VectorPoint], *, model_id: str | None = None) -> None:
-        if not points:
-            return
-        with self._errors("upsert"):
-            name, model = self._resolve(model_id)
-            for p in points:
-                check_vector(p.vector, model)
-            with self._using(name) as shard:
-                for batch in chunks(points, 1000):
-                    shard.update(
-                        qe.UpdateOperation.upsert_points(
-                            [qe.Point(p.id, _floats(p.vector), point_payload(p)) for p in batch]
-                        )
-                    )
-
-    def set_deleted(self, ids: Sequence[uuid.UUID], deleted: bool = True, *, model_id: str | None = None) -> None:
-        if not ids:
-            return
-        with self._errors("set_deleted"):
-            name, _ = self._resolve(model_id)
-            with self._using(name) as shard:
-                for chunk in chunks(list(ids), self.id_chunk_size):
-                    # By filter: an id that is not (yet) in the shard is not an error.
-                    shard.update(
-                        qe.UpdateOperation.set_payload_by_filter(
-                            qe.Filter(must=[qe.HasIdCondition(set(chunk))]), {"deleted": bool(deleted)}
-                        )
-                    )
-
-    def delete(self, ids: Sequence[uuid.UUID], *, model_id: str | None = None) -> None:
-        if not ids:
-            return
-        with self._errors("delete"):
-            name, _ = self._resolve(model_id)
-            with self._using(name) as shard:
-                for chunk in chunks(list(ids), self.id_chunk_size):
-                    shard.update(qe.UpdateOperation.delete_points(list(chunk)))
-
-    def search(
-        self,
-        vector: Sequence[float],
-        flt: VectorFilter,
-        limit: int,
-        *,
-        model_id: str,
-        score_threshold: float | None = None,
-        inactive_ok: bool = False,
-    ) -> list[VectorHit]:
-        if limit <= 0 or empty_selection(flt):
-            return []
-        with self._errors("search"):
-            active = self._active_id()
-            if active != model_id and not inactive_ok:
-                raise StoreError(
-                    STORE,
-                    f"query vector is from model {model_id!r} but the active collection is for {active!r}",
-                    hint="vectors of two models are not comparable even when their dimensions match; embed "
-                    "with the active model, or finish `memoryctl migrate` so the active model is the new one",
-                )
-            name, model = self._resolve(model_id)
-            check_vector(vector, model)
-            query = qe.Query.Nearest([float(x) for x in vector])
-            id_lists: list[Sequence[uuid.UUID] | None] = (
-                [None] if flt.ids is None else list(chunks(list(dict.fromkeys(flt.ids)), self.id_chunk_size))
-            )
-            with self._using(name) as shard:
-                params = self._params(shard, flt)
-                requests = [
-                    qe.QueryRequest(
-                        limit=limit,
-                        query=query,
-                        filter=build_filter(flt, ids),
-                        score_threshold=score_threshold,
-                        params=params,
-                        with_payload=HIT_FIELDS,
-                    )
-                    for ids in id_lists
-                ]
-                results = (
-                    [shard.query(requests[0])]
-                    if len(requests) == 1
-                    else shard.query_batch(qe.QueryBatchRequest(requests))
-                )
-            lists = [[self._hit(p) for p in points] for points in results]
-        return merge_hits(lists, limit, model.distance)
-
-    def _params(self, shard: qe.EdgeShard, flt: VectorFilter) -> qe.SearchParams:
+    def _params(self, shard: qe.EdgeShard, search: Search) -> qe.SearchParams:
         """Exact below ``exact_below`` points, and always when a metadata condition filters.
 
         HNSW must check a metadata condition while it walks the graph and misses neighbours behind
@@ -616,79 +413,29 @@ class EdgeVectorStore:
         ~10 ms when the key has a payload index (``[qdrant] indexed_metadata``) and the matching
         points are enumerated from it.
         """
-        if flt.meta or shard.info().points_count < self.exact_below:
+        if search.filters_metadata or shard.info().points_count < self.exact_below:
             return qe.SearchParams(exact=True)
         return qe.SearchParams(hnsw_ef=self.hnsw_ef)
 
-    @staticmethod
-    def _hit(p: qe.ScoredPoint) -> VectorHit:
-        return hit_from(p.id, p.score, p.payload)
-
-    def scroll(
-        self, *, agent_id: str | None = None, model_id: str | None = None, batch: int = 1000
-    ) -> Iterator[list[VectorRecord]]:
-        """Every point (soft-deleted ones too: reconciliation needs them), page by page."""
-        with self._errors("scroll"):
-            name, model = self._resolve(model_id)
-        flt = build_filter(VectorFilter(agent_id=agent_id, include_deleted=True))
-        offset: Any = None
-        while True:
-            with self._errors("scroll"), self._using(name) as shard:
-                records, nxt = shard.scroll(
-                    qe.ScrollRequest(offset=offset, limit=batch, filter=flt, with_payload=RECORD_FIELDS)
-                )
-            page = [record_from(r.id, r.payload, model.model_id) for r in records]
-            if page:
-                yield page
-            if nxt is None:
-                return
-            offset = nxt
-
-    def count(self, *, agent_id: str | None = None, model_id: str | None = None) -> int:
-        """Points in the collection, soft-deleted ones included (the same set ``scroll`` yields)."""
-        with self._errors("count"):
-            name, _ = self._resolve(model_id)
-            return self._count(name, agent_id)
-
-    def _count(self, name: str, agent_id: str | None) -> int:
-        flt = build_filter(VectorFilter(agent_id=agent_id, include_deleted=True))
+    def scroll(self, name: str, flt: Filter, limit: int, offset: Any) -> tuple[list[VectorRecord], Any]:
+        request = qe.ScrollRequest(offset=offset, limit=limit, filter=to_edge(flt), with_payload=RECORD_FIELDS)
         with self._using(name) as shard:
-            return int(shard.count(qe.CountRequest(exact=True, filter=flt)))
+            records, nxt = shard.scroll(request)
+        return [record_from(r.id, r.payload, "") for r in records], nxt
 
-    def optimize(self, model_id: str | None = None) -> bool:
-        """Merge segments, vacuum deletions and build HNSW (blocking; ~70 s at 100k x 384 on 2 cores).
+    def count(self, name: str, flt: Filter) -> int:
+        with self._using(name) as shard:
+            return int(shard.count(qe.CountRequest(exact=True, filter=to_edge(flt))))
 
-        Searches keep running meanwhile. Returns whether anything changed. Run it from
-        ``memoryctl nightly`` or after a bulk re-embed, not on the write path.
-        """
-        with self._errors("optimize"):
-            name, _ = self._resolve(model_id)
-            with self._using(name) as shard:
-                return bool(shard.optimize())
+    def optimize(self, name: str) -> bool:
+        with self._using(name) as shard:
+            return bool(shard.optimize())
 
-    def ping(self) -> dict[str, Any]:
-        with self._errors("ping"):
-            model_id = self._active_id()
-            model = self._read_model(collection_name(self.prefix, model_id)) if model_id else None
-            points = None
-            if model is not None:
-                name = collection_name(self.prefix, model.model_id)
-                with self._using(name) as shard:
-                    info = shard.info()
-                points = info.points_count
-            try:
-                version: str | None = importlib_metadata.version("qdrant-edge-py")
-            except importlib_metadata.PackageNotFoundError:
-                version = None
-            return {
-                "engine": self.engine,
-                "location": str(self.base),
-                "version": version,
-                "collection": collection_name(self.prefix, model_id) if model_id else None,
-                "model_id": model_id,
-                "dim": model.dim if model else None,
-                "points": points,
-            }
+    def version(self) -> str | None:
+        try:
+            return importlib_metadata.version("qdrant-edge-py")
+        except importlib_metadata.PackageNotFoundError:
+            return None
 
     def close(self) -> None:
         """Flush and close every shard and release the directory lock. Idempotent."""
@@ -706,3 +453,48 @@ class EdgeVectorStore:
                     fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
                     os.close(self._lock_fd)
                 self._lock_fd = None
+
+
+class EdgeVectorStore(VectorCore):
+    """The vector store on Qdrant Edge."""
+
+    def __init__(
+        self,
+        base_dir: str | os.PathLike[str],
+        *,
+        collection_prefix: str = "memories",
+        id_chunk_size: int = DEFAULT_ID_CHUNK,
+        exact_below: int = DEFAULT_EXACT_BELOW,
+        hnsw_ef: int = DEFAULT_HNSW_EF,
+        meta_indexes: Mapping[str, str] | None = None,
+    ) -> None:
+        fields = options(id_chunk_size, meta_indexes)
+        backend = EdgeBackend(Path(base_dir), prefix=collection_prefix, exact_below=exact_below, hnsw_ef=hnsw_ef)
+        super().__init__(backend, collection_prefix=collection_prefix, id_chunk_size=id_chunk_size, fields=fields)
+        self.edge = backend
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **kwargs: Any) -> EdgeVectorStore:
+        """From ``memoryctl.config.Settings``: the shards live under ``settings.vectors_dir``."""
+        return cls(
+            settings.vectors_dir,
+            collection_prefix=settings.qdrant.collection_prefix,
+            meta_indexes=settings.qdrant.indexed_metadata,
+            **kwargs,
+        )
+
+    def payload_schema(self, model_id: str | None = None) -> dict[str, str]:
+        """Field -> index type of a collection (for ``health`` and tests)."""
+        with self.backend.errors("payload_schema"):
+            name, _ = self._resolve(model_id)
+            return self.edge.payload_schema(name)
+
+    def optimize(self, model_id: str | None = None) -> bool:
+        """Merge segments, vacuum deletions and build HNSW (blocking; ~70 s at 100k x 384 on 2 cores).
+
+        Searches keep running meanwhile. Returns whether anything changed. Run it from
+        ``memoryctl nightly`` or after a bulk re-embed, not on the write path.
+        """
+        with self.backend.errors("optimize"):
+            name, _ = self._resolve(model_id)
+            return self.edge.optimize(name)

@@ -1,0 +1,53 @@
+"""Configuration layers: flags > environment > file > defaults, merged table by table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memoryctl.config import load_settings
+from memoryctl.errors import ConfigError
+
+
+@pytest.fixture
+def toml(tmp_path: Path) -> Path:
+    path = tmp_path / "memoryctl.toml"
+    path.write_text(
+        'default_agent = "from-file"\n'
+        "[postgres]\n"
+        'dsn = "postgresql://file@127.0.0.1/m"\n'
+        'password = "file-secret"\n'
+        "[query]\n"
+        'half_life = "10d"\n'
+    )
+    return path
+
+
+def test_precedence_flags_over_environment_over_file(toml: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORYCTL_DEFAULT_AGENT", "from-env")
+    monkeypatch.setenv("MEMORYCTL_QUERY__HALF_LIFE", "20d")
+    s = load_settings(toml)
+    assert s.default_agent == "from-env"  # env over file
+    assert s.query.half_life == "20d"
+    assert s.query.store_timeout_s == 2.0  # a default the layers did not mention
+    s = load_settings(toml, default_agent="from-flag", postgres={"dsn": "postgresql://flag@127.0.0.1/m"})
+    assert s.default_agent == "from-flag"  # flag over env
+    assert s.postgres.dsn == "postgresql://flag@127.0.0.1/m"
+    # a flag for one key of a table keeps the file's other keys
+    assert s.postgres.password is not None and s.postgres.password.get_secret_value() == "file-secret"
+
+
+def test_environment_nesting_case_and_json(toml: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("memoryctl_neo4j__password", "env-secret")
+    monkeypatch.setenv("MEMORYCTL_QDRANT__INDEXED_METADATA", '{"sentiment": "number"}')
+    monkeypatch.setenv("MEMORYCTL_TEST_PG_DSN", "not a setting: ignored")
+    s = load_settings(toml)
+    assert s.neo4j.password is not None and s.neo4j.password.get_secret_value() == "env-secret"
+    assert s.qdrant.indexed_metadata == {"sentiment": "number"}
+
+
+def test_invalid_environment_value_names_the_field(toml: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORYCTL_POSTGRES__POOL_MAX", "many")
+    with pytest.raises(ConfigError, match=r"postgres\.pool_max"):
+        load_settings(toml)
