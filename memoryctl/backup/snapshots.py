@@ -181,6 +181,7 @@ def _restore_all(stack: Stack, api: QdrantSnapshots, local: Path, manifest: dict
     if manifest.get("format") != FORMAT:
         raise BackupError(f"snapshot set {manifest.get('set')}: unknown format {manifest.get('format')!r}")
     vectors = stack.require_vectors()
+    vectors.collections()  # also drops what this process remembers of collections that are gone
     restored: dict[str, int] = {}
     for coll in manifest["collections"]:
         model = EmbeddingModelInfo(coll["model_id"], int(coll["dim"]), coll["distance"])

@@ -168,7 +168,7 @@ def prometheus(report: BackupReport) -> str:
     for name, s in configured.items():
         if s.bytes is not None:
             out.sample({"store": name}, s.bytes)
-    out.family("memoryctl_backup_count", "Backups (base backups / snapshot sets) kept.")
+    out.family("memoryctl_backups_kept", "Backups (base backups / snapshot sets) kept.")
     for name, s in configured.items():
         out.sample({"store": name}, s.count)
     out.family("memoryctl_backup_archive_failing", "1 while PostgreSQL fails to archive WAL.")

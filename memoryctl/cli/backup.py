@@ -12,15 +12,13 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from memoryctl.backup.rebuild import rebuild_graph
-from memoryctl.backup.snapshots import backup_qdrant, restore_qdrant
-from memoryctl.backup.status import backup_status, prometheus
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import out, print_json
 from memoryctl.errors import ExitCode
-from memoryctl.ops.reconcile import reconcile
+
+# The backup modules (psycopg, httpx) and rich's table are imported by the commands that use them:
+# every other command's start-up stays light (tests/unit/test_startup.py).
 
 backup_app = typer.Typer(help="Backups: what is kept and how old it is; Qdrant snapshot sets.", no_args_is_help=True)
 restore_app = typer.Typer(help="Restore a store derived from PostgreSQL.", no_args_is_help=True)
@@ -36,6 +34,10 @@ def status(
     ] = False,
 ) -> None:
     """Per store: the newest backup, the newest restorable point, sizes. Exit 0 fresh, 3 stale, 1 unreadable."""
+    from rich.table import Table
+
+    from memoryctl.backup.status import backup_status, prometheus
+
     report = backup_status(ctx_of(ctx).client.stack)
     if as_prometheus:
         sys.stdout.write(prometheus(report))
@@ -76,6 +78,8 @@ def qdrant(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Snapshot every Qdrant collection (one file per shard) and ship the set to the snapshot target."""
+    from memoryctl.backup.snapshots import backup_qdrant
+
     result = backup_qdrant(ctx_of(ctx).client.stack)
     if as_json:
         print_json(result)
@@ -100,6 +104,9 @@ def restore(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Restore Qdrant from a snapshot set, then catch up with PostgreSQL. Exit 3 if drift is left."""
+    from memoryctl.backup.snapshots import restore_qdrant
+    from memoryctl.ops.reconcile import reconcile
+
     stack = ctx_of(ctx).client.stack
     result = restore_qdrant(stack, name=set_name)
     left = 0
@@ -129,6 +136,8 @@ def graph(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Rebuild the graph store from PostgreSQL (idempotent; writes may continue meanwhile)."""
+    from memoryctl.backup.rebuild import rebuild_graph
+
     result = rebuild_graph(ctx_of(ctx).client.stack, batch=batch, prune=prune)
     if as_json:
         print_json(result)
