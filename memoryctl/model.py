@@ -45,6 +45,9 @@ _ENTITY_TYPE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 _KIND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _META_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+# A NUL character as JSON writes it: ``\u0000`` after an even number of backslashes (a string that
+# merely contains the six characters backslash-u-0-0-0-0 is encoded with its backslash doubled).
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 MAX_TEXT = 100_000
 MAX_NAME = 512
 DEFAULT_KIND = "note"
@@ -273,7 +276,7 @@ class Memory:
             encoded = json.dumps(self.metadata, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise InputError(f"metadata is not valid JSON: {exc}") from None
-        if "\\u0000" in encoded:
+        if _JSON_NUL.search(encoded):
             raise InputError("metadata contains a NUL character", hint="PostgreSQL jsonb cannot hold \\u0000")
         self.entities = dedupe_entities(self.entities, self.agent_id)
         self.hash = self.hash or content_hash(self.text)

@@ -80,7 +80,7 @@ def demo(
             _explain(result.as_dict())
         if result.degraded:
             out.print(f"degraded: {result.degraded}", markup=False)
-    from memoryctl.query.relational import stats
+    from memoryctl.query.stats import stats
 
     out.print(Rule("memoryctl stats --metric sentiment --bucket 1d --since 7d"), markup=False)
     now = datetime.now(UTC)

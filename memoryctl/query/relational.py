@@ -1,5 +1,5 @@
 """The PostgreSQL side of the query engine: relational/time filters, full-text fallback,
-the graph fallback over the ``entities`` column, and stats buckets.
+and the graph fallback over the ``entities`` column (stats buckets: ``query/stats.py``).
 
 SQL is composed from fixed fragments; every user value is a bound parameter — metadata keys
 too (``metadata -> %s``), so no identifier ever comes from the caller.
@@ -99,55 +99,3 @@ class RelationalQueries:
             " WHERE e ->> 'type' = %s AND lower(e ->> 'name') = %s) ORDER BY created_at DESC LIMIT %s"
         ).format(cond)
         return [r["id"] for r in self._rows(query, [*params, entity_type, normalise_name(entity_name), limit])]
-
-
-def stats_sql(*, timescale: bool) -> str:
-    """Buckets over [since, until): TimescaleDB's time_bucket when present, else date_bin.
-
-    Either way generate_series supplies the empty buckets, so a quiet day shows count 0 instead
-    of vanishing from the trend.
-    """
-    bucket = (
-        "time_bucket(%(width)s::interval, created_at, %(origin)s::timestamptz)"
-        if timescale
-        else ("date_bin(%(width)s::interval, created_at, %(origin)s::timestamptz)")
-    )
-    # bucket is one of the two constants above; everything else is a bound parameter.
-    return (
-        "WITH buckets AS (SELECT generate_series(date_bin(%(width)s::interval, %(since)s::timestamptz,"  # noqa: S608
-        " %(origin)s::timestamptz), %(until)s::timestamptz, %(width)s::interval) AS bucket),"
-        f" agg AS (SELECT {bucket} AS bucket, count(*) AS n,"
-        " avg((metadata ->> %(metric)s)::float8) FILTER (WHERE jsonb_typeof(metadata -> %(metric)s) = 'number') AS avg,"
-        " min((metadata ->> %(metric)s)::float8) FILTER (WHERE jsonb_typeof(metadata -> %(metric)s) = 'number') AS min,"
-        " max((metadata ->> %(metric)s)::float8) FILTER (WHERE jsonb_typeof(metadata -> %(metric)s) = 'number') AS max,"
-        " count(*) FILTER (WHERE jsonb_typeof(metadata -> %(metric)s) = 'number') AS n_metric"
-        " FROM memories WHERE deleted_at IS NULL AND (%(agent)s::text IS NULL OR agent_id = %(agent)s)"
-        " AND created_at >= %(since)s AND created_at < %(until)s AND (%(kind)s::text IS NULL OR kind = %(kind)s)"
-        " GROUP BY 1)"
-        " SELECT b.bucket, coalesce(a.n, 0) AS count, a.n_metric, a.avg, a.min, a.max"
-        " FROM buckets b LEFT JOIN agg a ON a.bucket = b.bucket WHERE b.bucket < %(until)s ORDER BY b.bucket"
-    )
-
-
-def stats(
-    pool: Pool,
-    *,
-    agent_id: str | None,
-    since: datetime,
-    until: datetime,
-    width_s: float,
-    metric: str | None,
-    kind: str | None,
-) -> list[dict[str, Any]]:
-    with pg_errors(), pool.connection() as conn:
-        ts = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'timescaledb'").fetchone() is not None
-        params = {
-            "width": f"{int(width_s)} seconds",
-            "origin": "2000-01-03T00:00:00Z",  # a Monday, so weekly buckets start on Mondays
-            "since": since,
-            "until": until,
-            "metric": metric or "",
-            "agent": agent_id,
-            "kind": kind,
-        }
-        return list(conn.execute(stats_sql(timescale=ts).encode(), params))

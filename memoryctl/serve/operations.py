@@ -213,8 +213,8 @@ def _get(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progres
 
 def _stats(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progress: Progress | None) -> Reply:
     from memoryctl.model import parse_datetime, validate_kind, validate_meta_key
-    from memoryctl.query.relational import stats as run_stats
     from memoryctl.query.spec import parse_duration, parse_since
+    from memoryctl.query.stats import stats as run_stats
 
     bucket, metric, kind = p.get("bucket", "1d"), p.get("metric"), p.get("kind")
     width = parse_duration(bucket)

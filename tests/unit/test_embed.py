@@ -330,15 +330,19 @@ def test_http_gives_up_after_bounded_retries(standin: StandInEmbeddingsServer) -
 
 
 def test_http_timeout_is_unavailable(standin: StandInEmbeddingsServer) -> None:
-    def slow(h: _Handler, body: dict[str, Any]) -> None:
-        time.sleep(1.0)
+    release = threading.Event()
+
+    def hung(h: _Handler, body: dict[str, Any]) -> None:
+        release.wait()  # never answers while the client waits: its timeout must fire
         ok(h, body)
 
-    standin.behaviour = slow
-    t0 = time.monotonic()
-    with pytest.raises(StoreUnavailable, match="timed out"):
-        _client(standin.url, timeout_s=0.2, max_retries=1, dim=16).embed_query("a")
-    assert time.monotonic() - t0 < 1.5  # bounded: 2 attempts x 0.2 s + backoff
+    standin.behaviour = hung
+    try:
+        with pytest.raises(StoreUnavailable, match="timed out"):
+            _client(standin.url, timeout_s=0.2, max_retries=1, dim=16).embed_query("a")
+    finally:
+        release.set()
+    assert len(standin.requests) == 2  # bounded: the first attempt and one retry
 
 
 def test_http_connection_refused_is_unavailable() -> None:
