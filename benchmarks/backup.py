@@ -3,16 +3,15 @@ from PostgreSQL (``memoryctl rebuild graph``) next to Neo4j's own offline ``neo4
 dump`` / ``load`` (Community has no online backup).
 
     scripts/services up && eval "$(scripts/services env)"
-    python benchmarks/backup.py --n 20000 --qdrant-url http://127.0.0.1:56370 --qdrant-api-key KEY \\
-        --neo4j-home .services/neo4j/home
+    python benchmarks/backup.py --n 20000 --neo4j-home .services/neo4j/home
 
 Needs the real servers: PostgreSQL ($MEMORYCTL_TEST_PG_DSN), Neo4j ($MEMORYCTL_TEST_NEO4J_URI /
-_PASSWORD; emptied!), a Qdrant server. With ``--neo4j-home`` the Neo4j of scripts/neo4j-server is
-stopped for the dump and the load (scripts/neo4j-server stop/start, $NEO4J_PORT etc. from the
-environment) and neo4j-admin runs from the same Maven Central jars. Embedder: ``hash`` (the cost
-of re-embedding is not what is measured here; with a real model, rebuilding Qdrant is far slower,
-which is why it is snapshotted). Prints one JSON object; figures measured here are in
-docs/backup.md.
+_PASSWORD; emptied!), the Qdrant server ($MEMORYCTL_TEST_QDRANT_URL / _API_KEY). With
+``--neo4j-home`` the Neo4j of scripts/neo4j-server is stopped for the dump and the load
+(scripts/neo4j-server stop/start; $NEO4J_PORT, $NEO4J_STATE from the environment) and neo4j-admin
+runs from the same Maven Central jars. Embedder: ``hash`` (re-embedding is not what is measured
+here; with a real model rebuilding Qdrant is far slower, which is why it is snapshotted). Prints
+one JSON object; the figures measured here are in docs/backup.md.
 """
 
 from __future__ import annotations
@@ -86,13 +85,16 @@ def neo4j_server(action: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=20_000)
-    parser.add_argument("--qdrant-url", default=os.environ.get("QDRANT_URL"))
-    parser.add_argument("--qdrant-api-key", default=os.environ.get("QDRANT_API_KEY"))
+    parser.add_argument("--qdrant-url", default=os.environ.get("MEMORYCTL_TEST_QDRANT_URL"))
+    parser.add_argument("--qdrant-api-key", default=os.environ.get("MEMORYCTL_TEST_QDRANT_API_KEY"))
     parser.add_argument("--neo4j-home", type=Path, help="home of scripts/neo4j-server's Neo4j: measure dump/load")
     args = parser.parse_args()
     if not args.qdrant_url:
-        parser.error("--qdrant-url (or $QDRANT_URL) is needed: snapshots are a Qdrant server API")
-    neo4j = {"uri": os.environ["MEMORYCTL_TEST_NEO4J_URI"], "password": os.environ.get("MEMORYCTL_TEST_NEO4J_PASSWORD", "")}
+        parser.error("--qdrant-url (or $MEMORYCTL_TEST_QDRANT_URL) is needed: snapshots are a Qdrant server API")
+    neo4j = {
+        "uri": os.environ["MEMORYCTL_TEST_NEO4J_URI"],
+        "password": os.environ.get("MEMORYCTL_TEST_NEO4J_PASSWORD", ""),
+    }
     wipe_neo4j(neo4j)
     out: dict[str, Any] = {"n": args.n}
     with fresh_database(os.environ["MEMORYCTL_TEST_PG_DSN"]) as dsn, tempfile.TemporaryDirectory() as tmp:
@@ -102,7 +104,12 @@ def main() -> None:
             data_dir=tmp,
             postgres={"dsn": dsn},
             neo4j={"uri": neo4j["uri"], "password": neo4j["password"] or None, "timeout_s": 60.0},
-            qdrant={"url": args.qdrant_url, "api_key": args.qdrant_api_key, "collection_prefix": "bench", "alias": "bench"},
+            qdrant={
+                "url": args.qdrant_url,
+                "api_key": args.qdrant_api_key,
+                "collection_prefix": "bench",
+                "alias": "bench",
+            },
             embedder={"kind": "hash"},
             backup={"snapshot_target": f"{tmp}/sets"},
         )
@@ -134,7 +141,9 @@ def main() -> None:
             dumps = Path(tmp) / "dumps"
             dumps.mkdir()
             out["neo4j_stop_s"] = round(neo4j_server("stop"), 1)
-            out["neo4j_dump_s"] = round(neo4j_admin(args.neo4j_home, "database", "dump", "neo4j", f"--to-path={dumps}"), 1)
+            out["neo4j_dump_s"] = round(
+                neo4j_admin(args.neo4j_home, "database", "dump", "neo4j", f"--to-path={dumps}"), 1
+            )
             out["neo4j_dump_bytes"] = sum(p.stat().st_size for p in dumps.iterdir())
             load = ("database", "load", "neo4j", f"--from-path={dumps}", "--overwrite-destination=true")
             out["neo4j_load_s"] = round(neo4j_admin(args.neo4j_home, *load), 1)

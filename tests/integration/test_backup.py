@@ -26,7 +26,7 @@ from memoryctl.client import MemoryClient
 from memoryctl.model import EntityRef, Memory, Relation
 from memoryctl.ops.reconcile import reconcile
 from memoryctl.query.spec import GraphFilter
-from tests.conftest import HINT, cluster_settings
+from tests.conftest import cluster_settings
 
 pytestmark = pytest.mark.integration
 
@@ -86,8 +86,6 @@ def _qdrant(client: MemoryClient) -> tuple[str, dict[str, str]]:
 @pytest.fixture
 def server_cluster(pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path) -> Iterator[MemoryClient]:
     """The cluster profile on the real Qdrant server (snapshots are a server API), snapshots to a directory."""
-    if not os.environ.get("QDRANT_URL"):
-        pytest.fail(f"QDRANT_URL is not set (Qdrant snapshots need the server): {HINT}", pytrace=False)
     settings = cluster_settings(
         pg_dsn,
         neo4j_clean,
@@ -213,7 +211,11 @@ def pgbackrest_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dic
             "dsn": f"postgresql://postgres@127.0.0.1:{port}/postgres",
             "pg_ctl": pg_ctl,
             "pgbackrest": pgbackrest,
-            "command": [*(["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []), "pgbackrest", f"--config={config}"],
+            "command": [
+                *(["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []),
+                "pgbackrest",
+                f"--config={config}",
+            ],
             "repo": repo,
         }
     finally:
@@ -231,7 +233,9 @@ def _free_port() -> int:
 
 def _content(dsn: str) -> tuple[int, str]:
     with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT count(*), md5(string_agg(id::text || text, ',' ORDER BY id)) FROM memories").fetchone()
+        row = conn.execute(
+            "SELECT count(*), md5(string_agg(id::text || text, ',' ORDER BY id)) FROM memories"
+        ).fetchone()
     assert row is not None
     return int(row[0]), str(row[1])
 
