@@ -6,6 +6,7 @@ import hashlib
 import ipaddress
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,26 @@ from deploy.backup import PgbackrestStanza, backup
 from deploy.opsnode import OpsNodeError, ops_node
 from deploy.pki import CertificateAuthority
 from deploy.settings import REPO, load_inventory
-from tests.deploy.unit.plans import Plan, plan
+from tests.deploy.unit.plans import Plan
+from tests.deploy.unit.plans import plan as plan_of
 from tests.deploy.unit.test_plans import _no_commands, _present
 from wireguard.keys import SecretDir
 
 BACKED_UP = {"status": 0, "backups": 1}
+DAY_TWO = {"backup": {"enabled": True}, "monitoring": {"enabled": True}}
+
+
+def plan(
+    deploy_fn: Callable[[], None],
+    node: str,
+    facts: dict[str, Any] | None = None,
+    components: dict[str, Any] | None = None,
+) -> Plan:
+    """The local inventory with backups and monitoring on (whatever local.yaml says today)."""
+    merged = {
+        name: {**DAY_TWO.get(name, {}), **(components or {}).get(name, {})} for name in {*DAY_TWO, *(components or {})}
+    }
+    return plan_of(deploy_fn, node, facts, merged)
 
 
 def _ini(text: str) -> dict[str, dict[str, str]]:
@@ -197,3 +213,15 @@ def test_stanza_fact_reads_pgbackrest_info(tmp_path: Path) -> None:
     command = fact.command(stanza="memoryctl").replace("pgbackrest ", f"pgbackrest --config={config} ", 1)
     output = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True).stdout
     assert fact.process(output.splitlines()) == {"status": 1, "backups": 0}
+
+
+def test_firewall_opens_the_day_two_ports_on_the_mesh() -> None:
+    from deploy.firewall import firewall
+
+    def ports(node: str) -> str:
+        rules = plan(firewall, node).upload("/etc/nftables.conf")
+        return next(line for line in rules.splitlines() if "services over the mesh" in line)
+
+    assert "{ 5432, 8432, 9100, 9187 }" in ports("node1")  # PostgreSQL, pgBackRest, exporters
+    assert "{ 6333, 6334, 6335, 7474, 7687, 9100 }" in ports("node2")
+    assert "{ 873, 8000, 8001, 8432, 9090, 9093, 9100 }" in ports("node3")  # rsync, pgBackRest, Prometheus, AM

@@ -12,8 +12,7 @@ import yaml
 
 from deploy.common import TEMPLATES
 from deploy.monitoring import monitoring
-from tests.deploy.unit.plans import plan
-from tests.deploy.unit.test_backup import present
+from tests.deploy.unit.test_backup import plan, present
 from tests.deploy.unit.test_plans import _no_commands
 
 HERE = Path(__file__).parent
