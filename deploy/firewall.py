@@ -11,6 +11,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, server, systemd
 
+from deploy import backup, monitoring
 from deploy.common import component, has_role, inventory, template
 from deploy.memoryctl import serve_port
 
@@ -29,6 +30,7 @@ def mesh_ports() -> list[int]:
         ports.update(QDRANT_PORTS)
     if has_role("db"):
         ports.add(serve_port())  # memoryctl serve's HTTP side, for agents on the mesh
+    ports.update(backup.mesh_ports(), monitoring.mesh_ports())  # day two: pgBackRest, rsync, exporters
     return sorted(ports)
 
 

@@ -24,6 +24,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip, server, systemd
 
+from deploy import backup
 from deploy.common import component, keep_running, secrets, sudoers, template
 from deploy.qdrant import collection_layout
 from deploy.vllm import served_models
@@ -88,6 +89,7 @@ def memoryctl() -> None:
         vllm_api_key=store.token("vllm/api_key"),
         models=served_models(),
         collections=collection_layout(),
+        backup=backup.memoryctl_settings(),
         serve_socket=SERVE_SOCKET,
         serve_port=serve_port(),
         user="root",

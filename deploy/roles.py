@@ -7,18 +7,22 @@ services (roles are inventory groups, see inventory/*.yaml):
 - ``index``: Neo4j and the Qdrant peer that bootstraps the Qdrant cluster,
 - ``gpu``: vLLM (generation with LoRA, embeddings),
 
-and every node of ``components.qdrant.peers`` (default: the ``index`` nodes) a Qdrant peer.
-memoryctl comes last: by then every store it is configured for exists.
+and every node of ``components.qdrant.peers`` (default: the ``index`` nodes) a Qdrant peer; then
+backups (pgBackRest, Qdrant snapshots) and monitoring (Prometheus, Alertmanager, exporters), whose
+repository and server live on a node other than the database's (``deploy/opsnode.py``).
+memoryctl comes after the stores: by then every store it is configured for exists.
 """
 
 from __future__ import annotations
 
 from pyinfra import host
 
+from deploy.backup import backup
 from deploy.base import base
 from deploy.common import has_role, inventory
 from deploy.firewall import firewall
 from deploy.memoryctl import memoryctl
+from deploy.monitoring import monitoring
 from deploy.neo4j import neo4j
 from deploy.postgres import postgresql
 from deploy.qdrant import qdrant
@@ -40,3 +44,5 @@ def everything() -> None:
         vllm()
     if has_role("db"):
         memoryctl()
+    backup()
+    monitoring()

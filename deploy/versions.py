@@ -16,7 +16,7 @@ from __future__ import annotations
 QDRANT = "1.19.0"
 NEO4J = "5.26.30"  # the 5.26 LTS line, the last on Java 17
 TIMESCALEDB = "2.28.3"
-VLLM = "0.11.2"  # GPU node only (Hetzner); the local nodes run a named stand-in
+VLLM = "0.33.0"  # GPU node only (Hetzner); the local nodes run a named stand-in
 POSTGRES_MAJORS = (15, 16, 17, 18)  # the majors TIMESCALEDB supports
 
 # Upstream distribution (Hetzner): apt version strings. Inventories write ``{version}`` (and

@@ -156,7 +156,8 @@ QUERY_PARAMS = (
     Param("combine", "string", "and (default) | or."),
     Param("limit", "integer", "Hits, 1-1000 (default 10)."),
     Param("threshold", "number", "Minimum cosine similarity."),
-    Param("half_life", "string", "Time decay half-life, e.g. 30d; 'off' disables."),
+    Param("retrieval", "string", "hybrid (default: vector + lexical, fused) | dense | lexical."),
+    Param("half_life", "string", "Recency half-life (a bounded preference among equally relevant hits); 'off'."),
 )
 
 
@@ -191,6 +192,7 @@ def _query(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progr
         combine=combine,
         limit=limit,
         threshold=p.get("threshold"),
+        retrieval=p.get("retrieval", "hybrid"),
     )
     half_life = p.get("half_life")
     if half_life == "off":
@@ -213,8 +215,8 @@ def _get(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progres
 
 def _stats(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progress: Progress | None) -> Reply:
     from memoryctl.model import parse_datetime, validate_kind, validate_meta_key
-    from memoryctl.query.relational import stats as run_stats
     from memoryctl.query.spec import parse_duration, parse_since
+    from memoryctl.query.stats import stats as run_stats
 
     bucket, metric, kind = p.get("bucket", "1d"), p.get("metric"), p.get("kind")
     width = parse_duration(bucket)
