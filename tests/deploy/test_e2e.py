@@ -120,13 +120,15 @@ def test_relational_query_with_time_range(imported: e2e_data.DataSet) -> None:
 
 
 def test_or_query_fuses_both_legs(imported: e2e_data.DataSet) -> None:
+    """The union of the legs: every incident (the where leg, a membership) and the text leg's hits,
+    led among the latter by the needle the text describes."""
     needle = imported.needles()[1]
     assert needle.query is not None
-    answer = query(needle.query, "--where", "kind = incident", "--combine", "or")
+    answer = query(needle.query, "--where", "kind = incident", "--combine", "or", "--limit", "1000")
     assert answer["explain"]["plan"].startswith("or:")
-    newest_incident = max((r for r in imported.records if r.kind == "incident"), key=lambda r: r.created_at)
-    # Each leg's first answer, fused with equal reciprocal ranks: the two lead the answer.
-    assert set(ids(answer)[:2]) == {needle.id, newest_incident.id}
+    assert imported.ids(kind="incident") <= set(ids(answer))
+    from_text = [hit["id"] for hit in answer["hits"] if hit["kind"] != "incident"]
+    assert from_text and from_text[0] == needle.id
 
 
 def test_health_is_all_green_with_the_qdrant_cluster_and_timescale_jobs(imported: e2e_data.DataSet) -> None:
