@@ -5,7 +5,8 @@
   same PostgreSQL. Data under the user's data directory.
 - ``cluster``: PostgreSQL, Qdrant, Neo4j and vLLM endpoints reached over the WireGuard mesh.
 
-Precedence (highest first): explicit overrides (CLI flags) > environment > TOML file > defaults.
+Precedence (highest first): explicit overrides (CLI flags) > environment > TOML file > defaults;
+nested tables merge key by key (``MEMORYCTL_NEO4J__URI`` replaces the file's ``[neo4j] uri`` only).
 The file is ``--config``, else ``$MEMORYCTL_CONFIG``, else ``<user config dir>/memoryctl.toml``,
 else ``/etc/memoryctl/memoryctl.toml``; a missing default file is fine, a missing explicit one is not.
 Environment variables nest with ``__``: ``MEMORYCTL_POSTGRES__DSN``, ``MEMORYCTL_NEO4J__PASSWORD``.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -153,8 +155,9 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # init kwargs carry the TOML file merged with CLI overrides; env beats the file.
-        return (env_settings, init_settings)
+        # Highest first: the caller's overrides (CLI flags), the environment, the TOML file.
+        # Nested tables merge key by key across them.
+        return (init_settings, env_settings, _FileSource(settings_cls))
 
     @property
     def pg_dir(self) -> Path:
@@ -163,6 +166,19 @@ class Settings(BaseSettings):
     @property
     def vectors_dir(self) -> Path:
         return self.data_dir / "vectors"
+
+
+_FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("memoryctl_config_file", default=None)
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The TOML file ``load_settings`` read, as the lowest-priority settings source."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return (_FILE_DATA.get() or {}).get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_FILE_DATA.get() or {})
 
 
 def default_config_path() -> Path | None:
@@ -191,15 +207,17 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
                 ) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    data.update({k: v for k, v in overrides.items() if v is not None})
+    token = _FILE_DATA.set(data)
     try:
-        settings = Settings(**data)
+        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
         raise ConfigError(
             f"invalid configuration{f' in {path}' if path else ''}:\n" + "\n".join(lines),
             hint="fix the file or the MEMORYCTL_* variable named above; `memoryctl config show` prints the result",
         ) from None
+    finally:
+        _FILE_DATA.reset(token)
     settings.source_file = path
     return settings
 
