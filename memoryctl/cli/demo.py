@@ -79,18 +79,11 @@ def demo(
             _explain(result)
         if result.degraded:
             out.print(f"degraded: {result.degraded}", markup=False)
-    from memoryctl.query.relational import stats
-
     out.print(Rule("memoryctl stats --metric sentiment --bucket 1d --since 7d"), markup=False)
     now = datetime.now(UTC)
-    for row in stats(
-        c.client.stack.pool,
-        agent_id=AGENT,
-        since=now - parse_duration("7d"),
-        until=now,
-        width_s=86400,
-        metric="sentiment",
-        kind=None,
+    week = parse_duration("7d")
+    for row in c.client.stats(
+        agent_id=AGENT, since=now - week, until=now, width=parse_duration("1d"), metric="sentiment"
     ):
         avg = f"{row['avg']:+.2f}" if row["avg"] is not None else "  -  "
         out.print(f"{row['bucket']:%Y-%m-%d}  memories {row['count']:>2}  sentiment avg {avg}", markup=False)

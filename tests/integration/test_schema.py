@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from memoryctl.stores.pg import open_pool
-from memoryctl.stores.schema import available_migrations, migrate, schema_state
+from memoryctl.stores.schema import apply_schema, available_migrations, schema_state
 
 pytestmark = pytest.mark.integration
 
@@ -49,10 +49,10 @@ UNEMULATABLE = ("CREATE EXTENSION IF NOT EXISTS timescaledb", "ALTER TABLE memor
 def test_plain_path_is_applied_and_recorded(pg_dsn: str) -> None:
     pool = open_pool(pg_dsn)
     try:
-        applied = migrate(pool)
+        applied = apply_schema(pool)
         assert applied[:2] == [{"version": 1, "variant": "core"}, {"version": 2, "variant": "plain"}]
         assert [a["version"] for a in applied] == sorted(available_migrations())
-        assert migrate(pool) == []  # idempotent
+        assert apply_schema(pool) == []  # idempotent
         assert [(r["version"], r["variant"]) for r in schema_state(pool)][:2] == [(1, "core"), (2, "plain")]
         with pool.connection() as conn:
             brin = conn.execute(

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from lora.config import LoraTrainingConfig
-from lora.cycle import embedding_cycle, generation_cycle, promote_generation, rollback_generation
-from lora.registry import AdapterRegistry
-from lora.vllm import VLLMClient
+from memoryctl.lora.config import LoraTrainingConfig
+from memoryctl.lora.cycle import embedding_cycle, generation_cycle, promote_generation, rollback_generation
+from memoryctl.lora.registry import AdapterRegistry
+from memoryctl.lora.vllm import VLLMClient
 from tests.lora.conftest import Stopwatch
 from tests.lora.synthetic import embedding_rows, generation_rows
 from tests.lora.vllm_standin import StandinState, VLLMStandin
@@ -33,7 +33,7 @@ def test_skipped_when_too_little_data(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_generation_cycle_promote_second_run_and_rollback(tmp_path: Path, timings: dict[str, float]) -> None:
-    from lora.train_generation import build_tiny_qwen2
+    from memoryctl.lora.train_generation import build_tiny_qwen2
 
     base = build_tiny_qwen2(tmp_path / "base", seed=0)
     reg = AdapterRegistry(tmp_path / "reg")
