@@ -57,6 +57,9 @@ on metadata keys indexed as an operator would (``INDEXED_METADATA``). Peak RSS o
 0.74 GB. Before this session's plans (2026-11-29, load 2.6-4.5, C1 JIT): hi fan-out 1664 ms,
 graph only 477, relational+vector 300. Load of the data set (--create-db): PostgreSQL COPY 35 s,
 Neo4j 923 s (batches of 5,000), Edge upsert 87 s + optimize 573 s; peak RSS 1.4 GB while loading.
+The Neo4j figure predates issue 16's fix (edges CREATEd instead of MERGEd, bounded transactions):
+on a server that had served the test suite one 5,000-memory batch took 90 s to > 600 s, now ~7 s
+(``--small``, load 9-10: the whole run 39 s wall); see benchmarks/graph_write.py for the write path.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ Hierarchy::
     │   └── InputError             exit 2  a record/line of user data is invalid
     ├── NotFoundError              exit 1  a memory id that does not exist
     ├── StoreError                 exit 1  a store answered with an error
-    │   └── StoreUnavailable       exit 1  a store could not be reached (timeout, refused, breaker open)
+    │   └── StoreUnavailable       exit 1  a store could not be reached (refused, breaker open)
+    │       └── StoreTimeout       exit 1  it did not answer within the deadline (callers may retry smaller)
     └── PartialFailure             exit 3  the primary write/read succeeded, a secondary store is degraded
 """
 
@@ -71,6 +72,14 @@ class StoreError(MemoryctlError):
 
 class StoreUnavailable(StoreError):
     """The store could not be reached in time; callers degrade instead of failing where they can."""
+
+
+class StoreTimeout(StoreUnavailable):
+    """The store was reached but the call outlived its deadline (e.g. a transaction timeout).
+
+    Distinct from "unreachable" because the remedy differs: a write that timed out may succeed
+    when split into smaller pieces (the graph store does that before giving up).
+    """
 
 
 class PartialFailure(MemoryctlError):

@@ -11,7 +11,9 @@ Why the Cypher looks the way it does:
   relationship types must be members of ``RELATION_TYPES`` (asserted right where they are spliced),
   labels come from a constant map, hops is an ``int`` in 1..3.
 - Writes are batched with ``UNWIND``, one statement per (relationship type, endpoint labels) group,
-  all in one write transaction per ``upsert_memories`` call.
+  in bounded transactions (``WRITE_ROWS`` memories + edges each; one that times out is retried in
+  halves), and their cost is linear whatever the degree of the entities they touch: edges are
+  CREATEd after the memory's old declarations are dropped, never MERGEd (see ``_UPSERT_MEMORIES``).
 - Every edge carries ``origin`` (the memory that declared it), indexed per relationship type, so a
   re-upsert replaces exactly that memory's declarations, and a shared edge survives either owner.
 - Every call has a deadline: the driver's connection/acquisition timeouts and a server-side
@@ -32,7 +34,7 @@ import neo4j
 from neo4j import exceptions as nx
 
 from memoryctl.config import Neo4jSettings
-from memoryctl.errors import StoreError, StoreUnavailable, UsageError
+from memoryctl.errors import StoreError, StoreTimeout, StoreUnavailable, UsageError
 from memoryctl.model import RELATION_TYPES, validate_agent_id
 from memoryctl.stores import names
 from memoryctl.stores.graph_semantics import (
@@ -50,9 +52,25 @@ from memoryctl.stores.graph_semantics import (
 from memoryctl.stores.protocols import GraphMemory, GraphRecord, GraphTraversal
 
 T = TypeVar("T")
+# Rows (memories + the edges they declare) per write transaction. Writes cost O(rows) (see
+# ``_UPSERT_MEMORIES``); benchmarks/graph_write.py measured ~150 µs per row on 2 cores at load 9
+# (hubs of degree 1k-100k alike), so a full transaction takes well under the default 5 s timeout.
+# One that still times out (a slow disk, a busy server) is split in halves and retried.
+WRITE_ROWS = 4000
 
 # Labels and key properties by "is this endpoint a memory": constants, never input.
 _NODE = {True: ("Memory", "id"), False: ("Entity", "key")}
+# A transaction ended by the server: past its timeout (while running, or while waiting for a lock),
+# or terminated by an operator. Writes retry these in smaller pieces (``_split_on_timeout``).
+_TERMINATED = frozenset(
+    {
+        "Neo.ClientError.Transaction.TransactionTimedOut",
+        "Neo.ClientError.Transaction.TransactionTimedOutClientConfiguration",
+        "Neo.ClientError.Transaction.LockClientStopped",
+        "Neo.TransientError.Transaction.Terminated",
+        "Neo.TransientError.Transaction.LockClientStopped",
+    }
+)
 _ARROWS = {"out": ("-", "->"), "in": ("<-", "-"), "both": ("-", "-")}
 _REVERSED = {"out": "in", "in": "out", "both": "both"}
 _LOAD_CSV = re.compile(r"\bLOAD\s+CSV\b", re.IGNORECASE)
@@ -68,33 +86,47 @@ def _rel(rel_type: str) -> str:
     return rel_type
 
 
+# Writing a memory replaces the edges it declared. The memory nodes are merged first: MERGE locks
+# each node (rows sorted by id, so concurrent writers of the same memories queue rather than
+# deadlock), and the remote types declared last time are read before they are replaced. Then the
+# old declarations are dropped and the new ones CREATEd. Never MERGE an edge here: MERGE of
+# ``(a)-[r:T {origin: $o}]->(b)`` makes the planner choose between expanding ``a``/``b`` and the
+# ``origin`` index, by statistics. On a server whose graph holds few edges of T (one that served a
+# test suite, or a first import), it chose a full scan of that index per row: quadratic in the
+# batch and linear in the graph (PROFILE: 25M db hits, 138 s for 5,000 AUTHORED rows; issue 16).
+# After the drop, under the memory's lock, none of the memory's edges exist: CREATE needs no lookup.
+_UPSERT_MEMORIES = (
+    "UNWIND $rows AS m MERGE (n:Memory {id: m.id}) "
+    "WITH n, m, coalesce(n.remote_types, []) AS old "
+    "SET n.agent_id = m.agent_id, n.created_at = m.created_at, n.deleted = m.deleted, "
+    "n.remote_types = m.remote_types "
+    "WITH old UNWIND old AS t RETURN DISTINCT t"
+)
 # Dropping the edges a memory declared, cheaply: most touch the memory node itself (its MENTIONS,
 # ``Alice -AUTHORED-> this``) and are found by expanding from it. The others ("remote" edges, e.g.
 # ``Alice -KNOWS-> Bob``) are found through the per-type ``origin`` index, but only for the types
-# the memory recorded in ``remote_types`` when it declared them -- usually none.
-_OLD_REMOTE_TYPES = (
-    "UNWIND $ids AS mid MATCH (m:Memory {id: mid}) UNWIND coalesce(m.remote_types, []) AS t RETURN DISTINCT t"
-)
+# the memory recorded in ``remote_types`` when it declared them -- usually none. The hints pin the
+# plans to those two access paths whatever the statistics say.
 _DROP_NEAR = (
-    "UNWIND $ids AS mid MATCH (m:Memory {id: mid})-[r]-(x) WHERE r.origin = mid "
+    "UNWIND $ids AS mid MATCH (m:Memory {id: mid})-[r]-(x) USING INDEX m:Memory(id) WHERE r.origin = mid "
     "DELETE r RETURN elementId(x) AS a, elementId(x) AS b"
 )
 
 
 def _drop_remote_cypher(rel_type: str) -> str:
+    rel = _rel(rel_type)
     return (
-        f"UNWIND $ids AS mid MATCH (a)-[r:{_rel(rel_type)} {{origin: mid}}]->(b) "
+        f"UNWIND $ids AS mid MATCH (a)-[r:{rel} {{origin: mid}}]->(b) USING INDEX r:{rel}(origin) "
         "DELETE r RETURN elementId(a) AS a, elementId(b) AS b"
     )
 
 
+# The remote types a memory declared (``delete`` needs them; ``upsert`` reads them while merging).
+_REMOTE_TYPES = (
+    "UNWIND $ids AS mid MATCH (m:Memory {id: mid}) UNWIND coalesce(m.remote_types, []) AS t RETURN DISTINCT t"
+)
 _UPSERT_ENTITIES = (
     "UNWIND $rows AS e MERGE (n:Entity {key: e.key}) SET n.name = e.name, n.type = e.type, n.agent_id = e.agent_id"
-)
-_UPSERT_MEMORIES = (
-    "UNWIND $rows AS m MERGE (n:Memory {id: m.id}) "
-    "SET n.agent_id = m.agent_id, n.created_at = m.created_at, n.deleted = m.deleted, "
-    "n.remote_types = m.remote_types"
 )
 # Entities left without any edge go; so do memory placeholders (created by an edge pointing at a
 # memory whose own upsert had not arrived) that nothing points at any more. Real memories stay.
@@ -230,6 +262,12 @@ def _native(value: Any) -> Any:
     return to_native() if callable(to_native) else value
 
 
+def _terminated(exc: Exception) -> bool:
+    """Did the server end this transaction for running out of time (or an operator stop it)?"""
+    code = getattr(exc, "code", None) or ""
+    return code in _TERMINATED or code.endswith(("TimedOut", "Timeout"))
+
+
 def _plan_operators(plan: Any) -> Iterator[tuple[str, str]]:
     """(operatorType, details) for every operator of an EXPLAIN plan (a dict tree from the driver)."""
     if not isinstance(plan, dict):
@@ -276,6 +314,8 @@ class Neo4jGraphStore:
         try:
             yield
         except (nx.ServiceUnavailable, nx.SessionExpired, nx.ConnectionPoolError, nx.TransientError) as exc:
+            if _terminated(exc):
+                raise StoreTimeout(self.name, f"{what}: timed out after {self._timeout}s", hint=hint) from exc
             raise StoreUnavailable(self.name, f"{what}: Neo4j unavailable ({exc})", hint=hint) from exc
         except nx.AuthError as exc:
             raise StoreError(
@@ -284,10 +324,9 @@ class Neo4jGraphStore:
                 hint="set neo4j.user / neo4j.password (MEMORYCTL_NEO4J__PASSWORD)",
             ) from exc
         except nx.Neo4jError as exc:
-            code = exc.code or ""
-            if "TransactionTimedOut" in code or "Timeout" in code:
-                raise StoreUnavailable(self.name, f"{what}: timed out after {self._timeout}s", hint=hint) from exc
-            raise StoreError(self.name, f"{what}: {code}: {exc.message}") from exc
+            if _terminated(exc):
+                raise StoreTimeout(self.name, f"{what}: timed out after {self._timeout}s", hint=hint) from exc
+            raise StoreError(self.name, f"{what}: {exc.code}: {exc.message}") from exc
         except nx.DriverError as exc:
             raise StoreError(self.name, f"{what}: {exc}") from exc
         except (TimeoutError, OSError) as exc:
@@ -313,23 +352,35 @@ class Neo4jGraphStore:
                 session.run(neo4j.Query(stmt, timeout=max(self._timeout, 30.0))).consume()
 
     def upsert_memories(self, items: Sequence[GraphMemory]) -> None:
+        """Bounded transactions: at most ``WRITE_ROWS`` rows each, split further if one times out.
+
+        Every memory is written whole or not at all (its node and edges share a transaction); when
+        a call fails part-way, the memories of the transactions that committed are complete and the
+        caller's outbox still holds all of them, so delivering them again converges.
+        """
+        prepare_batch(items)  # refuse a batch with one bad item before anything is written
+        latest = list({item.id: item for item in items}.values())  # later items win, as in prepare_batch
+        for chunk in _chunks(latest, WRITE_ROWS, lambda m: 1 + len(m.mentions) + len(m.edges)):
+            self._split_on_timeout("upsert_memories", chunk, self._upsert_chunk)
+
+    def _upsert_chunk(self, items: Sequence[GraphMemory]) -> None:
         batch = prepare_batch(items)
-        if not batch.memories:
-            return
         groups: dict[tuple[str, bool, bool], list[dict[str, Any]]] = {}
         remote: dict[str, set[str]] = {m["id"]: set() for m in batch.memories}
         for e in batch.edges:
             if e.origin not in (e.src, e.dst):
                 remote[e.origin].add(e.type)
             groups.setdefault((e.type, e.src_is_memory, e.dst_is_memory), []).append(_edge_row(e))
-
-        memories = [{**m, "remote_types": sorted(remote[m["id"]])} for m in batch.memories]
+        memories = sorted(
+            ({**m, "remote_types": sorted(remote[m["id"]])} for m in batch.memories), key=lambda m: str(m["id"])
+        )
+        entities = sorted(batch.entities, key=lambda e: e["key"])
 
         def work(tx: neo4j.ManagedTransaction) -> None:
-            if batch.entities:
-                tx.run(_UPSERT_ENTITIES, rows=batch.entities).consume()
-            touched = _drop_declared(tx, batch.ids)
-            tx.run(_UPSERT_MEMORIES, rows=memories).consume()
+            old_types = [rec["t"] for rec in tx.run(_UPSERT_MEMORIES, rows=memories)]
+            if entities:
+                tx.run(_UPSERT_ENTITIES, rows=entities).consume()
+            touched = _drop_declared(tx, batch.ids, old_types)
             for (rel_type, src_mem, dst_mem), rows in sorted(groups.items()):
                 tx.run(_create_edges_cypher(rel_type, src_mem, dst_mem), rows=rows).consume()
             if touched:
@@ -337,31 +388,46 @@ class Neo4jGraphStore:
 
         self._write("upsert_memories", work)
 
+    def _split_on_timeout(self, what: str, items: Sequence[T], write: Callable[[Sequence[T]], None]) -> None:
+        """Write ``items`` in one transaction; if it times out, in two halves, and so on down to one."""
+        try:
+            write(items)
+        except StoreTimeout:
+            if len(items) <= 1:
+                raise
+            half = len(items) // 2
+            self._split_on_timeout(what, items[:half], write)
+            self._split_on_timeout(what, items[half:], write)
+
     def set_deleted(self, ids: Sequence[uuid.UUID], deleted: bool = True) -> None:
-        keys = check_ids(ids)
-        if keys:
+        def write(keys: Sequence[str]) -> None:
             self._write(
                 "set_deleted",
                 lambda tx: tx.run(
                     "UNWIND $ids AS mid MATCH (m:Memory {id: mid}) SET m.deleted = $deleted",
-                    ids=keys,
+                    ids=list(keys),
                     deleted=bool(deleted),
                 ).consume(),
             )
 
+        for chunk in _chunks(check_ids(ids), WRITE_ROWS, lambda _: 1):
+            self._split_on_timeout("set_deleted", chunk, write)
+
     def delete(self, ids: Sequence[uuid.UUID]) -> None:
-        keys = check_ids(ids)
-        if not keys:
-            return
+        def write(keys: Sequence[str]) -> None:
+            def work(tx: neo4j.ManagedTransaction) -> None:
+                old_types = [rec["t"] for rec in tx.run(_REMOTE_TYPES, ids=list(keys))]
+                touched = _drop_declared(tx, list(keys), old_types)
+                for rec in tx.run(_DELETE_MEMORIES, ids=list(keys)):
+                    touched.update(rec["near"])
+                if touched:
+                    tx.run(_PURGE_ORPHANS, eids=sorted(touched)).consume()
 
-        def work(tx: neo4j.ManagedTransaction) -> None:
-            touched = _drop_declared(tx, keys)
-            for rec in tx.run(_DELETE_MEMORIES, ids=keys):
-                touched.update(rec["near"])
-            if touched:
-                tx.run(_PURGE_ORPHANS, eids=sorted(touched)).consume()
+            self._write("delete", work)
 
-        self._write("delete", work)
+        # A memory's edges go with it: weigh each by a few edges, as written.
+        for chunk in _chunks(check_ids(ids), WRITE_ROWS // 4, lambda _: 1):
+            self._split_on_timeout("delete", chunk, write)
 
     def traverse(self, query: GraphTraversal) -> list[uuid.UUID]:
         q = check_traversal(query)
@@ -603,9 +669,11 @@ class Neo4jGraphStore:
             raise
 
 
-def _drop_declared(tx: neo4j.ManagedTransaction, ids: list[str]) -> set[str]:
-    """Delete every edge the memories ``ids`` declared; return the element ids of their ends."""
-    old_types = [rec["t"] for rec in tx.run(_OLD_REMOTE_TYPES, ids=ids)]
+def _drop_declared(tx: neo4j.ManagedTransaction, ids: list[str], old_types: Sequence[str]) -> set[str]:
+    """Delete every edge the memories ``ids`` declared; return the element ids of their ends.
+
+    ``old_types``: the remote edge types those memories recorded when they declared them.
+    """
     touched = {v for rec in tx.run(_DROP_NEAR, ids=ids) for v in (rec["a"], rec["b"])}
     for rel_type in sorted(t for t in old_types if t in RELATION_TYPES):
         touched.update(v for rec in tx.run(_drop_remote_cypher(rel_type), ids=ids) for v in (rec["a"], rec["b"]))
@@ -623,9 +691,21 @@ def _create_edges_cypher(rel_type: str, src_is_memory: bool, dst_is_memory: bool
         f"UNWIND $rows AS e "
         f"MERGE (a:{src_label} {{{src_key}: e.src}}) "
         f"MERGE (b:{dst_label} {{{dst_key}: e.dst}}) "
-        f"MERGE (a)-[r:{_rel(rel_type)} {{origin: e.origin}}]->(b) "
-        f"SET r.agent_id = e.agent_id"
+        f"CREATE (a)-[:{_rel(rel_type)} {{origin: e.origin, agent_id: e.agent_id}}]->(b)"
     )
+
+
+def _chunks(items: Sequence[T], budget: int, weight: Callable[[T], int]) -> Iterator[Sequence[T]]:
+    """Consecutive runs of ``items`` whose weights add up to at most ``budget`` (at least one item each)."""
+    lo, used = 0, 0
+    for i, item in enumerate(items):
+        w = weight(item)
+        if i > lo and used + w > budget:
+            yield items[lo:i]
+            lo, used = i, 0
+        used += w
+    if lo < len(items):
+        yield items[lo:]
 
 
 __all__ = ["Neo4jGraphStore"]

@@ -39,7 +39,11 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-NEO4J_PORT = int(os.environ.get("MEMORYCTL_TEST_OPS_NEO4J_PORT", "57787"))
+# Its own port, next to the shared test server's: engineers (and CI jobs) running the suite side by
+# side with their own servers (MEMORYCTL_TEST_NEO4J_PORT) must not share this one either.
+NEO4J_PORT = int(
+    os.environ.get("MEMORYCTL_TEST_OPS_NEO4J_PORT") or int(os.environ.get("MEMORYCTL_TEST_NEO4J_PORT", "57687")) + 100
+)
 NEO4J_STATE = ROOT / ".services" / "neo4j-ops"
 
 
