@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from memoryctl.errors import MemoryctlError, StoreUnavailable
-from memoryctl.query.context import QueryContext
+from memoryctl.query.context import QueryContext, Running
 from memoryctl.query.fusion import RRF_K, decay, rrf
 from memoryctl.query.guard import Guard
 from memoryctl.query.plan import (
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from memoryctl.embed import Embedder
 
 Ranked = list[tuple[uuid.UUID, dict[str, float]]]
+Relationships = dict[uuid.UUID, list[dict[str, Any]]]
 SCOPE_TTL_S = 60.0  # how long an agent's point count is trusted for vector-first sizing
 
 
@@ -438,7 +439,7 @@ class QueryEngine:
         self._relationships(hits, ctx, early)
         return hits
 
-    def _start_relationships(self, ids: list[uuid.UUID], ctx: QueryContext) -> Any:
+    def _start_relationships(self, ids: list[uuid.UUID], ctx: QueryContext) -> Running[Relationships] | None:
         if not ids or ctx.is_degraded(self.graph_name):
             return None
         store = self._graph()
@@ -447,10 +448,10 @@ class QueryEngine:
         detail = {"ids": len(ids), "parallel_with": "postgres.hydrate"}
         return ctx.start("graph.relationships", store.name, detail, lambda: store.relationships(ids))
 
-    def _relationships(self, hits: list[Hit], ctx: QueryContext, early: Any) -> None:
+    def _relationships(self, hits: list[Hit], ctx: QueryContext, early: Running[Relationships] | None) -> None:
         if not hits or ctx.is_degraded(self.graph_name):
             return
-        rels: dict[uuid.UUID, list[dict[str, Any]]] = {}
+        rels: Relationships = {}
         try:
             if early is not None:
                 rels = early.wait()
