@@ -102,7 +102,7 @@ class QueryEngine:
             q.half_life = self.default_half_life(q.agent_id)
         t0 = time.perf_counter()
         ctx = QueryContext(self.guard)
-        chosen = self.plan(q, ctx)
+        chosen = self.choose(q, ctx)
         ran = self._run(chosen, q, ctx)
         hits = self._hydrate(q, ran.ranked, ctx)
         result = QueryResult(hits, sorted(set(ctx.degraded)), ran.describe(), ctx.steps, q, notes=ctx.notes)
@@ -111,7 +111,7 @@ class QueryEngine:
             self._record(q, hits)
         return result
 
-    def plan(self, q: MemoryQuery, ctx: QueryContext) -> Plan:
+    def choose(self, q: MemoryQuery, ctx: QueryContext) -> Plan:
         """Ask ``plan`` until it stops needing facts; fetch each fact it asks for (a store call)."""
         store = self._graph() if q.graph is not None else None
         facts = Facts(graph_checks_cheaply=bool(store is not None and store.cheap_membership))
