@@ -192,9 +192,12 @@ class MemoryClient:
         out.pending = self._pending(done)
         return out
 
-    def sync(self, *, batch: int = 256) -> tuple[DeliveryReport, dict[str, int]]:
-        """Drain the outbox (everything due, retrying deferred rows now); recorded as a ``sync`` run."""
-        with recorded_run(self.stack.runs, "sync") as rec:
+    def sync(
+        self, *, batch: int = 256, trigger: str | None = None, actor: str | None = None
+    ) -> tuple[DeliveryReport, dict[str, int]]:
+        """Drain the outbox (everything due, retrying deferred rows now); recorded as a ``sync`` run
+        (``trigger``/``actor``: the caller's, when the service runs it for someone else)."""
+        with recorded_run(self.stack.runs, "sync", trigger=trigger, actor=actor) as rec:
             self.stack.records.retry_now()
             report = self._deliver(None, batch=batch)
             pending = self._pending(None)

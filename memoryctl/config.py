@@ -5,24 +5,28 @@
   same PostgreSQL. Data under the user's data directory.
 - ``cluster``: PostgreSQL, Qdrant, Neo4j and vLLM endpoints reached over the WireGuard mesh.
 
-Precedence (highest first): explicit overrides (CLI flags) > environment > TOML file > defaults;
-nested tables merge key by key (``MEMORYCTL_NEO4J__URI`` replaces the file's ``[neo4j] uri`` only).
+Precedence (highest first): explicit overrides (CLI flags) > environment > TOML file > defaults.
 The file is ``--config``, else ``$MEMORYCTL_CONFIG``, else ``<user config dir>/memoryctl.toml``,
 else ``/etc/memoryctl/memoryctl.toml``; a missing default file is fine, a missing explicit one is not.
-Environment variables nest with ``__``: ``MEMORYCTL_POSTGRES__DSN``, ``MEMORYCTL_NEO4J__PASSWORD``.
+Environment variables nest with ``__``: ``MEMORYCTL_POSTGRES__DSN``, ``MEMORYCTL_NEO4J__PASSWORD``
+(names are case-insensitive; a value that is a table or list is JSON).
+
+The three layers are merged here as plain dicts and validated once by pydantic; pydantic-settings
+is not used because importing it cost ~250 ms of every command's start-up, more than the rest of
+the configuration together, for the twenty lines of ``_environment`` below.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
-from contextvars import ContextVar
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from memoryctl.errors import ConfigError
 
@@ -121,8 +125,26 @@ class NightlySettings(BaseModel):
     generation_lora: dict[str, Any] = Field(default_factory=dict)
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="MEMORYCTL_", env_nested_delimiter="__", extra="forbid")
+ENV_PREFIX = "MEMORYCTL_"
+
+
+class ServeSettings(BaseModel):
+    """``memoryctl serve`` and how the CLI finds it (see memoryctl/serve)."""
+
+    socket: Path | None = None  # default <data_dir>/serve.sock; the file mode (0600) is the access control
+    http: str | None = None  # HOST:PORT on loopback or the mesh address, e.g. 10.77.0.1:8765; off when unset
+    url: str | None = None  # where the CLI reaches a service on another host, e.g. http://10.77.0.1:8765
+    token: SecretStr | None = None  # bearer token for HTTP; default: <data_dir>/serve.token (made by serve)
+    use: bool = True  # the CLI calls a running service; false: always work in-process
+    required: bool = False  # health reports the service down (degraded) when it does not answer
+    workers: int = Field(8, ge=1, le=256)  # requests handled at once
+    queue: int = Field(64, ge=0)  # connections waiting for a worker; beyond that: 503 + Retry-After
+    max_body_mb: float = Field(64.0, gt=0)  # request body limit (JSONL imports are the large ones)
+    io_timeout_s: float = Field(30.0, gt=0)  # reading a request / writing a reply, per socket operation
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
     profile: Literal["embedded", "cluster"] = "embedded"
     data_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir(APP)))
@@ -136,6 +158,7 @@ class Settings(BaseSettings):
     vllm: VllmSettings = VllmSettings()
     query: QuerySettings = QuerySettings()
     nightly: NightlySettings = NightlySettings()
+    serve: ServeSettings = ServeSettings()
     # Where this settings object came from, for `config show`.
     source_file: Path | None = Field(default=None, exclude=True)
 
@@ -146,19 +169,6 @@ class Settings(BaseSettings):
 
         return validate_agent_id(v)
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Highest first: the caller's overrides (CLI flags), the environment, the TOML file.
-        # Nested tables merge key by key across them.
-        return (init_settings, env_settings, _FileSource(settings_cls))
-
     @property
     def pg_dir(self) -> Path:
         return self.data_dir / "postgres"
@@ -167,18 +177,13 @@ class Settings(BaseSettings):
     def vectors_dir(self) -> Path:
         return self.data_dir / "vectors"
 
+    @property
+    def serve_socket(self) -> Path:
+        return self.serve.socket or self.data_dir / "serve.sock"
 
-_FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("memoryctl_config_file", default=None)
-
-
-class _FileSource(PydanticBaseSettingsSource):
-    """The TOML file ``load_settings`` read, as the lowest-priority settings source."""
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return (_FILE_DATA.get() or {}).get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(_FILE_DATA.get() or {})
+    @property
+    def serve_token_file(self) -> Path:
+        return self.data_dir / "serve.token"
 
 
 def default_config_path() -> Path | None:
@@ -192,8 +197,53 @@ def default_config_path() -> Path | None:
     return None
 
 
+def _environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    """``MEMORYCTL_A__B=v`` as ``{"a": {"b": v}}``, for the settings' own fields only.
+
+    Other ``MEMORYCTL_*`` variables (``MEMORYCTL_CONFIG``, the test harness's) are not settings.
+    """
+    out: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.upper().startswith(ENV_PREFIX):
+            continue
+        path = name[len(ENV_PREFIX) :].lower().split("__")
+        if path[0] not in Settings.model_fields or path[0] == "source_file" or not all(path):
+            continue
+        node = out
+        for key in path[:-1]:
+            child = node.setdefault(key, {})
+            if not isinstance(child, dict):
+                break
+            node = child
+        else:
+            node[path[-1]] = _env_value(value)
+    return out
+
+
+def _env_value(value: str) -> Any:
+    if value.lstrip()[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            pass  # validation names the field and says what is wrong
+    return value
+
+
+def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """``top`` over ``base``, table by table (a flag for ``postgres.dsn`` keeps the file's password)."""
+    merged = dict(base)
+    for key, value in top.items():
+        if value is None:
+            continue
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
 def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
-    """Read the TOML file (explicit path, or the default search), apply env and overrides."""
+    """Read the TOML file (explicit path, or the default search), then the environment, then overrides."""
     explicit = path is not None or "MEMORYCTL_CONFIG" in os.environ
     path = path or default_config_path()
     data: dict[str, Any] = {}
@@ -207,17 +257,15 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
                 ) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    token = _FILE_DATA.set(data)
+    data = _merge(_merge(data, _environment(os.environ)), overrides)
     try:
-        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+        settings = Settings(**data)
     except ValidationError as exc:
         lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
         raise ConfigError(
             f"invalid configuration{f' in {path}' if path else ''}:\n" + "\n".join(lines),
             hint="fix the file or the MEMORYCTL_* variable named above; `memoryctl config show` prints the result",
         ) from None
-    finally:
-        _FILE_DATA.reset(token)
     settings.source_file = path
     return settings
 

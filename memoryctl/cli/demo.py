@@ -14,7 +14,6 @@ from importlib import resources
 from typing import Annotated
 
 import typer
-from rich.rule import Rule
 
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import out
@@ -32,6 +31,8 @@ def demo(
     explain: Annotated[bool, typer.Option("--explain", help="Also print each query's plan.")] = False,
 ) -> None:
     """Load a small sample of memories and run example queries (vector, graph, relational, or, stats)."""
+    from rich.rule import Rule
+
     c = ctx_of(ctx)
     lines = resources.files("memoryctl.samples").joinpath(SAMPLE).read_text().splitlines()
     records = [json.loads(line) for line in lines if line.strip()]
@@ -74,9 +75,9 @@ def demo(
         q.agent_id, q.limit = AGENT, 5
         out.print(Rule(f"memoryctl query {title}"), markup=False)
         result = c.client.query(q)
-        _table(result)
+        _table(result.as_dict())
         if explain:
-            _explain(result)
+            _explain(result.as_dict())
         if result.degraded:
             out.print(f"degraded: {result.degraded}", markup=False)
     out.print(Rule("memoryctl stats --metric sentiment --bucket 1d --since 7d"), markup=False)

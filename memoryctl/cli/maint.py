@@ -12,15 +12,15 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import err, out, print_json
 from memoryctl.cli.progress import phase_bars, progress_bar
 from memoryctl.errors import ExitCode, UsageError
-from memoryctl.ops.models import parse_model_spec
-from memoryctl.ops.reconcile import CATEGORIES
 from memoryctl.query.spec import parse_duration
+
+# The ops modules (psycopg, numpy) and rich's widgets are imported by the commands that use them:
+# every other command's start-up would pay for them.
 
 
 def reconcile(
@@ -32,6 +32,10 @@ def reconcile(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report.")] = False,
 ) -> None:
     """Compare PostgreSQL, the vector store and the graph: orphans, missing, stale, purge-due."""
+    from rich.table import Table
+
+    from memoryctl.ops.reconcile import CATEGORIES
+
     c = ctx_of(ctx)
     agent_id = c.agent(agent) if agent else None
     total = c.client.count(agent_id=agent_id, include_deleted=True)
@@ -100,6 +104,8 @@ def migrate(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Re-embed every memory into a new model's collection, verify, swap atomically; resumable."""
+    from memoryctl.ops.models import parse_model_spec
+
     c = ctx_of(ctx)
     chosen = [
         name

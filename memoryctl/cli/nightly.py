@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import typer
-from rich.table import Table
 
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import err, out, print_json
@@ -22,6 +21,8 @@ def nightly(
     if as_json:
         print_json(report.as_dict())
     else:
+        from rich.table import Table
+
         table = Table(title=f"nightly: {'failed' if report.failed else 'ok'} ({report.seconds:.1f} s)")
         for col in ("step", "status", "seconds", "detail"):
             table.add_column(col, overflow="fold")
@@ -79,6 +80,8 @@ def adapters(
     if as_json:
         print_json(rows)
         return
+    from rich.table import Table
+
     table = Table(title=f"{kind} adapters")
     for col in ("version", "active", "model_id", "created_at"):
         table.add_column(col)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from memoryctl.cli.context import ctx_of
-from memoryctl.cli.output import out, print_json
-from memoryctl.config import masked
-from memoryctl.health import prometheus
+from memoryctl.cli.output import emit, out, print_json
+
+if TYPE_CHECKING:
+    from memoryctl.serve.operations import Reply
 
 
 def init(
@@ -19,19 +19,17 @@ def init(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Create or upgrade the schema (PostgreSQL), the vector collection and graph constraints."""
-    c = ctx_of(ctx)
-    result = c.client.init()
-    if as_json:
-        print_json(result)
-    else:
+    reply = ctx_of(ctx).call("init", {})
+
+    def human(result: dict[str, Any]) -> None:
         schema = ", ".join(f"{r['version']}:{r['variant']}" for r in result["schema"])
         out.print(f"schema: {schema}", markup=False)
         out.print(f"applied now: {len(result['migrations_applied'])}", markup=False)
         out.print(f"vector model: {result['vector_model']}", markup=False)
         for store, why in result["degraded"].items():
             out.print(f"{store}: unavailable ({why})", markup=False)
-    if result["degraded"]:
-        raise typer.Exit(3)
+
+    raise typer.Exit(emit(reply, as_json, human))
 
 
 def health(
@@ -44,20 +42,38 @@ def health(
 ) -> None:
     """Probe every component; exit 0 healthy, 1 unhealthy, 3 degraded."""
     c = ctx_of(ctx)
-    report = c.client.health(deadline_s=deadline)
+    reply = c.call("health", {"deadline": deadline})
+    if c.settings.serve.required and "serve" not in reply.data["components"]:
+        # Asked in-process: the service that should answer did not (see memoryctl.serve.client).
+        reply = _with_component(reply, "serve", {"status": "down", "error": "memoryctl serve is not answering"})
     if as_prometheus:
-        sys.stdout.write(prometheus(report))
-    elif as_json:
-        print_json(report.as_dict())
-    else:
-        table = Table(title=f"memoryctl health: {report.status}")
+        from memoryctl.health import HealthReport, prometheus
+
+        sys.stdout.write(prometheus(HealthReport(components=reply.data["components"])))
+        raise typer.Exit(reply.exit_code)
+
+    def human(report: dict[str, Any]) -> None:
+        from rich.table import Table
+
+        table = Table(title=f"memoryctl health: {report['status']}")
         for col in ("component", "status", "latency ms", "detail"):
             table.add_column(col)
-        for name, comp in report.components.items():
+        for name, comp in report["components"].items():
             detail = comp.get("error") or _summary(comp)
             table.add_row(name, comp["status"], str(comp["latency_ms"]), detail)
         out.print(table)
-    raise typer.Exit(report.exit_code)
+
+    raise typer.Exit(emit(reply, as_json, human))
+
+
+def _with_component(reply: Reply, name: str, component: dict[str, Any]) -> Reply:
+    """The report with one more component, its status and exit code recomputed."""
+    from memoryctl.health import HealthReport
+    from memoryctl.serve.operations import Reply
+
+    report = HealthReport(components={**reply.data["components"], name: {**component, "latency_ms": 0.0}})
+    data = {**reply.data, "status": report.status, "components": report.components}
+    return Reply(data, report.exit_code, reply.warnings)
 
 
 def _summary(comp: dict[str, Any]) -> str:
@@ -77,6 +93,8 @@ def runs(
     if as_json:
         print_json(rows)
         return
+    from rich.table import Table
+
     table = Table(title="maintenance runs")
     for col in ("id", "command", "started", "seconds", "status", "trigger", "counts", "error"):
         table.add_column(col)
@@ -100,6 +118,8 @@ def config_show(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Print the effective configuration (file + environment + flags), secrets masked."""
+    from memoryctl.config import masked
+
     data = masked(ctx_of(ctx).settings)
     if as_json:
         print_json(data)

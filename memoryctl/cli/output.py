@@ -1,32 +1,46 @@
-"""Output helpers: JSON for machines on stdout, rich for people, messages on stderr."""
+"""Output helpers: JSON for machines on stdout, rich for people, messages on stderr.
+
+The rich consoles are built on first use: importing rich costs ~100 ms, which ``--help``,
+``--json`` output and commands answered by ``memoryctl serve`` need not pay.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
-import uuid
-from datetime import datetime
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
-from rich.console import Console
+from memoryctl.serve.wire import json_default
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from memoryctl.serve.operations import Reply
+
+
+class _LazyConsole:
+    """Stands in for a ``rich.console.Console`` and builds it when first used."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
 
 # Piped output (no terminal) would default to 80 columns; tables of memories need more.
-out = Console(width=None if sys.stdout.isatty() else 140)
-err = Console(stderr=True, soft_wrap=True)
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+out = cast("Console", _LazyConsole(width=None if sys.stdout.isatty() else 140))
+err = cast("Console", _LazyConsole(stderr=True, soft_wrap=True))
 
 
 def to_json(data: Any) -> str:
-    return json.dumps(data, default=_default, ensure_ascii=False, indent=2)
+    return json.dumps(data, default=json_default, ensure_ascii=False, indent=2)
 
 
 def print_json(data: Any) -> None:
@@ -36,3 +50,16 @@ def print_json(data: Any) -> None:
 
 def warn(message: str) -> None:
     err.print(f"[yellow]warning:[/] {message}", highlight=False, markup=True)
+
+
+def emit(reply: Reply, as_json: bool, human: Callable[[Any], None]) -> int:
+    """Print a shared operation's reply -- the same whether the service or this process ran it:
+    its ``--json`` document or the human rendering of that document, then its warnings on stderr.
+    Returns the exit code."""
+    if as_json:
+        print_json(reply.data)
+    else:
+        human(reply.data)
+    for line in reply.warnings:
+        err.print(line, markup=False, highlight=False)
+    return reply.exit_code

@@ -1,18 +1,25 @@
-"""Progress bars on stderr, only when it is a terminal: never in ``--json`` output, pipes or cron logs."""
+"""Progress bars on stderr, only when it is a terminal: never in ``--json`` output, pipes or cron logs.
+
+rich's widgets are imported when a bar is shown: every other command's start-up would pay for them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from typing import TYPE_CHECKING
 
 from memoryctl.cli.output import err
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 REDRAW_EVERY = 500  # items between redraws: the cost stays negligible at 100k ids/s
 
 
 def _progress() -> Progress:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from rich.table import Table
-from rich.tree import Tree
 
 from memoryctl.cli.context import ctx_of
-from memoryctl.cli.output import err, out, print_json
-from memoryctl.errors import ExitCode, InputError
-from memoryctl.model import EntityRef, parse_datetime
-from memoryctl.query.results import QueryResult
-from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_duration, parse_since
+from memoryctl.cli.output import emit, out, print_json
+from memoryctl.model import parse_datetime
 
 
 def query(
@@ -39,59 +34,57 @@ def query(
 ) -> None:
     """One ranked answer from vector similarity, graph traversal and relational/time filters."""
     c = ctx_of(ctx)
-    if via and not entity:
-        raise InputError("--via needs --entity (the node to start from)")
-    if combine not in ("and", "or"):
-        raise InputError(f"--combine must be and or or, not {combine!r}")
-    q = MemoryQuery(
-        text=text,
-        agent_id=None if all_agents else c.agent(agent),
-        all_agents=all_agents,
-        since=parse_since(since) if since else None,
-        until=parse_datetime(until) if until else None,
-        graph=GraphFilter(EntityRef.parse(entity), tuple(via or ()), hops, direction) if entity else None,  # type: ignore[arg-type]
-        where=[Where.parse(w) for w in where or []],
-        combine=combine,  # type: ignore[arg-type]
-        limit=limit,
-        threshold=threshold,
-    )
-    if half_life == "off":
-        q.decay = False
-    elif half_life:
-        q.half_life = parse_duration(half_life)
-    result = c.client.query(q)
-    if as_json:
-        print_json(result.as_dict())
-    else:
-        _table(result)
+    params = {
+        "text": text,
+        "agent": None if all_agents else c.agent(agent),
+        "all_agents": all_agents or None,
+        "entity": entity,
+        "via": via or None,
+        "hops": hops,
+        "direction": direction,
+        "since": since,
+        "until": until,
+        "where": where or None,
+        "combine": combine,
+        "limit": limit,
+        "threshold": threshold,
+        "half_life": half_life,
+    }
+    reply = c.call("query", params)
+
+    def human(data: dict[str, Any]) -> None:
+        _table(data)
         if explain:
-            _explain(result)
-    if result.degraded:
-        err.print(f"degraded: {', '.join(result.degraded)}", markup=False)
-        for note in result.explain["notes"]:
-            err.print(f"  {note}", markup=False, highlight=False)
-        raise typer.Exit(int(ExitCode.PARTIAL))
+            _explain(data)
+
+    raise typer.Exit(emit(reply, as_json, human))
 
 
-def _table(result: QueryResult) -> None:
-    table = Table(title=f"{len(result.hits)} hits ({result.ms:.0f} ms)", expand=True)
+def _table(result: dict[str, Any]) -> None:
+    """The hits of a ``query --json`` document as a table."""
+    from rich.table import Table
+
+    hits = result["hits"]
+    table = Table(title=f"{len(hits)} hits ({result['explain']['total_ms']:.0f} ms)", expand=True)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("score", no_wrap=True)
     table.add_column("created / kind", no_wrap=True)
     table.add_column("text", ratio=3, overflow="fold")
     table.add_column("entities", ratio=1, overflow="fold")
     table.add_column("from", no_wrap=True)
-    for rank, h in enumerate(result.hits, start=1):
-        m = h.memory
-        text = m.text if len(m.text) <= 200 else m.text[:197] + "…"
-        ents = ", ".join(f"{e.type}:{e.name}" for e in m.entities[:4])
-        src = "+".join(s.replace("postgres-mentions", "pg-mentions").replace("postgres", "pg") for s in h.sources)
-        table.add_row(str(rank), f"{h.score:.4f}", f"{m.created_at:%Y-%m-%d %H:%M}\n{m.kind}", text, ents, src)
+    for rank, h in enumerate(hits, start=1):
+        text = h["text"] if len(h["text"]) <= 200 else h["text"][:197] + "…"
+        ents = ", ".join(f"{e['type']}:{e['name']}" for e in h["entities"][:4])
+        src = "+".join(s.replace("postgres-mentions", "pg-mentions").replace("postgres", "pg") for s in h["sources"])
+        created = f"{parse_datetime(h['created_at']):%Y-%m-%d %H:%M}"
+        table.add_row(str(rank), f"{h['score']:.4f}", f"{created}\n{h['kind']}", text, ents, src)
     out.print(table, markup=False, highlight=False)
 
 
-def _explain(result: QueryResult) -> None:
-    ex = result.explain
+def _explain(result: dict[str, Any]) -> None:
+    from rich.tree import Tree
+
+    ex = result["explain"]
     tree = Tree(f"plan: {ex['plan']}  ({ex['total_ms']:.1f} ms)", highlight=False)
     for s in ex["steps"]:
         flow = ""
@@ -120,50 +113,30 @@ def stats(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Counts and avg/min/max of a numeric metadata field per time bucket (e.g. a sentiment trend)."""
-    from datetime import UTC, datetime
-
     c = ctx_of(ctx)
-    width = parse_duration(bucket)
-    if width.total_seconds() < 60:
-        raise InputError("--bucket must be at least 1m")
-    start = parse_since(since)
-    end = parse_datetime(until) if until else datetime.now(UTC)
-    if (end - start) / width > 10_000:
-        raise InputError("that is more than 10,000 buckets", hint="use a wider --bucket or a shorter range")
-    rows = c.client.stats(
-        agent_id=None if all_agents else c.agent(agent),
-        since=start,
-        until=end,
-        width=width,
-        metric=metric,
-        kind=kind,
-    )
-    data = [
-        {
-            "bucket": r["bucket"].isoformat(),
-            "count": r["count"],
-            **({"n": r["n_metric"] or 0, "avg": r["avg"], "min": r["min"], "max": r["max"]} if metric else {}),
-        }
-        for r in rows
-    ]
-    if as_json:
-        print_json(
-            {
-                "agent_id": None if all_agents else c.agent(agent),
-                "bucket_s": width.total_seconds(),
-                "metric": metric,
-                "kind": kind,
-                "buckets": data,
-            }
-        )
-        return
-    table = Table(title=f"stats{f' of {metric}' if metric else ''} per {bucket}")
-    cols = ["bucket", "count"] + (["n", "avg", "min", "max"] if metric else [])
-    for col in cols:
-        table.add_column(col)
-    for d in data:
-        table.add_row(*[_fmt(d.get(col)) for col in cols])
-    out.print(table, markup=False)
+    params = {
+        "agent": None if all_agents else c.agent(agent),
+        "all_agents": all_agents or None,
+        "bucket": bucket,
+        "since": since,
+        "until": until,
+        "metric": metric,
+        "kind": kind,
+    }
+    reply = c.call("stats", params)
+
+    def human(data: dict[str, Any]) -> None:
+        from rich.table import Table
+
+        table = Table(title=f"stats{f' of {metric}' if metric else ''} per {bucket}")
+        cols = ["bucket", "count"] + (["n", "avg", "min", "max"] if metric else [])
+        for col in cols:
+            table.add_column(col)
+        for d in data["buckets"]:
+            table.add_row(*[_fmt(d.get(col)) for col in cols])
+        out.print(table, markup=False)
+
+    raise typer.Exit(emit(reply, as_json, human))
 
 
 def _fmt(value: object) -> str:
@@ -181,6 +154,8 @@ def cypher(
 ) -> None:
     """Raw Cypher for power users, in a READ transaction (write clauses are refused)."""
     import json
+
+    from rich.table import Table
 
     from memoryctl.cli.writes import parse_params
 

@@ -8,24 +8,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from memoryctl.cli.context import ctx_of
-from memoryctl.cli.output import err, out, print_json
+from memoryctl.cli.output import emit, err, out
 from memoryctl.cli.progress import progress_bar
-from memoryctl.client import WriteOutcome
-from memoryctl.errors import ExitCode, InputError
+from memoryctl.errors import InputError
 from memoryctl.importer import count_lines
-from memoryctl.model import (
-    DEFAULT_KIND,
-    EntityRef,
-    Memory,
-    parse_datetime,
-    parse_uuid,
-    relation_from_spec,
-    utcnow,
-    validate_meta_key,
-)
+from memoryctl.model import DEFAULT_KIND, parse_uuid, validate_meta_key
 
 
 def parse_params(pairs: list[str], flag: str = "--param") -> dict[str, Any]:
@@ -41,21 +30,6 @@ def parse_params(pairs: list[str], flag: str = "--param") -> dict[str, Any]:
             value = raw
         parsed[validate_meta_key(key.strip())] = value
     return parsed
-
-
-def report_pending(outcome: WriteOutcome) -> int:
-    """Say what is stored but not yet searchable; exit 3 when a store is behind."""
-    if outcome.degraded:
-        stores = ", ".join(outcome.degraded)
-        reasons = "; ".join(f"{t}: {e}" for t, e in outcome.delivery.failed.items())
-        err.print(
-            f"stored in PostgreSQL; delivery to {stores} is pending ({reasons or 'will retry'}).\n"
-            "hint: nothing is lost — run `memoryctl sync` once the store is back",
-            markup=False,
-            highlight=False,
-        )
-        return int(ExitCode.PARTIAL)
-    return int(ExitCode.OK)
 
 
 def add(
@@ -78,23 +52,21 @@ def add(
 ) -> None:
     """Store one memory (PostgreSQL first, then Qdrant and Neo4j) and print its id."""
     c = ctx_of(ctx)
+    # The id is chosen here, so that a retry after a lost reply from the service is idempotent.
     mid = parse_uuid(id_) if id_ else uuid.uuid4()
-    memory = Memory(
-        id=mid,
-        text=text,
-        agent_id=c.agent(agent),
-        kind=kind,
-        created_at=parse_datetime(at) if at else utcnow(),
-        metadata=parse_params(meta or [], "--meta"),
-        entities=[EntityRef.parse(e) for e in entity or []],
-        relations=[relation_from_spec(r, mid) for r in rel or []],
-    )
-    outcome = c.client.add([memory])
-    if as_json:
-        print_json({"id": str(mid), "pending": outcome.pending})
-    else:
-        out.print(str(mid), markup=False, highlight=False)
-    raise typer.Exit(report_pending(outcome))
+    params = {
+        "id": str(mid),
+        "text": text,
+        "agent": c.agent(agent),
+        "kind": kind,
+        "at": at,
+        "metadata": parse_params(meta or [], "--meta") or None,
+        "entities": entity or None,
+        "relations": rel or None,
+    }
+    reply = c.call("add", params)
+    human: Any = lambda data: out.print(data["id"], markup=False, highlight=False)  # noqa: E731
+    raise typer.Exit(emit(reply, as_json, human))
 
 
 def import_(
@@ -110,33 +82,31 @@ def import_(
     c = ctx_of(ctx)
     if not file.is_file():
         raise InputError(f"{file} is not a readable file")
-    total = count_lines(file) if not as_json and err.is_terminal else None
-    with progress_bar(not as_json, "importing", total) as advance:
-        outcome = c.client.import_jsonl(file, agent_id=agent, strict=strict, progress=advance)
-    if as_json:
-        print_json({"file": str(file), "strict": strict, **outcome.as_dict()})
-    else:
+    params = {"agent": agent, "strict": strict, "file": str(file)}
+    bar = not as_json and c.service is None  # the service reports no progress
+    total = count_lines(file) if bar and err.is_terminal else None
+    with progress_bar(bar, "importing", total) as advance:
+        reply = c.call("import", params, upload=file, progress=advance)
+
+    def human(data: dict[str, Any]) -> None:
+        from rich.table import Table
+
         table = Table(title=f"import {file}", show_header=False)
         for label, value in (
-            ("inserted", outcome.inserted),
-            ("updated", outcome.updated),
-            ("unchanged", outcome.unchanged),
-            ("invalid lines", len(outcome.invalid)),
-            *((f"pending {store}", n) for store, n in outcome.pending.items()),
+            ("inserted", data["inserted"]),
+            ("updated", data["updated"]),
+            ("unchanged", data["unchanged"]),
+            ("invalid lines", len(data["invalid"])),
+            *((f"pending {store}", n) for store, n in data["pending"].items()),
         ):
             table.add_row(label, str(value))
         out.print(table)
-        for bad in outcome.invalid[:50]:
-            err.print(f"line {bad.line}: {bad.error}", markup=False, highlight=False)
-        if len(outcome.invalid) > 50:
-            err.print(f"… and {len(outcome.invalid) - 50} more bad lines", markup=False)
-    if strict and outcome.invalid:
-        err.print("import refused (--strict): nothing was written; fix the lines above", markup=False)
-        raise typer.Exit(int(ExitCode.USAGE))
-    code = report_pending(outcome)
-    if outcome.invalid and code == ExitCode.OK:
-        code = int(ExitCode.PARTIAL)
-    raise typer.Exit(code)
+        for bad in data["invalid"][:50]:
+            err.print(f"line {bad['line']}: {bad['error']}", markup=False, highlight=False)
+        if len(data["invalid"]) > 50:
+            err.print(f"… and {len(data['invalid']) - 50} more bad lines", markup=False)
+
+    raise typer.Exit(emit(reply, as_json, human))
 
 
 def get(
@@ -147,15 +117,18 @@ def get(
 ) -> None:
     """Show one memory as stored in PostgreSQL (the source of truth)."""
     c = ctx_of(ctx)
-    m = c.client.get(parse_uuid(memory_id), agent_id=c.agent(agent) if agent else None)
-    data = m.to_json()
-    if as_json:
-        print_json(data)
-        return
-    table = Table(show_header=False)
-    for key, value in data.items():
-        table.add_row(key, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
-    out.print(table)
+    params = {"id": str(parse_uuid(memory_id)), "agent": c.agent(agent) if agent else None}
+    reply = c.call("get", params)
+
+    def human(data: dict[str, Any]) -> None:
+        from rich.table import Table
+
+        table = Table(show_header=False)
+        for key, value in data.items():
+            table.add_row(key, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+        out.print(table)
+
+    raise typer.Exit(emit(reply, as_json, human))
 
 
 def forget(
@@ -166,12 +139,10 @@ def forget(
 ) -> None:
     """Soft-delete memories: hidden from every query at once, purged later by reconcile."""
     c = ctx_of(ctx)
-    outcome = c.client.forget([parse_uuid(i) for i in memory_ids], agent_id=c.agent(agent) if agent else None)
-    if as_json:
-        print_json({"forgotten": [str(i) for i in outcome.ids], "pending": outcome.pending})
-    else:
-        out.print(f"forgotten: {len(outcome.ids)}", markup=False)
-    raise typer.Exit(report_pending(outcome))
+    params = {"ids": [str(parse_uuid(i)) for i in memory_ids], "agent": c.agent(agent) if agent else None}
+    reply = c.call("forget", params)
+    human: Any = lambda data: out.print(f"forgotten: {len(data['forgotten'])}", markup=False)  # noqa: E731
+    raise typer.Exit(emit(reply, as_json, human))
 
 
 def sync(
@@ -179,17 +150,14 @@ def sync(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Deliver everything pending in the outbox to Qdrant and Neo4j (idempotent)."""
+    from memoryctl.ops.runs import current_actor, current_trigger
+
     c = ctx_of(ctx)
-    report, pending = c.client.sync()
-    if as_json:
-        print_json({**report.as_dict(), "pending": pending})
-    else:
-        delivered = ", ".join(f"{c.client.store_name(t)} {n}" for t, n in report.delivered.items())
-        waiting = ", ".join(f"{s} {n}" for s, n in pending.items())
+    reply = c.call("sync", {"trigger": current_trigger(), "actor": current_actor()})
+
+    def human(data: dict[str, Any]) -> None:
+        delivered = ", ".join(f"{t} {n}" for t, n in data["delivered"].items())
+        waiting = ", ".join(f"{s} {n}" for s, n in data["pending"].items())
         out.print(f"delivered: {delivered}; pending: {waiting}", markup=False)
-    if any(pending.values()):
-        stores = ", ".join(s for s, n in pending.items() if n)
-        err.print(
-            f"still pending for {stores}: " + "; ".join(f"{t}: {e}" for t, e in report.failed.items()), markup=False
-        )
-        raise typer.Exit(int(ExitCode.PARTIAL))
+
+    raise typer.Exit(emit(reply, as_json, human))

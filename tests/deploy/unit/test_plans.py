@@ -272,3 +272,29 @@ def test_memoryctl_cron_locks_and_logs(no_wheel_build: None) -> None:
         fields = line.split()
         assert fields[5] == "memoryctl" and fields[6:8] == ["flock", "-n"]
         assert line.endswith(".log 2>&1")
+
+
+def test_memoryctl_serve_unit_on_the_mesh_and_restart_gating(no_wheel_build: None, tmp_path: Path) -> None:
+    fresh = plan(memoryctl, "node1")
+    unit = fresh.upload("/etc/systemd/system/memoryctl-serve.service")
+    assert "ExecStart=/opt/memoryctl/venv/bin/memoryctl serve" in unit
+    assert "User=memoryctl" in unit and "Environment=MEMORYCTL_CONFIG=/etc/memoryctl/memoryctl.toml" in unit
+    assert "RuntimeDirectory=memoryctl" in unit and "ReadWritePaths=/var/lib/memoryctl /var/log/memoryctl" in unit
+    text = fresh.upload("/etc/memoryctl/memoryctl.toml")
+    serve = tomllib.loads(text)["serve"]
+    assert serve == {"socket": "/run/memoryctl/serve.sock", "http": "10.77.0.1:8765", "required": True}
+    # the rendered section is valid for the service: a mesh address, never every interface
+    config = pytest.importorskip("memoryctl.config")
+    server = pytest.importorskip("memoryctl.serve.server")
+    path = tmp_path / "memoryctl.toml"
+    path.write_text(text)
+    settings = config.load_settings(path)
+    assert server.parse_bind(settings.serve.http) == ("10.77.0.1", 8765)
+    assert settings.serve_socket == Path("/run/memoryctl/serve.sock") and settings.serve.required
+    assert fresh.op("Reload systemd units").conditional
+    assert fresh.op("Restart memoryctl-serve").conditional
+    assert fresh.op("memoryctl-serve running and enabled").commands
+    # a node that has the unit running, enabled and the same files: nothing changes
+    present = _present(fresh, ["memoryctl-serve"], ["python3-venv", "cron", "logrotate", "util-linux"])
+    again = plan(memoryctl, "node1", {**present, "FileContents": lambda path, **_: ["digest"]})
+    assert not again.op("memoryctl-serve running and enabled").commands
