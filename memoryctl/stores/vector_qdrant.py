@@ -105,12 +105,16 @@ class QdrantBackend:
         self._active: tuple[float, str | None] | None = None  # (fetched at, collection name)
         with self.errors("connect"):
             if url is not None:
-                self.client = QdrantClient(
-                    url=url,
-                    api_key=api_key,
-                    timeout=max(1, math.ceil(timeout_s)),
-                    check_compatibility=False,  # no network in a constructor; ping() reports versions
-                )
+                with warnings.catch_warnings():
+                    # An API key over http is the design: the traffic runs inside the WireGuard mesh
+                    # (or on loopback), and the client's warning would print on every command.
+                    warnings.filterwarnings("ignore", "Api key is used with an insecure connection")
+                    self.client = QdrantClient(
+                        url=url,
+                        api_key=api_key,
+                        timeout=max(1, math.ceil(timeout_s)),
+                        check_compatibility=False,  # no network in a constructor; ping() reports versions
+                    )
             elif path and path != ":memory:":
                 self.client = QdrantClient(path=path)
             else:

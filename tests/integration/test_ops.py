@@ -17,22 +17,23 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 
-from memoryctl.client import MemoryClient
+from memoryctl.client import IMPORT_BATCH, MemoryClient
 from memoryctl.delivery import Deliverer, vector_point
 from memoryctl.embed import make_embedder
 from memoryctl.errors import StoreError
 from memoryctl.health import check
 from memoryctl.model import EntityRef, Memory
-from memoryctl.ops.model_migration import MigrationInterrupted, Migrator
+from memoryctl.ops.model_migration import MigrationInterrupted, Migrator, run_model_migration
 from memoryctl.ops.models import parse_model_spec
 from memoryctl.ops.pgstate import OpsState
 from memoryctl.ops.reconcile import Reconciler, reconcile
 from memoryctl.ops.reembed import reembed_changed
 from memoryctl.stack import Stack
 from memoryctl.stores.protocols import GraphMemory
-from tests.conftest import cluster_settings
+from tests.conftest import cluster_settings, write_cluster_config
 
 pytestmark = pytest.mark.integration
 
@@ -309,10 +310,11 @@ def test_migrate_interrupted_resumes_swaps_and_rolls_back(cluster: MemoryClient)
         - sum(1 for page in vectors.scroll(model_id=old_model) for r in page if r.deleted)
         == stack.records.count()
     )
-    cleanup = Migrator(stack).cleanup(timedelta(0))
+    assert [r["status"] for r in stack.runs.recent(command="migrate")] == []  # Migrator itself records nothing
+    cleanup = run_model_migration(stack, "cleanup", grace=timedelta(0))  # the CLI's entry point records its run
     assert cleanup.dropped == ["hash/bow-v2-test"]
-    runs = [r["status"] for r in stack.runs.recent(command="migrate")]
-    assert runs == [] or "running" not in runs
+    [run] = stack.runs.recent(command="migrate")
+    assert (run["status"], run["counts"]["dropped"]) == ("ok", 1)
 
 
 def test_migrate_catches_a_historical_insert_made_during_verification(cluster: MemoryClient) -> None:
@@ -353,35 +355,38 @@ def test_migrate_catches_a_historical_insert_made_during_verification(cluster: M
 
 def test_migrate_cli_killed_with_sigkill_resumes(pg_dsn: str, neo4j_ops: dict[str, str], tmp_path: Path) -> None:
     """The real thing: `memoryctl migrate` SIGKILLed mid-copy, then run again to completion."""
-    cfg = tmp_path / "memoryctl.toml"
-    cfg.write_text(
-        f'profile = "cluster"\ndata_dir = "{tmp_path}"\n[postgres]\ndsn = "{pg_dsn}"\n'
-        f'[neo4j]\nuri = "{neo4j_ops["uri"]}"\npassword = "{neo4j_ops["password"]}"\n'
-        f'[qdrant]\npath = "{tmp_path / "q"}"\n[embedder]\nkind = "hash"\n'
-    )
+    cfg = write_cluster_config(tmp_path / "memoryctl.toml", pg_dsn, neo4j_ops, tmp_path / "q")
     env = {**os.environ, "MEMORYCTL_CONFIG": str(cfg), "MEMORYCTL_TRIGGER": "test"}
     with MemoryClient(cluster_settings(pg_dsn, neo4j_ops, tmp_path / "q")) as client:
         client.init()
         client.add(memories(3000), extract=False)
     cmd = ["memoryctl", "migrate", "--to-model", "kind=hash,dim=128", "--batch", "20", "--json"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    copied = 0
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        with MemoryClient(cluster_settings(pg_dsn, neo4j_ops, tmp_path / "unused")) as probe:
-            row = OpsState(probe.stack.pool).open_migration("hash/bow-blake2b-v1@128")
-        copied = int(row["copied"]) if row else 0
-        if copied >= 200:
-            break
-        time.sleep(0.2)
-    proc.kill()
-    proc.wait()
+    # Wait for the copy to pass 200 (an event, bounded so a stuck child fails the test), then hold
+    # its checkpoint row: the child blocks at its next checkpoint, and is killed there. The copy
+    # is thus stopped at a known point, whatever the machine's speed.
+    with psycopg.connect(pg_dsn, autocommit=False) as conn:
+        deadline = time.monotonic() + 300
+        row = None
+        while proc.poll() is None and time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT id, copied FROM embedding_migrations WHERE status = 'copying' AND copied >= 200"
+            ).fetchone()
+            conn.rollback()
+            if row:
+                break
+        assert row is not None, "the child ended or stalled before copying 200 memories"
+        locked = conn.execute("SELECT copied FROM embedding_migrations WHERE id = %s FOR UPDATE", (row[0],))
+        copied = int(locked.fetchone()[0])  # type: ignore[index]
+        proc.kill()
+        proc.wait()
+        conn.rollback()
     assert 200 <= copied < 3000, "the migration must be killed mid-copy"
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
 
     result = json.loads(done.stdout)
-    assert result["status"] == "swapped" and result["resumed_from"] >= 200
+    assert result["status"] == "swapped" and result["resumed_from"] == copied
     assert result["verify"]["counts_equal"] and result["verify"]["new_points"] == 3000
     runs = subprocess.run(
         ["memoryctl", "runs", "--json", "--command", "migrate"], env=env, capture_output=True, text=True, timeout=60
@@ -418,14 +423,11 @@ def test_health_with_each_store_down(down: str, pg_dsn: str, neo4j_ops: dict[str
         pg_dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
     with MemoryClient(cluster_settings(pg_dsn, neo4j, tmp_path / "q", **extra)) as client:
         if down == "none":
-            # Warm: the first call opens pools/drivers, which on this shared 2-core box (load ~10)
-            # alone can take longer than the deadline. The down cases are measured cold.
+            # Warm: the first call opens pools/drivers, which on a busy 2-core box can alone take
+            # longer than the deadline. The down cases are checked cold, under the real deadline.
             check(client.stack, deadline_s=15)
-        t0 = time.monotonic()
         report = check(client.stack)
-        elapsed = time.monotonic() - t0
     hang.close()
-    assert elapsed < 2.0, report.as_dict()
     expected = {
         "none": ("healthy", 0),
         "qdrant": ("degraded", 3),
@@ -457,18 +459,20 @@ def test_neo4j_stopped_mid_import_then_sync_and_reconcile(cluster: MemoryClient,
                 )
                 + "\n"
             )
-    stopper = threading.Thread(target=lambda: (time.sleep(1.0), neo4j_server("stop")))
-    stopper.start()
-    try:
-        outcome = cluster.import_jsonl(src)
-    finally:
-        stopper.join()
-    assert outcome.inserted == n
-    assert outcome.pending["neo4j"] > 0, "Neo4j must have gone away during the import"
-    # Health sees it, within 2 s, while it is really down.
-    t0 = time.monotonic()
+    stopped: list[int] = []
+
+    def stop_after_first_batch(done: int) -> None:
+        # The fault at a fixed point: once the first batch (IMPORT_BATCH memories) is delivered.
+        if not stopped:
+            stopped.append(done)
+            neo4j_server("stop")
+
+    outcome = cluster.import_jsonl(src, progress=stop_after_first_batch)
+    assert stopped == [IMPORT_BATCH] and outcome.inserted == n
+    assert outcome.pending == {"qdrant": 0, "neo4j": n - IMPORT_BATCH}, outcome.as_dict()
+    # Health sees it while it is really down.
     report = check(cluster.stack)
-    assert time.monotonic() - t0 < 2.0 and report.exit_code == 3
+    assert report.exit_code == 3
     assert report.components["neo4j"]["status"] in ("down", "timeout")
     neo4j_server("start")
     # A freshly started Neo4j on a loaded machine can time out its first batches (cold page cache):
@@ -479,11 +483,33 @@ def test_neo4j_stopped_mid_import_then_sync_and_reconcile(cluster: MemoryClient,
         if not any(pending.values()):
             break
         failures.append(report_sync.failed)
-        time.sleep(2)
     assert pending == {"qdrant": 0, "neo4j": 0}, failures
     drift = reconcile(cluster.stack)
     assert drift.drift == 0, drift.as_dict()
     assert store_counts(cluster) == {"postgres": n, "qdrant": n, "neo4j": n}
+
+
+def test_a_hung_probe_is_reported_as_timeout_and_the_rest_answer() -> None:
+    """The deadline is code, not a figure: a probe that never answers is cut off and named."""
+    from memoryctl.health import run_probes
+
+    release = threading.Event()
+
+    def hung() -> dict[str, str]:
+        release.wait()
+        return {}
+
+    try:
+        report = run_probes({"hung": hung, "fine": dict, "broken": lambda: 1 / 0}, deadline_s=0.5)  # type: ignore[dict-item]
+    finally:
+        release.set()
+    assert report.components["hung"]["status"] == "timeout"
+    assert report.components["fine"]["status"] == "ok"
+    assert report.components["broken"] == {
+        "status": "down",
+        "error": "ZeroDivisionError: division by zero",
+        "latency_ms": report.components["broken"]["latency_ms"],
+    }
 
 
 def test_wireguard_dump_parsing() -> None:
@@ -495,6 +521,7 @@ def test_wireguard_dump_parsing() -> None:
         "wg0\tpeerBBBBBBBBBBBBBBBB=\t(none)\t(none)\t10.77.0.3/32\t0\t0\t0\toff\n"
     )
     interfaces, peers = wireguard_peers(dump, now=1100.0)
+    assert "PRIVKEY" not in json.dumps([interfaces, peers])  # the interface line holds the private key
     assert interfaces == ["wg0"]
     assert [p["handshake_age_s"] for p in peers] == [100.0, None]
     assert peers[1]["endpoint"] is None
@@ -503,12 +530,7 @@ def test_wireguard_dump_parsing() -> None:
 def test_cli_reconcile_reembed_health_exit_codes(pg_dsn: str, neo4j_ops: dict[str, str], tmp_path: Path) -> None:
     import json
 
-    cfg = tmp_path / "memoryctl.toml"
-    cfg.write_text(
-        f'profile = "cluster"\ndata_dir = "{tmp_path}"\n[postgres]\ndsn = "{pg_dsn}"\n'
-        f'[neo4j]\nuri = "{neo4j_ops["uri"]}"\npassword = "{neo4j_ops["password"]}"\n'
-        f'[qdrant]\npath = "{tmp_path / "q"}"\n[embedder]\nkind = "hash"\n'
-    )
+    cfg = write_cluster_config(tmp_path / "memoryctl.toml", pg_dsn, neo4j_ops, tmp_path / "q")
     env = {**os.environ, "MEMORYCTL_CONFIG": str(cfg), "MEMORYCTL_TRIGGER": "cron"}
 
     def mctl(*args: str) -> subprocess.CompletedProcess[str]:

@@ -1,11 +1,11 @@
 """Both ``VectorStore`` implementations against the real engines, with one set of tests.
 
-- ``local``: ``QdrantVectorStore`` on qdrant-client local mode in a tmp directory (the exact
-  server API, Python engine);
-- ``edge``: ``EdgeVectorStore`` on Qdrant Edge in a tmp directory (the Rust engine in-process);
-- ``server``: ``QdrantVectorStore`` on a real Qdrant when ``QDRANT_URL`` is set (``QDRANT_API_KEY``
-  too if the server wants one); every test uses its own collection prefix and alias and removes
-  them afterwards.
+- ``server``: ``QdrantVectorStore`` on the real Qdrant server of scripts/services (the cluster
+  profile's engine); every test uses its own collection prefix and alias and removes them afterwards;
+- ``edge``: ``EdgeVectorStore`` on Qdrant Edge in a tmp directory (the embedded profile's engine,
+  Qdrant's Rust engine in-process).
+
+Both always run: a missing server fails the suite (tests/conftest.py names the command to start it).
 
 Filters are checked against a brute-force evaluation of the same predicate over the same data, so
 each case states its semantics once, in Python.
@@ -13,7 +13,6 @@ each case states its semantics once, in Python.
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -35,6 +34,7 @@ from memoryctl.stores.protocols import (
 )
 from memoryctl.stores.vector_edge import EdgeVectorStore
 from memoryctl.stores.vector_qdrant import QdrantVectorStore
+from tests.conftest import drop_qdrant_scope, qdrant_scope
 
 pytestmark = pytest.mark.integration
 
@@ -52,38 +52,25 @@ HOSTILE = [
     "MATCH (n) DETACH DELETE n",
 ]
 
-BACKENDS = ["local", "edge"] + (["server"] if os.environ.get("QDRANT_URL") else [])
+BACKENDS = ["server", "edge"]
 
 
 def make_store(kind: str, tmp: Path, **kw: Any) -> VectorStore:
-    if kind == "local":
-        return QdrantVectorStore(path=str(tmp / "qdrant-local"), **kw)
     if kind == "edge":
         return EdgeVectorStore(tmp / "edge", **kw)
-    tag = "t" + uuid.uuid4().hex[:10]
+    scope = qdrant_scope(tmp / f"server-{uuid.uuid4().hex[:8]}")
     return QdrantVectorStore(
-        url=os.environ["QDRANT_URL"],
-        api_key=os.environ.get("QDRANT_API_KEY") or None,
-        alias=f"{tag}_memories",
-        collection_prefix=tag,
+        url=scope["url"],
+        api_key=scope["api_key"],
+        alias=scope["alias"],
+        collection_prefix=scope["collection_prefix"],
         **kw,
     )
 
 
 def cleanup(store: VectorStore) -> None:
-    if isinstance(store, QdrantVectorStore) and not store.local:
-        from qdrant_client import models as qm
-
-        for a in store.client.get_aliases().aliases:
-            if a.alias_name == store.alias:
-                store.client.update_collection_aliases(
-                    change_aliases_operations=[
-                        qm.DeleteAliasOperation(delete_alias=qm.DeleteAlias(alias_name=store.alias))
-                    ]
-                )
-        for c in store.client.get_collections().collections:
-            if c.name.startswith(store.prefix + "__"):
-                store.client.delete_collection(c.name)
+    if isinstance(store, QdrantVectorStore):
+        drop_qdrant_scope(store.client, store.prefix, store.alias)
     store.close()
 
 
@@ -173,7 +160,8 @@ def test_ensure_collection_is_idempotent_and_indexed(store: VectorStore) -> None
     }
     if isinstance(store, EdgeVectorStore):
         assert store.payload_schema() == expected
-    elif isinstance(store, QdrantVectorStore) and not store.local:
+    else:
+        assert isinstance(store, QdrantVectorStore)
         schema = store.client.get_collection(name).payload_schema
         assert {k: str(v.data_type.value) for k, v in schema.items()} == expected
         agent = schema["agent_id"].params
@@ -536,17 +524,23 @@ def test_edge_threads_and_optimize(tmp_path: Path) -> None:
         s.close()
 
 
-def test_qdrant_local_keeps_metadata_and_alias_across_reopen(tmp_path: Path) -> None:
-    s = QdrantVectorStore(path=str(tmp_path / "q"))
-    s.ensure_collection(MODEL_A)
-    s.upsert(dataset(4))
-    s.close()
-    s2 = QdrantVectorStore(path=str(tmp_path / "q"))
+def test_server_keeps_metadata_and_alias_for_a_second_client(tmp_path: Path) -> None:
+    """A collection describes itself: a second process finds the model and the alias on the server."""
+    scope = qdrant_scope(tmp_path)
+    kw = {"url": scope["url"], "api_key": scope["api_key"], "alias": scope["alias"]}
+    s = QdrantVectorStore(collection_prefix=scope["collection_prefix"], **kw)
     try:
-        assert s2.active_model() == MODEL_A and s2.count() == 4
-        assert s2.ping()["engine"] == "qdrant-local"
+        s.ensure_collection(MODEL_A)
+        s.upsert(dataset(4))
+        s2 = QdrantVectorStore(collection_prefix=scope["collection_prefix"], **kw)
+        try:
+            assert s2.active_model() == MODEL_A and s2.count() == 4
+            info = s2.ping()
+            assert (info["engine"], info["version"], info["model_id"]) == ("qdrant", "1.19.0", MODEL_A.model_id)
+        finally:
+            s2.close()
     finally:
-        s2.close()
+        s.close()
 
 
 def test_unreachable_server_is_store_unavailable() -> None:

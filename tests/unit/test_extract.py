@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -108,10 +107,9 @@ def test_rules_is_deterministic_and_can_skip_names() -> None:
         "'" * 50_000 + "Ab" * 25_000,
     ],
 )
-def test_rules_hostile_text_is_linear_and_safe(text: str) -> None:
-    t0 = time.monotonic()
+@pytest.mark.timeout(300)  # a hang guard, not a figure: a quadratic pattern takes far longer on these
+def test_rules_hostile_text_is_safe(text: str) -> None:
     ex = RULES.extract(text)
-    assert time.monotonic() - t0 < 3.0  # linear-time patterns; quadratic ones take minutes here
     assert len(ex.entities) <= MAX_ENTITIES
     for e in ex.entities:  # everything that came out is a valid, re-constructible EntityRef
         assert EntityRef(e.type, e.name) == e and len(e.name) <= 512
@@ -155,8 +153,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
         status, payload = self.server.reply
         raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-        if self.server.delay:
-            time.sleep(self.server.delay)
+        self.server.release.wait()  # a test can hold the answer back (the client's timeout)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(raw)))
@@ -176,7 +173,8 @@ class StandInChatServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[dict[str, Any]] = []
         self.reply: tuple[int, Any] = (200, completion({"entities": [], "relations": []}))
-        self.delay = 0.0
+        self.release = threading.Event()
+        self.release.set()
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
@@ -306,8 +304,10 @@ def test_llm_server_errors_degrade_with_bounded_retries(vllm: StandInChatServer)
 
 
 def test_llm_timeout_degrades(vllm: StandInChatServer) -> None:
-    vllm.delay = 1.0
-    t0 = time.monotonic()
-    ex = llm_for(vllm, fallback=RULES, timeout_s=0.2, max_retries=0).extract("@dave")
-    assert time.monotonic() - t0 < 1.0
+    vllm.release.clear()  # the server holds its answer until the client has given up
+    try:
+        ex = llm_for(vllm, fallback=RULES, timeout_s=0.2, max_retries=0).extract("@dave")
+    finally:
+        vllm.release.set()
+    assert len(vllm.requests) == 1
     assert pairs(ex) == {("User", "dave")} and ex.degraded and "timed out" in ex.degraded

@@ -90,11 +90,24 @@ def test_parse_dump_and_handshake_ages() -> None:
     assert parse_dump("") is None
 
 
-def test_fact_blanks_the_private_key_on_the_node() -> None:
+def test_fact_blanks_the_private_key_on_the_node(tmp_path: Path) -> None:
+    """The fact's shell command run for real on a dump whose first field is a private key.
+
+    ``wg`` is replaced by a STAND-IN script on PATH that prints such a dump (the real one needs an
+    interface); ``date``, ``sed`` and the shell are the node's own tools, as in the deploy.
+    """
+    private = generate_private_key()
+    dump = private + DUMP[1:]  # the interface line starts with the private key
+    fake = tmp_path / "bin" / "wg"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\n[ \"$*\" = 'show wg0 dump' ] || exit 1\nprintf '%s' '{dump}'\n")
+    fake.chmod(0o755)
     fact = WireguardInterface()
-    command = fact.command("wg0")
-    assert "wg show wg0 dump" in command and "sed" in command
-    result = fact.process(["1700000030", *DUMP.splitlines()])
-    assert result is not None
-    assert [p["handshake_age_s"] for p in result["peers"]] == [30.0, None]
+    env = {"PATH": f"{fake.parent}:/usr/bin:/bin"}
+    proc = subprocess.run(["sh", "-c", fact.command("wg0")], capture_output=True, text=True, env=env, check=True)
+    assert private not in proc.stdout and proc.stdout.splitlines()[1].startswith("-\tPUBKEYSELF=")
+    result = fact.process(proc.stdout.splitlines())
+    assert result is not None and private not in repr(result)
+    now = int(proc.stdout.splitlines()[0])
+    assert [p["handshake_age_s"] for p in result["peers"]] == [float(now - 1_700_000_000), None]
     assert fact.process(["1700000030"]) is None
