@@ -33,6 +33,7 @@ from memoryctl.stores.schema import apply_schema, schema_state
 from memoryctl.vocabulary import Vocabulary
 
 if TYPE_CHECKING:  # the operations are imported when called: `import memoryctl` stays light
+    from memoryctl.backup.status import BackupReport
     from memoryctl.health import HealthReport
     from memoryctl.ops.model_migration import MigrationReport
     from memoryctl.ops.nightly import NightlyReport
@@ -349,6 +350,30 @@ class MemoryClient:
             rec.counts = {"scanned": report.scanned, "changed": report.changed}
             rec.details = report.as_dict()
         return report
+
+    def backup_status(self) -> BackupReport:
+        """When each store was last backed up, and whether it can be restored."""
+        from memoryctl.backup.status import backup_status
+
+        return backup_status(self.stack)
+
+    def backup_vectors(self) -> dict[str, Any]:
+        """Snapshot every vector collection and ship the set to the backup target; a recorded run."""
+        from memoryctl.backup.snapshots import backup_qdrant
+
+        return backup_qdrant(self.stack)
+
+    def restore_vectors(self, *, name: str | None = None) -> dict[str, Any]:
+        """Restore a snapshot set (the newest complete one by default); a recorded run."""
+        from memoryctl.backup.snapshots import restore_qdrant
+
+        return restore_qdrant(self.stack, name=name)
+
+    def rebuild_graph(self, *, batch: int = 1000, prune: bool = True) -> dict[str, Any]:
+        """Rebuild the graph from PostgreSQL, the source of truth; a recorded run."""
+        from memoryctl.backup.rebuild import rebuild_graph
+
+        return rebuild_graph(self.stack, batch=batch, prune=prune)
 
     def nightly(self) -> NightlyReport:
         """Train, gate and promote LoRA adapters, re-embed changed texts, reconcile; one recorded run."""

