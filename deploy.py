@@ -5,17 +5,22 @@ services (roles are inventory groups, see inventory/*.yaml):
 
 - ``db``: PostgreSQL (+ TimescaleDB) and memoryctl with its cron jobs,
 - ``index``: Qdrant and Neo4j,
-- ``gpu``: vLLM (generation with LoRA, embeddings).
+- ``gpu``: vLLM (generation with LoRA, embeddings),
+
+then backups (pgBackRest, Qdrant snapshots) and monitoring (Prometheus, Alertmanager, exporters),
+whose repository and server live on a node other than the database's (``deploy/opsnode.py``).
 
 A second run changes nothing. Never run it with ``--diff``: some rendered files hold secrets.
 """
 
 from pyinfra import state
 
+from deploy.backup import backup
 from deploy.base import base
 from deploy.common import has_role
 from deploy.firewall import firewall
 from deploy.memoryctl import memoryctl
+from deploy.monitoring import monitoring
 from deploy.neo4j import neo4j
 from deploy.postgres import postgresql
 from deploy.qdrant import qdrant
@@ -36,3 +41,5 @@ if has_role("index"):
     neo4j()
 if has_role("gpu"):
     vllm()
+backup()
+monitoring()

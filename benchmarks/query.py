@@ -96,7 +96,7 @@ from memoryctl.query.fusion import rrf  # noqa: E402
 from memoryctl.query.plan import OVERFETCH, pushdown, traversal  # noqa: E402
 from memoryctl.query.relational import scope_sql  # noqa: E402
 from memoryctl.query.results import QueryResult  # noqa: E402
-from memoryctl.query.spec import GraphFilter, MemoryQuery, Where  # noqa: E402
+from memoryctl.query.spec import GraphFilter, MemoryQuery, Retrieval, Where  # noqa: E402
 from memoryctl.stack import Stack  # noqa: E402
 from memoryctl.stores.graph_neo4j import Neo4jGraphStore  # noqa: E402
 from memoryctl.stores.protocols import VectorFilter  # noqa: E402
@@ -396,8 +396,15 @@ def drop_graph(env: Env, agents: Sequence[str]) -> None:
 # Query shapes
 
 
-def make_queries(ds: Dataset, per_shape: int, seed: int) -> dict[str, list[MemoryQuery]]:
-    """``per_shape`` queries per shape with varied texts, entities, filters and windows."""
+def make_queries(
+    ds: Dataset, per_shape: int, seed: int, *, retrieval: Retrieval = "dense"
+) -> dict[str, list[MemoryQuery]]:
+    """``per_shape`` queries per shape with varied texts, entities, filters and windows.
+
+    ``retrieval`` dense (the default) ranks text by the vector leg alone, like the naive and
+    unchunked methods, so that every method must give the same answer; hybrid (the engine's
+    default) adds the lexical leg, whose cost is the difference in (a) between the two runs.
+    """
     rng = np.random.default_rng(seed + 1)
     agent = ds.agent
     since30 = ds.anchor - timedelta(days=30)
@@ -414,6 +421,7 @@ def make_queries(ds: Dataset, per_shape: int, seed: int) -> dict[str, list[Memor
             MemoryQuery(
                 text=text(),
                 agent_id=agent,
+                retrieval=retrieval,
                 graph=GraphFilter(EntityRef("User", top), via=("AUTHORED",)),
                 since=since30,
                 limit=LIMIT,
@@ -424,6 +432,7 @@ def make_queries(ds: Dataset, per_shape: int, seed: int) -> dict[str, list[Memor
             MemoryQuery(
                 text=text(),
                 agent_id=agent,
+                retrieval=retrieval,
                 graph=GraphFilter(EntityRef("User", low[i % len(low)]), via=("AUTHORED",)),
                 limit=LIMIT,
                 decay=False,
@@ -434,6 +443,7 @@ def make_queries(ds: Dataset, per_shape: int, seed: int) -> dict[str, list[Memor
             MemoryQuery(
                 text=text(),
                 agent_id=agent,
+                retrieval=retrieval,
                 where=[
                     Where.build("kind", "=", KINDS[i % 3]),
                     Where.build("meta.sentiment", op, -0.3 if op == "<" else 0.4),
@@ -447,6 +457,7 @@ def make_queries(ds: Dataset, per_shape: int, seed: int) -> dict[str, list[Memor
             MemoryQuery(
                 text=text(),
                 agent_id=agent,
+                retrieval=retrieval,
                 graph=GraphFilter(EntityRef("Ticket", ticket), via=("REFERENCES",)),
                 combine="or",
                 limit=LIMIT,
@@ -534,7 +545,9 @@ class Methods:
         steps: dict[str, float] = {}
         for s in res.steps:
             steps[s.name] = steps.get(s.name, 0.0) + s.ms
-        return [(h.id, h.score) for h in res.hits], steps
+        # The engine's score is a standardised relevance; the other methods rank by the raw cosine
+        # (or RRF), which the hit keeps among its parts: compare those.
+        return [(h.id, h.scores.get("rrf", h.scores.get("vector", h.score))) for h in res.hits], steps
 
     # ---- (b) ----------------------------------------------------------------------------------
     def naive(self, q: MemoryQuery) -> Ranked:
@@ -546,7 +559,9 @@ class Methods:
             gids = self.env.graph.traverse(traversal(q))
             rows = self._rows(q, gids, with_where=False)
             newest = sorted(rows.values(), key=lambda m: (-m.created_at.timestamp(), m.id))[:depth]
-            fused = rrf({"vector": [h.id for h in vhits], "graph": [m.id for m in newest]})
+            fused = rrf(
+                {"vector": [h.id for h in vhits], "graph": [m.id for m in newest]}, membership=frozenset({"graph"})
+            )
             ranked = sorted(((i, sum(p.values())) for i, p in fused.items()), key=lambda p: -p[1])[: q.limit]
             missing = [i for i, _ in ranked if i not in rows]
             if missing:
@@ -805,6 +820,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the database, vectors and graph for --reuse")
     ap.add_argument("--graph-batch", type=int, default=5000)
     ap.add_argument("--naive-k", type=int, default=NAIVE_K)
+    ap.add_argument(
+        "--retrieval",
+        choices=("dense", "hybrid"),
+        default="dense",
+        help="text legs of the engine's queries: dense (like for like with the other methods) or hybrid",
+    )
     ap.add_argument("--json", type=Path, help="also write the raw timings here")
     args = ap.parse_args(argv)
     if args.small:
@@ -863,7 +884,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "neo4j": env.graph.count(agent_id=ds.agent),
         }
         print(f"memories of {ds.agent} per store: {counts}")
-        queries = make_queries(ds, args.queries, args.seed)
+        queries = make_queries(ds, args.queries, args.seed, retrieval=args.retrieval)
         methods = Methods(env, naive_k=args.naive_k)
         results: dict[str, ShapeResult] = {}
         load_before = os.getloadavg()

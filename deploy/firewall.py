@@ -11,6 +11,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, server, systemd
 
+from deploy import backup, monitoring
 from deploy.common import component, has_role, template
 
 # What each role serves over the mesh.
@@ -22,7 +23,9 @@ ROLE_PORTS = {
 
 
 def mesh_ports() -> list[int]:
-    return sorted({port for role, ports in ROLE_PORTS.items() if has_role(role) for port in ports})
+    ports = {port for role, ports in ROLE_PORTS.items() if has_role(role) for port in ports}
+    ports.update(backup.mesh_ports(), monitoring.mesh_ports())  # day two: pgBackRest, rsync, exporters
+    return sorted(ports)
 
 
 @deploy("Firewall (nftables)")

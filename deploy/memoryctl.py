@@ -21,6 +21,7 @@ from pyinfra.api import deploy
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import apt, files, server, systemd
 
+from deploy import backup
 from deploy.common import component, secrets, template
 from deploy.settings import REPO
 from deploy.wheelhouse import STAMP, ensure_wheelhouse
@@ -84,6 +85,7 @@ def memoryctl() -> None:
         vllm_api_key=store.token("vllm/api_key"),
         model=vllm.get("model", "Qwen/Qwen2.5-7B-Instruct"),
         embedding_model=vllm.get("embedding_model", "BAAI/bge-m3"),
+        backup=backup.memoryctl_settings(),
         serve_socket=SERVE_SOCKET,
         serve_port=settings.get("serve_port", SERVE_PORT),
         user="root",

@@ -29,6 +29,7 @@ from memoryctl.query.spec import MemoryQuery, parse_duration
 from memoryctl.stack import Stack
 from memoryctl.stores.records import UpsertResult
 from memoryctl.stores.schema import migrate, schema_state
+from memoryctl.vocabulary import Vocabulary
 
 IMPORT_BATCH = 500
 
@@ -103,9 +104,13 @@ class MemoryClient:
             m.relations = [*m.relations, *found.relations]
         return m
 
+    @cached_property
+    def vocabulary(self) -> Vocabulary:
+        return Vocabulary.from_settings(self.settings.graph)
+
     def add(self, memories: Sequence[Memory], *, deliver: bool = True, extract: bool = True) -> WriteOutcome:
         out = WriteOutcome()
-        batch = [self._enrich(m) if extract else m for m in memories]
+        batch = [self.vocabulary.check_memory(self._enrich(m) if extract else m) for m in memories]
         result = self.stack.records.upsert(batch)
         out.ids = [m.id for m in batch]
         out.add(result)
@@ -132,14 +137,16 @@ class MemoryClient:
             raise InputError(f"cannot read {path}: {exc.strerror}") from None
         with stream:
             if strict:
-                parsed = list(read_jsonl(stream, default_agent=default_agent, forced_agent=agent_id))
+                parsed = list(
+                    self.vocabulary.screen(read_jsonl(stream, default_agent=default_agent, forced_agent=agent_id))
+                )
                 bad = [p for _, p in parsed if isinstance(p, BadLine)]
                 if bad:
                     out.invalid = bad
                     return out
                 source: Iterable[tuple[int, Memory | BadLine]] = parsed
             else:
-                source = read_jsonl(stream, default_agent=default_agent, forced_agent=agent_id)
+                source = self.vocabulary.screen(read_jsonl(stream, default_agent=default_agent, forced_agent=agent_id))
             batch: list[Memory] = []
             for _, item in source:
                 if isinstance(item, BadLine):
@@ -235,7 +242,7 @@ class MemoryClient:
         if q is None:
             fields.setdefault("agent_id", None if fields.get("all_agents") else self.settings.default_agent)
             q = MemoryQuery(**fields)
-        return self.engine.run(q)
+        return self.engine.run(self.vocabulary.check_query(q))
 
     def feedback(self, query_id: uuid.UUID, memory_id: uuid.UUID, *, useful: bool) -> None:
         """Say whether a recalled memory was useful: the embedding adapter learns from these pairs."""

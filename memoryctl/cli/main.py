@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from memoryctl._version import __version__
-from memoryctl.cli import demo, maint, nightly, ops, query, serve, writes
+from memoryctl.cli import backup, demo, maint, nightly, ops, query, serve, writes
 from memoryctl.cli.context import Ctx
 from memoryctl.cli.output import err
 from memoryctl.errors import ExitCode, MemoryctlError
@@ -30,6 +30,9 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Inspect the effective configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+app.add_typer(backup.backup_app, name="backup")
+app.add_typer(backup.restore_app, name="restore")
+app.add_typer(backup.rebuild_app, name="rebuild")
 
 
 def _version(value: bool) -> None:

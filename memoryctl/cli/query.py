@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
+from memoryctl.cli.chart import bars, sparkline
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import emit, out, print_json
 from memoryctl.errors import InputError
@@ -27,8 +28,12 @@ def query(
     combine: Annotated[str, typer.Option("--combine", help="and | or.")] = "and",
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 10,
     threshold: Annotated[float | None, typer.Option("--threshold", help="Minimum cosine similarity.")] = None,
+    retrieval: Annotated[
+        str, typer.Option("--retrieval", help="hybrid (vector + lexical, fused) | dense | lexical.")
+    ] = "hybrid",
     half_life: Annotated[
-        str | None, typer.Option("--half-life", help="Time decay half-life, e.g. 30d; 'off' disables.")
+        str | None,
+        typer.Option("--half-life", help="Recency half-life (tie-break among equal relevance); 'off'."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output (the documented contract).")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="Show the plan, per-step timings and counts.")] = False,
@@ -49,6 +54,7 @@ def query(
         "combine": combine,
         "limit": limit,
         "threshold": threshold,
+        "retrieval": retrieval,
         "half_life": half_life,
     }
     reply = c.call("query", params)
@@ -129,13 +135,18 @@ def stats(
     def human(data: dict[str, Any]) -> None:
         from rich.table import Table
 
+        # The trend of what the table is about: the metric's average when there is one, else the count.
+        trend_of = "avg" if metric else "count"
+        series = [d.get(trend_of) for d in data["buckets"]]
         table = Table(title=f"stats{f' of {metric}' if metric else ''} per {bucket}")
         cols = ["bucket", "count"] + (["n", "avg", "min", "max"] if metric else [])
         for col in cols:
             table.add_column(col)
-        for d in data["buckets"]:
-            table.add_row(*[_fmt(d.get(col)) for col in cols])
+        table.add_column(trend_of, no_wrap=True)
+        for d, bar in zip(data["buckets"], bars(series), strict=True):
+            table.add_row(*[_fmt(d.get(col)) for col in cols], bar)
         out.print(table, markup=False)
+        out.print(f"{trend_of} trend: {sparkline(series)}", markup=False, highlight=False)
 
     raise typer.Exit(emit(reply, as_json, human))
 

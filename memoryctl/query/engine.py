@@ -1,11 +1,13 @@
 """The executor: runs the ``Plan`` that ``memoryctl.query.plan`` chose, then hydrates and ranks.
 
 Every store call goes through the query's ``QueryContext`` (timeout + breaker, one timed step).
-When the vector store fails, text falls back to PostgreSQL full-text search; when the graph fails,
-the graph filter falls back to the ``entities`` column (one hop, mentions only). Either way the
-result names the degraded store. PostgreSQL is the truth: hydration drops whatever a lagging
-secondary store still returns for a deleted or out-of-scope memory. Time decay multiplies the
-final score; ``threshold`` is a floor on cosine similarity inside the vector search.
+Text is searched by two legs in parallel under one scope, the vector search and the lexical
+search in PostgreSQL, fused into one relevance (``memoryctl.query.fusion``); when the vector store
+fails the lexical leg ranks alone, and when the graph fails the graph filter falls back to the
+``entities`` column (one hop, mentions only). Either way the result names the degraded store.
+PostgreSQL is the truth: hydration drops whatever a lagging secondary store still returns for a
+deleted or out-of-scope memory. Recency is a bounded preference among comparably relevant hits
+(``fusion.rank_score``); ``threshold`` is a floor on cosine similarity inside the vector search.
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from memoryctl.errors import MemoryctlError, StoreUnavailable
-from memoryctl.query.context import QueryContext
-from memoryctl.query.fusion import RRF_K, decay, rrf
+from memoryctl.query.context import QueryContext, Running
+from memoryctl.query.fusion import RRF_K, rank_score, recency, relevance, rrf
 from memoryctl.query.guard import Guard
 from memoryctl.query.plan import (
     GRAPH_CANDIDATE_CAP,
@@ -29,9 +31,9 @@ from memoryctl.query.plan import (
     Plan,
     PlanOptions,
     PostgresFilter,
+    TextSearch,
     Traverse,
     VectorFirst,
-    VectorSearch,
     depth,
     plan,
     traversal,
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from memoryctl.embed import Embedder
 
 Ranked = list[tuple[uuid.UUID, dict[str, float]]]
+Legs = dict[str, list[tuple[uuid.UUID, float]]]  # per text leg: (id, raw score), best first
 SCOPE_TTL_S = 60.0  # how long an agent's point count is trusted for vector-first sizing
 
 
@@ -185,7 +188,9 @@ class QueryEngine:
             t.join()
         for name, _ in p.legs:
             ctx.steps.extend(contexts[name].steps)
-        fused = rrf({name: [i for i, _ in res] for name, res in legs.items()})
+        # The graph and where legs are sets (their newest-first order is not relevance): only the
+        # text leg ranks; membership in more legs lifts a memory (fusion.rrf).
+        fused = rrf({name: [i for i, _ in res] for name, res in legs.items()}, membership=frozenset({"graph", "where"}))
         raw = {name: dict(res) for name, res in legs.items()}
         ranked: Ranked = []
         for mid, parts in fused.items():
@@ -250,8 +255,8 @@ class QueryEngine:
             {**detail, "parallel_with": "vector.search"},
             lambda: store.near_entities(vf.traversal),
         )
-        ranked = self._search(vf.search, q, ctx)
-        candidates = [i for i, _ in ranked]
+        legs = self._legs(vf.search, q, ctx)
+        candidates = list(dict.fromkeys(i for hits in legs.values() for i, _ in hits))
         try:
             near = near_call.wait()
             near_call.step.rows_out = None if near is None else len(near)
@@ -265,14 +270,19 @@ class QueryEngine:
         except MemoryctlError as exc:
             ctx.note(f"vector-first: verification failed ({exc.message}); graph-first instead")
             return None
-        kept = [(i, {**s, "graph": 1.0}) for i, s in ranked if i in connected]
-        if len(kept) < vf.depth and len(ranked) >= vf.k:
+        # Each leg's connected hits in its own order, cut where graph-first's leg would cut: the
+        # same lists graph-first fuses, hence the same relevance, whenever each leg either has
+        # ``depth`` connected hits in its top K or returned fewer than K (it saw its whole scope).
+        kept = {name: [(i, v) for i, v in hits if i in connected][: vf.depth] for name, hits in legs.items()}
+        short = [n for n, hits in legs.items() if len(kept[n]) < vf.depth and len(hits) >= vf.k]
+        if short:
             ctx.note(
-                f"vector-first: {len(kept)} of the top {vf.k} are connected, fewer than the {vf.depth} needed;"
-                " graph-first instead"
+                f"vector-first: fewer than the {vf.depth} needed of the top {vf.k} are connected"
+                f" ({', '.join(f'{n} {len(kept[n])}' for n in short)}); graph-first instead"
             )
             return None
-        return len(kept), kept[: vf.depth]
+        ranked = [(i, {**parts, "graph": 1.0}) for i, parts in self._fuse(kept, ctx)]
+        return len(connected), ranked[: vf.depth]
 
     # ---- stages -------------------------------------------------------------------------------
     def _traverse(self, stage: Traverse, q: MemoryQuery, ctx: QueryContext) -> tuple[list[uuid.UUID], bool]:
@@ -302,57 +312,107 @@ class QueryEngine:
         return ids, True
 
     def _search(
-        self, stage: VectorSearch, q: MemoryQuery, ctx: QueryContext, ids: Sequence[uuid.UUID] | None = None
+        self, stage: TextSearch, q: MemoryQuery, ctx: QueryContext, ids: Sequence[uuid.UUID] | None = None
     ) -> Ranked:
-        """The vector search (``ids``: the graph's candidates), or full-text when the store fails."""
+        """The text search: its legs in parallel under one scope (``ids``: the graph's candidates),
+        fused into one relevance."""
+        return self._fuse(self._legs(stage, q, ctx, ids), ctx)
+
+    def _legs(
+        self, stage: TextSearch, q: MemoryQuery, ctx: QueryContext, ids: Sequence[uuid.UUID] | None = None
+    ) -> Legs:
+        """Each leg's ranked (id, raw score) list. When the vector store fails, the lexical leg
+        answers alone (asked for now if the query wanted the dense leg only)."""
         if stage.filter is None:
             ctx.note("the where clauses contradict each other: nothing can match")
-            return []
-        flt = dataclasses.replace(stage.filter, ids=ids) if stage.among_candidates else stage.filter
-        try:
-            store = self._vectors()
-            if store is None:
-                raise StoreUnavailable(names.VECTORS, self.unavailable.get(names.VECTORS, "unavailable"))
-            embedder = self._embedder()
-            model_id = embedder.info.model_id
-            vector = list(q.vector) if q.vector is not None else self._embed(q, embedder, ctx)
-            detail = {
-                "model": model_id,
-                "limit": stage.depth,
-                "filter": {
-                    "agent": flt.agent_id,
-                    "ids": len(flt.ids) if flt.ids is not None else None,
-                    "kinds": flt.kinds,
-                    "exclude_kinds": flt.exclude_kinds,
-                    "time": [t.isoformat() if t else None for t in (flt.created_from, flt.created_to)],
-                    "meta": [f"{m.key} {m.op} {m.value!r}" for m in flt.meta],
-                },
-                "threshold": stage.threshold,
-            }
-            hits = ctx.call(
-                "vector.search",
-                store.name,
-                detail,
-                lambda: store.search(vector, flt, stage.depth, model_id=model_id, score_threshold=stage.threshold),
-                rows_in=len(ids) if ids is not None else None,
-            )
-            return [(h.id, {"vector": h.score}) for h in hits]
-        except MemoryctlError as exc:
-            if q.text is None:
-                ctx.degrade(
-                    names.VECTORS, f"qdrant unavailable ({exc.message}); a raw vector cannot fall back to full-text"
-                )
-                return []
-            ctx.degrade(
-                names.VECTORS, f"qdrant unavailable ({exc.message}); text fell back to PostgreSQL full-text search"
-            )
-        rows = ctx.call(
-            "fallback.fulltext",
+            return {}
+        among = ids if stage.among_candidates else None
+        lexical_call = self._start_lexical(stage, q, ctx, among) if "lexical" in stage.legs else None
+        legs: Legs = {}
+        if "vector" in stage.legs:
+            try:
+                legs["vector"] = self._dense(stage, q, ctx, among)
+            except MemoryctlError as exc:
+                if q.text is None:
+                    ctx.degrade(
+                        names.VECTORS,
+                        f"qdrant unavailable ({exc.message}); a raw vector has no lexical leg to fall back to",
+                    )
+                    return {}
+                ctx.degrade(names.VECTORS, f"qdrant unavailable ({exc.message}); text ranked by the lexical leg alone")
+                if lexical_call is None:
+                    lexical_call = self._start_lexical(stage, q, ctx, among, name="fallback.lexical")
+        if lexical_call is not None:
+            legs["lexical"] = lexical_call.wait()
+        if stage.threshold is not None and "vector" in legs:
+            # The threshold is a floor on cosine similarity: only the vector leg's hits pass it.
+            passed = {i for i, _ in legs["vector"]}
+            legs["lexical"] = [(i, v) for i, v in legs.get("lexical", []) if i in passed]
+        return legs
+
+    def _start_lexical(
+        self,
+        stage: TextSearch,
+        q: MemoryQuery,
+        ctx: QueryContext,
+        ids: Sequence[uuid.UUID] | None,
+        *,
+        name: str = "lexical.search",
+    ) -> Running[list[tuple[uuid.UUID, float]]]:
+        text = q.text
+        assert text is not None  # the planner gives a raw vector no lexical leg
+        detail = {"text": text, "limit": stage.depth, "ids": len(ids) if ids is not None else None}
+        if "vector" in stage.legs and name == "lexical.search":
+            detail["parallel_with"] = "vector.search"
+        return ctx.start(
+            name,
             names.POSTGRES,
-            {"text": q.text, "ids": len(ids) if ids is not None else None},
-            lambda: self._fulltext(q, ids, stage.depth, stage.with_where),
+            detail,
+            lambda: self.relational.lexical(q, text, limit=stage.depth, ids=ids, with_where=stage.with_where),
         )
-        return [(i, {"fulltext": r}) for i, r in rows]
+
+    def _dense(
+        self, stage: TextSearch, q: MemoryQuery, ctx: QueryContext, ids: Sequence[uuid.UUID] | None
+    ) -> list[tuple[uuid.UUID, float]]:
+        assert stage.filter is not None
+        flt = dataclasses.replace(stage.filter, ids=ids) if stage.among_candidates else stage.filter
+        store = self._vectors()
+        if store is None:
+            raise StoreUnavailable(names.VECTORS, self.unavailable.get(names.VECTORS, "unavailable"))
+        embedder = self._embedder()
+        model_id = embedder.info.model_id
+        vector = list(q.vector) if q.vector is not None else self._embed(q, embedder, ctx)
+        detail = {
+            "model": model_id,
+            "limit": stage.depth,
+            "filter": {
+                "agent": flt.agent_id,
+                "ids": len(flt.ids) if flt.ids is not None else None,
+                "kinds": flt.kinds,
+                "exclude_kinds": flt.exclude_kinds,
+                "time": [t.isoformat() if t else None for t in (flt.created_from, flt.created_to)],
+                "meta": [f"{m.key} {m.op} {m.value!r}" for m in flt.meta],
+            },
+            "threshold": stage.threshold,
+        }
+        hits = ctx.call(
+            "vector.search",
+            store.name,
+            detail,
+            lambda: store.search(vector, flt, stage.depth, model_id=model_id, score_threshold=stage.threshold),
+            rows_in=len(ids) if ids is not None else None,
+        )
+        return [(h.id, h.score) for h in hits]
+
+    @staticmethod
+    def _fuse(legs: Legs, ctx: QueryContext) -> Ranked:
+        """One relevance per candidate (z-scores over the union, see ``fusion.relevance``), best first."""
+        with ctx.step("fuse", "engine", {"method": "z-score mean", "legs": {n: len(r) for n, r in legs.items()}}) as s:
+            parts = relevance(legs, {"vector": None, "lexical": 0.0})
+            # Stable: equal relevance keeps the legs' own order (the vector leg's first).
+            ranked = sorted(parts.items(), key=lambda kv: -kv[1]["relevance"])
+            s.rows_in, s.rows_out = sum(len(r) for r in legs.values()), len(ranked)
+        return ranked
 
     def _embed(self, q: MemoryQuery, embedder: Embedder, ctx: QueryContext) -> list[float]:
         """Not under the store timeout: a local model's first call loads it (seconds, once per
@@ -361,17 +421,6 @@ class QueryEngine:
         with ctx.step("embed.query", "embedder", {"model": embedder.info.model_id}):
             vector: list[float] = embedder.embed_query(q.text).tolist()
             return vector
-
-    def _fulltext(
-        self, q: MemoryQuery, ids: Sequence[uuid.UUID] | None, want: int, with_where: bool
-    ) -> list[tuple[uuid.UUID, float]]:
-        assert q.text is not None
-        scoped = q if with_where else dataclasses.replace(q, where=[])
-        rows = self.relational.fulltext(scoped, q.text, limit=want if ids is None else max(want, len(ids)))
-        if ids is not None:
-            allowed = set(ids)
-            rows = [r for r in rows if r[0] in allowed]
-        return rows[:want]
 
     def _pg_filter(
         self,
@@ -414,25 +463,35 @@ class QueryEngine:
             lambda: self.rows.get_many(ids, include_deleted=False),
             rows_in=len(ids),
         )
-        now = datetime.now(UTC)
         graph_source = self.graph_name if not ctx.is_degraded(self.graph_name) else "postgres-mentions"
-        hits: list[Hit] = []
-        for mid, scores in window:
-            m = rows.get(mid)
+        live = [
+            (m, scores)
+            for m, scores in ((rows.get(mid), scores) for mid, scores in window)
             # PostgreSQL is the truth: deleted or out-of-scope rows never leave the engine,
             # whatever a lagging secondary store still holds.
-            if m is None or (q.agent_id is not None and m.agent_id != q.agent_id):
-                continue
-            if (q.since and m.created_at < q.since) or (q.until and m.created_at >= q.until):
-                continue
-            d = decay(m.created_at, now, q.half_life)
-            base = scores.get("rrf", scores.get("vector", scores.get("fulltext", 1.0)))
+            if m is not None
+            and (q.agent_id is None or m.agent_id == q.agent_id)
+            and not (q.since and m.created_at < q.since)
+            and not (q.until and m.created_at >= q.until)
+        ]
+        newest = max((m.created_at for m, _ in live), default=None)
+        hits: list[Hit] = []
+        for m, scores in live:
+            parts = dict(scores)
+            if "rrf" in scores:  # or: fused ranks (ties newest first, below)
+                score = scores["rrf"]
+            elif "relevance" in scores:  # a text ranking: relevance first, recency within a band
+                assert newest is not None
+                parts["recency"] = recency(m.created_at, newest, q.half_life)
+                score = rank_score(scores["relevance"], parts["recency"])
+            else:  # a shape that orders newest first: score 1.0, ties by time below
+                score = 1.0
             sources = [names.POSTGRES]
             if "vector" in scores:
                 sources.append(names.VECTORS)
             if "graph" in scores:
                 sources.append(graph_source)
-            hits.append(Hit(mid, base * d, {**scores, "decay": d}, m, sources))
+            hits.append(Hit(m.id, score, parts, m, sources))
         hits.sort(key=lambda h: (-h.score, -h.memory.created_at.timestamp()))
         hits = hits[: q.limit]
         self._relationships(hits, ctx, early)

@@ -9,8 +9,10 @@ to a store, so every plan shape is unit-tested without one.
 Plan shapes (the README's "Query engine" table):
 
 - ``vector``: text (+ where/time) → one vector search with everything the payload holds pushed
-  into its filter; PostgreSQL only hydrates. Where clauses the payload cannot answer exactly
-  (``agent_id``/``created_at`` with ``!=``/``in``) are checked in PostgreSQL afterwards.
+  into its filter, and in parallel the lexical search in PostgreSQL under the same scope; the two
+  rankings are fused (hybrid retrieval, ``TextSearch``). PostgreSQL then only hydrates. Where
+  clauses the payload cannot answer exactly (``agent_id``/``created_at`` with ``!=``/``in``) are
+  checked in PostgreSQL afterwards. Every shape below that has text runs the same two legs.
 - ``graph-first``: text + graph → traverse → candidate ids → one vector search whose filter
   carries the ids (chunked by the adapter), the agent, the time range and every where clause.
 - ``vector-first``: text + graph at one hop when the start entity reaches many memories (the
@@ -54,6 +56,7 @@ VECTOR_FIRST_MIN_FANOUT = 2_000
 VECTOR_FIRST_MAX_K = 2_000
 VECTOR_FIRST_SAFETY = 3.0
 
+Leg = Literal["vector", "lexical"]
 PlanKind = Literal["or", "vector", "graph-first", "vector-first", "graph", "graph-filter", "postgres"]
 
 
@@ -194,11 +197,14 @@ class Traverse:
 
 
 @dataclass(frozen=True, slots=True)
-class VectorSearch:
-    """Nearest neighbours of the query under the pushed-down filter (fallback: full-text search).
+class TextSearch:
+    """The memories nearest the query, ranked by its ``legs``: the vector search under the
+    pushed-down filter and the lexical search in PostgreSQL under the same scope, run in parallel
+    and fused (``memoryctl.query.fusion.relevance``); either alone on request. When the vector
+    store fails, the lexical leg answers alone (degraded).
 
     ``filter`` None: the where clauses contradict each other and nothing can match. With
-    ``among_candidates`` the executor puts the ids the graph produced into the filter.
+    ``among_candidates`` the executor puts the ids the graph produced into both legs' scope.
     """
 
     filter: VectorFilter | None
@@ -206,6 +212,11 @@ class VectorSearch:
     with_where: bool
     among_candidates: bool = False
     threshold: float | None = None
+    legs: tuple[Leg, ...] = ("vector", "lexical")
+
+    @property
+    def label(self) -> str:
+        return "+".join(self.legs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +242,7 @@ class VectorFirst:
     fanout: int
     k: int
     depth: int
-    search: VectorSearch
+    search: TextSearch
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +259,7 @@ class Plan:
 
     kind: PlanKind
     traverse: Traverse | None = None
-    search: VectorSearch | None = None
+    search: TextSearch | None = None
     filter: PostgresFilter | None = None
     vector_first: VectorFirst | None = None
     legs: tuple[tuple[str, Plan], ...] = ()
@@ -266,21 +277,23 @@ class Plan:
         if self.kind == "postgres":
             return "postgres(filter, newest first)"
         if self.kind == "vector":
-            return f"vector(pushdown: {', '.join(self.pushed)})"
+            assert self.search is not None
+            return f"{self.search.label}(pushdown: {', '.join(self.pushed)})"
         if self.kind == "vector-first":
             vf = self.vector_first
             assert vf is not None
             return (
-                f"graph fan-out {vf.fanout} → vector-first(top {vf.k}, pushdown: {', '.join(self.pushed)})"
-                f" → graph.verify → {kept} kept"
+                f"graph fan-out {vf.fanout} → vector-first({vf.search.label}, top {vf.k},"
+                f" pushdown: {', '.join(self.pushed)}) → graph.verify → {kept} kept"
             )
         if self.kind == "graph" and not fell_back:
             return "graph(time pushed down, newest first)"
         if not candidates:
             return "graph → (no candidates)"
         if self.kind == "graph-first":
+            assert self.search is not None
             terms = (self.pushed[0], f"{candidates} ids", *self.pushed[1:])
-            return f"graph → vector(pushdown: {', '.join(terms)})"
+            return f"graph → {self.search.label}(pushdown: {', '.join(terms)})"
         return "graph → postgres(filter, newest first)"
 
 
@@ -315,14 +328,25 @@ def plan(q: MemoryQuery, facts: Facts | None = None, options: PlanOptions | None
     return _vector_first(q, facts, options, graph_first)
 
 
-def _search(q: MemoryQuery, want: int, *, with_where: bool = True, among_candidates: bool = False) -> VectorSearch:
-    return VectorSearch(pushdown(q, with_where=with_where), want, with_where, among_candidates, q.threshold)
+def _search(q: MemoryQuery, want: int, *, with_where: bool = True, among_candidates: bool = False) -> TextSearch:
+    return TextSearch(
+        pushdown(q, with_where=with_where), want, with_where, among_candidates, q.threshold, ranking_legs(q)
+    )
+
+
+def ranking_legs(q: MemoryQuery) -> tuple[Leg, ...]:
+    """The legs that rank a text query: a raw vector has no words, so only the vector leg."""
+    if q.vector is not None or q.retrieval == "dense":
+        return ("vector",)
+    if q.retrieval == "lexical":
+        return ("lexical",)
+    return ("vector", "lexical")
 
 
 def _or(q: MemoryQuery, want: int) -> Plan:
     legs: list[tuple[str, Plan]] = []
     if q.has_vector_leg:
-        legs.append(("vector", Plan("vector", search=_search(q, want, with_where=False))))
+        legs.append(("text", Plan("vector", search=_search(q, want, with_where=False))))
     if q.graph is not None:
         graph_leg = Plan(
             "graph-filter",

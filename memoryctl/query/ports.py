@@ -29,8 +29,17 @@ class RelationalReads(Protocol):
         """Live memories in the query's scope (and where clauses), newest first, optionally among ``ids``."""
         ...
 
-    def fulltext(self, q: MemoryQuery, text: str, *, limit: int) -> list[tuple[uuid.UUID, float]]:
-        """Full-text matches in scope, best first: the vector search's fallback."""
+    def lexical(
+        self,
+        q: MemoryQuery,
+        text: str,
+        *,
+        limit: int,
+        ids: Sequence[uuid.UUID] | None = None,
+        with_where: bool = True,
+    ) -> list[tuple[uuid.UUID, float]]:
+        """Memories in scope (optionally among ``ids``) sharing words with ``text``, best first:
+        the lexical leg of hybrid retrieval, and the vector search's fallback."""
         ...
 
     def mentions(self, q: MemoryQuery, entity_type: str, entity_name: str, *, limit: int) -> list[uuid.UUID]:

@@ -74,20 +74,43 @@ class RelationalQueries:
         )
         return [(r["id"], r["created_at"]) for r in self._rows(query, [*params, limit])]
 
-    def fulltext(self, q: MemoryQuery, text: str, *, limit: int) -> list[tuple[uuid.UUID, float]]:
-        """Fallback when Qdrant is unavailable: full-text search ranked by ts_rank.
+    def lexical(
+        self,
+        q: MemoryQuery,
+        text: str,
+        *,
+        limit: int,
+        ids: Sequence[uuid.UUID] | None = None,
+        with_where: bool = True,
+    ) -> list[tuple[uuid.UUID, float]]:
+        """The lexical leg: memories in scope whose text or entity names share words with ``text``.
 
-        The question's words are OR-ed: a natural-language question rarely has every word in the
-        answer, and ts_rank still puts memories matching more of them first.
+        Scoped exactly like the vector search (agent, time, where, soft deletes, and the graph's
+        candidate ids), in the same SQL. The question's words lose the stop words of English and
+        keep at most their first five letters as a prefix (``volunteering`` matches
+        ``volunteer``), a language-neutral stand-in for stemming. Ranked BM25-style with term
+        presence: the sum of each matched word's inverse document frequency, counted among the
+        memories that match any of the words (so a word every candidate has, like the name of the
+        agent's main speaker, weighs nothing); ties newest first.
         """
-        cond, params = scope_sql(q)
+        cond, params = scope_sql(q, with_where=with_where)
+        if ids is not None:
+            cond = sql.SQL("{} AND id = ANY(%s)").format(cond)
+            params.append(list(ids))
+        # Each word becomes a quoted tsquery lexeme (quote_literal doubles quotes; a word holding a
+        # backslash, which quote_literal would turn into an E'' string, is dropped).
         query = sql.SQL(
-            "SELECT id, ts_rank(tsv, query) AS rank FROM memories,"
-            " (SELECT to_tsquery('simple', coalesce(nullif(array_to_string(tsvector_to_array("
-            "to_tsvector('simple', %s)), ' | '), ''), '')) AS query) AS tq"
-            " WHERE tsv @@ query AND {} ORDER BY rank DESC, created_at DESC LIMIT %s"
+            "WITH terms AS (SELECT DISTINCT CASE WHEN length(w) >= 5 THEN quote_literal(left(w, 5)) || ':*'"
+            " ELSE quote_literal(w) END AS t FROM unnest(tsvector_to_array(to_tsvector('simple', %s))) AS w"
+            " WHERE position(chr(92) in w) = 0 AND to_tsvector('english', w) <> ''::tsvector),"
+            " cand AS MATERIALIZED (SELECT id, tsv, created_at FROM memories"
+            " WHERE tsv @@ (SELECT to_tsquery('simple', string_agg(t, ' | ')) FROM terms) AND {}),"
+            " df AS (SELECT to_tsquery('simple', t.t) AS tq, count(*) AS df, (SELECT count(*) FROM cand) AS n"
+            " FROM terms t JOIN cand c ON c.tsv @@ to_tsquery('simple', t.t) GROUP BY t.t)"
+            " SELECT c.id, sum(ln(1 + (df.n - df.df + 0.5) / (df.df + 0.5))) AS score, max(c.created_at) AS at"
+            " FROM cand c JOIN df ON c.tsv @@ df.tq GROUP BY c.id ORDER BY score DESC, at DESC, c.id LIMIT %s"
         ).format(cond)
-        return [(r["id"], float(r["rank"])) for r in self._rows(query, [text, *params, limit])]
+        return [(r["id"], float(r["score"])) for r in self._rows(query, [text, *params, limit])]
 
     def mentions(self, q: MemoryQuery, entity_type: str, entity_name: str, *, limit: int) -> list[uuid.UUID]:
         """Graph fallback (Neo4j down): memories that mention the entity — one hop, MENTIONS only."""

@@ -26,6 +26,9 @@ from memoryctl.model import (
 from memoryctl.stores.protocols import MAX_HOPS, Direction, MetaOp
 
 Combine = Literal["and", "or"]
+# Which legs rank a text query: both fused (the default), or one alone (to compare, or to debug).
+Retrieval = Literal["hybrid", "dense", "lexical"]
+RETRIEVALS: tuple[Retrieval, ...] = ("hybrid", "dense", "lexical")
 CANONICAL_FIELDS = ("kind", "agent_id", "created_at")
 OPS: tuple[MetaOp, ...] = ("=", "!=", "<", "<=", ">", ">=", "in")
 MAX_LIMIT = 1000
@@ -168,7 +171,8 @@ class MemoryQuery:
     limit: int = 10
     threshold: float | None = None
     half_life: timedelta | None = None  # None: the agent's configured half-life
-    decay: bool = True  # False: rank without time decay
+    decay: bool = True  # False: rank without the recency preference
+    retrieval: Retrieval = "hybrid"
     query_id: uuid.UUID = field(default_factory=uuid.uuid4)
 
     def validate(self) -> MemoryQuery:
@@ -189,6 +193,10 @@ class MemoryQuery:
             )
         if not 1 <= self.limit <= MAX_LIMIT:
             raise InputError(f"limit must be 1..{MAX_LIMIT}")
+        if self.retrieval not in RETRIEVALS:
+            raise InputError(f"retrieval must be one of {', '.join(RETRIEVALS)}, not {self.retrieval!r}")
+        if self.vector is not None and self.retrieval == "lexical":
+            raise InputError("a raw vector has no words for the lexical leg", hint="give TEXT, or retrieval dense")
         if self.combine not in ("and", "or"):
             raise InputError("combine must be 'and' or 'or'")
         if self.since and self.until and self.since > self.until:
@@ -226,4 +234,5 @@ class MemoryQuery:
             "limit": self.limit,
             "threshold": self.threshold,
             "half_life_s": self.half_life.total_seconds() if self.half_life and self.decay else None,
+            "retrieval": self.retrieval,
         }

@@ -156,7 +156,8 @@ QUERY_PARAMS = (
     Param("combine", "string", "and (default) | or."),
     Param("limit", "integer", "Hits, 1-1000 (default 10)."),
     Param("threshold", "number", "Minimum cosine similarity."),
-    Param("half_life", "string", "Time decay half-life, e.g. 30d; 'off' disables."),
+    Param("retrieval", "string", "hybrid (default: vector + lexical, fused) | dense | lexical."),
+    Param("half_life", "string", "Recency half-life (a bounded preference among equally relevant hits); 'off'."),
 )
 
 
@@ -191,6 +192,7 @@ def _query(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progr
         combine=combine,
         limit=limit,
         threshold=p.get("threshold"),
+        retrieval=p.get("retrieval", "hybrid"),
     )
     half_life = p.get("half_life")
     if half_life == "off":

@@ -8,13 +8,15 @@ Why the Cypher looks the way it does:
 
 - Values are always parameters. Cypher cannot parameterise relationship types, labels or the bounds
   of a variable-length pattern, so those are spliced in as literals -- and only after validation:
-  relationship types must be members of ``RELATION_TYPES`` (asserted right where they are spliced),
+  relationship types must have the documented identifier shape (checked right where they are
+  spliced, and backquoted),
   labels come from a constant map, hops is an ``int`` in 1..3.
 - Writes are batched with ``UNWIND``, one statement per (relationship type, endpoint labels) group,
   in bounded transactions (``WRITE_ROWS`` memories + edges each; one that times out is retried in
   halves), and their cost is linear whatever the degree of the entities they touch: edges are
   CREATEd after the memory's old declarations are dropped, never MERGEd (see ``_UPSERT_MEMORIES``).
-- Every edge carries ``origin`` (the memory that declared it), indexed per relationship type, so a
+- Every edge carries ``origin`` (the memory that declared it), indexed per relationship type (the
+  index is created the first time a type is written as a remote edge: the set is open), so a
   re-upsert replaces exactly that memory's declarations, and a shared edge survives either owner.
 - Every call has a deadline: the driver's connection/acquisition timeouts and a server-side
   transaction timeout; managed transactions retry transient failures only within the same budget.
@@ -34,11 +36,10 @@ import neo4j
 from neo4j import exceptions as nx
 
 from memoryctl.config import Neo4jSettings
-from memoryctl.errors import StoreError, StoreTimeout, StoreUnavailable, UsageError
-from memoryctl.model import RELATION_TYPES, validate_agent_id
+from memoryctl.errors import InputError, StoreError, StoreTimeout, StoreUnavailable, UsageError
+from memoryctl.model import RELATION_TYPE_SHAPE, validate_agent_id
 from memoryctl.stores import names
 from memoryctl.stores.graph_semantics import (
-    ALL_RELATION_TYPES,
     CheckedTraversal,
     PreparedEdge,
     check_ids,
@@ -81,9 +82,11 @@ _ALLOWED_PROCEDURES = re.compile(r"^(db\.[A-Za-z.]+|dbms\.components)\b")
 
 
 def _rel(rel_type: str) -> str:
-    """The one place a relationship type becomes Cypher text."""
-    assert rel_type in RELATION_TYPES, f"relationship type {rel_type!r} is not whitelisted"
-    return rel_type
+    """The one place a relationship type becomes Cypher text: checked, then backquoted (so a type
+    that happens to be a Cypher keyword is still a name)."""
+    if not isinstance(rel_type, str) or not RELATION_TYPE_SHAPE.match(rel_type):
+        raise InputError(f"invalid relationship type {rel_type!r}")
+    return f"`{rel_type}`"
 
 
 # Writing a memory replaces the edges it declared. The memory nodes are merged first: MERGE locks
@@ -147,7 +150,7 @@ _NODE_OK = (
 _TRAVERSE = """
 MATCH (s:Entity {key: $start})
 WHERE s.agent_id IS NOT NULL AND ($agent IS NULL OR s.agent_id = $agent)
-OPTIONAL MATCH p = (s)%(left)s[:%(types)s*1..%(hops)d]%(right)s(n)
+OPTIONAL MATCH p = (s)%(left)s[%(types)s*1..%(hops)d]%(right)s(n)
 WHERE all(x IN nodes(p) WHERE %(node_ok)s)
 WITH s, n, min(length(p)) AS d
 WITH s, collect(CASE WHEN n IS NULL THEN null ELSE {n: n, d: d} END) AS found
@@ -174,7 +177,7 @@ _ORDER = {False: "dist, id", True: "ts DESC, id"}
 _FANOUT = """
 MATCH (s:Entity {key: $start})
 WHERE s.agent_id IS NOT NULL AND ($agent IS NULL OR s.agent_id = $agent)
-WITH COUNT { (s)%(left)s[:%(types)s]%(right)s() } AS along, COUNT { (s)<-[:MENTIONS]-() } AS mentioned
+WITH COUNT { (s)%(left)s[%(types)s]%(right)s() } AS along, COUNT { (s)<-[:MENTIONS]-() } AS mentioned
 RETURN CASE WHEN along > mentioned THEN along ELSE mentioned END AS n
 """
 # ``connected``: the reachability of _TRAVERSE, asked of given candidates. A memory is reached when
@@ -199,7 +202,7 @@ _CONNECTED_1 = (
     _CANDIDATES
     + """
 WITH s, m,
-     EXISTS { MATCH (m)-[:MENTIONS]->(s) } OR EXISTS { MATCH (s)%(left)s[:%(types)s]%(right)s(m) } AS direct
+     EXISTS { MATCH (m)-[:MENTIONS]->(s) } OR EXISTS { MATCH (s)%(left)s[%(types)s]%(right)s(m) } AS direct
 OPTIONAL MATCH (m)-[:MENTIONS]->(n:Entity)
 WHERE NOT direct AND n <> s AND n.agent_id IS NOT NULL AND ($agent IS NULL OR n.agent_id = $agent)
 WITH m, direct, collect(elementId(n)) AS via
@@ -210,18 +213,18 @@ RETURN collect(CASE WHEN direct THEN m.id END) AS direct,
 _NEAR_ENTITIES_1 = """
 MATCH (s:Entity {key: $start})
 WHERE s.agent_id IS NOT NULL AND ($agent IS NULL OR s.agent_id = $agent)
-MATCH (s)%(left)s[:%(types)s]%(right)s(x:Entity)
+MATCH (s)%(left)s[%(types)s]%(right)s(x:Entity)
 WHERE ($eids IS NULL OR elementId(x) IN $eids) AND x.agent_id IS NOT NULL AND ($agent IS NULL OR x.agent_id = $agent)
 RETURN collect(DISTINCT elementId(x)) AS near
 """
 _CONNECTED = (
     _CANDIDATES
     + """  AND (EXISTS { MATCH (m)-[:MENTIONS]->(s) }
-    OR EXISTS { MATCH p = (m)%(rleft)s[:%(types)s*1..%(hops)d]%(rright)s(s) WHERE all(x IN nodes(p) WHERE %(node_ok)s) }
+    OR EXISTS { MATCH p = (m)%(rleft)s[%(types)s*1..%(hops)d]%(rright)s(s) WHERE all(x IN nodes(p) WHERE %(node_ok)s) }
     OR EXISTS {
       MATCH (m)-[:MENTIONS]->(n:Entity)
       WHERE n <> s AND n.agent_id IS NOT NULL AND ($agent IS NULL OR n.agent_id = $agent)
-      MATCH p = (n)%(rleft)s[:%(types)s*1..%(hops)d]%(rright)s(s)
+      MATCH p = (n)%(rleft)s[%(types)s*1..%(hops)d]%(rright)s(s)
       WHERE all(x IN nodes(p) WHERE %(node_ok)s)
     })
 RETURN collect(m.id) AS ids
@@ -239,11 +242,11 @@ _SCHEMA = [
     "CREATE CONSTRAINT entity_key IF NOT EXISTS FOR (e:Entity) REQUIRE e.key IS UNIQUE",
     "CREATE INDEX memory_agent IF NOT EXISTS FOR (m:Memory) ON (m.agent_id)",
     "CREATE INDEX entity_agent IF NOT EXISTS FOR (e:Entity) ON (e.agent_id)",
-    *(
-        f"CREATE INDEX rel_origin_{_rel(t).lower()} IF NOT EXISTS FOR ()-[r:{_rel(t)}]-() ON (r.origin)"
-        for t in ALL_RELATION_TYPES
-    ),
 ]
+
+
+def _origin_index_cypher(rel_type: str) -> str:
+    return f"CREATE INDEX rel_origin_{rel_type.lower()} IF NOT EXISTS FOR ()-[r:{_rel(rel_type)}]-() ON (r.origin)"
 
 
 def _native(value: Any) -> Any:
@@ -288,6 +291,7 @@ class Neo4jGraphStore:
     def __init__(self, settings: Neo4jSettings) -> None:
         self._settings = settings
         self._timeout = float(settings.timeout_s)
+        self._origin_indexes: set[str] = set()  # relationship types whose origin index exists
         password = settings.password.get_secret_value() if settings.password is not None else None
         try:
             self._driver = neo4j.GraphDatabase.driver(
@@ -375,6 +379,7 @@ class Neo4jGraphStore:
             ({**m, "remote_types": sorted(remote[m["id"]])} for m in batch.memories), key=lambda m: str(m["id"])
         )
         entities = sorted(batch.entities, key=lambda e: e["key"])
+        self._ensure_origin_indexes(set().union(*remote.values()))
 
         def work(tx: neo4j.ManagedTransaction) -> None:
             old_types = [rec["t"] for rec in tx.run(_UPSERT_MEMORIES, rows=memories)]
@@ -387,6 +392,24 @@ class Neo4jGraphStore:
                 tx.run(_PURGE_ORPHANS, eids=sorted(touched)).consume()
 
         self._write("upsert_memories", work)
+
+    def _ensure_origin_indexes(self, types: set[str]) -> None:
+        """The ``origin`` index of each relationship type used in a remote edge, on first use.
+
+        The set of types is open, so no fixed list of indexes can cover it. Schema commands cannot
+        share a transaction with writes: each runs on its own before the write, then waits until
+        the index is online (instant for a type nothing uses yet), because dropping remote edges
+        pins its plan to that index. ``IF NOT EXISTS`` makes a race between two processes harmless;
+        known types are remembered per store object.
+        """
+        new = sorted(types - self._origin_indexes)
+        if not new:
+            return
+        with self._errors("ensure_origin_index"), self._session() as session:
+            for t in new:
+                session.run(neo4j.Query(_origin_index_cypher(t), timeout=max(self._timeout, 30.0))).consume()
+                session.run("CALL db.awaitIndex($name, 30)", name=f"rel_origin_{t.lower()}").consume()
+        self._origin_indexes.update(new)
 
     def _split_on_timeout(self, what: str, items: Sequence[T], write: Callable[[Sequence[T]], None]) -> None:
         """Write ``items`` in one transaction; if it times out, in two halves, and so on down to one."""
@@ -462,7 +485,7 @@ class Neo4jGraphStore:
             "right": right,
             "rleft": rleft,
             "rright": rright,
-            "types": "|".join(_rel(t) for t in q.relation_types),
+            "types": ":" + "|".join(_rel(t) for t in q.relation_types) if q.relation_types else "",
             "hops": q.hops,
             "node_ok": _NODE_OK,
         }
@@ -675,7 +698,7 @@ def _drop_declared(tx: neo4j.ManagedTransaction, ids: list[str], old_types: Sequ
     ``old_types``: the remote edge types those memories recorded when they declared them.
     """
     touched = {v for rec in tx.run(_DROP_NEAR, ids=ids) for v in (rec["a"], rec["b"])}
-    for rel_type in sorted(t for t in old_types if t in RELATION_TYPES):
+    for rel_type in sorted(set(old_types)):
         touched.update(v for rec in tx.run(_drop_remote_cypher(rel_type), ids=ids) for v in (rec["a"], rec["b"]))
     return touched
 

@@ -28,11 +28,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memoryctl.errors import InputError
-from memoryctl.model import RELATION_TYPES, validate_agent_id, validate_entity_type, validate_relation_type
+from memoryctl.model import validate_agent_id, validate_entity_type, validate_relation_type
 from memoryctl.stores.protocols import MAX_HOPS, Direction, GraphMemory, GraphTraversal
 
 MENTIONS = "MENTIONS"
-ALL_RELATION_TYPES: tuple[str, ...] = tuple(sorted(RELATION_TYPES))
 _DIRECTIONS: tuple[Direction, ...] = ("out", "in", "both")
 
 
@@ -40,7 +39,7 @@ _DIRECTIONS: tuple[Direction, ...] = ("out", "in", "both")
 class PreparedEdge:
     src: str
     src_is_memory: bool
-    type: str  # a member of RELATION_TYPES (validated)
+    type: str  # validated by memoryctl.model.validate_relation_type (any identifier of that shape)
     dst: str
     dst_is_memory: bool
     origin: str  # the memory id (text) that declared the edge
@@ -64,7 +63,7 @@ class PreparedBatch:
 class CheckedTraversal:
     agent_id: str | None
     start_key: str
-    relation_types: tuple[str, ...]  # every member validated against RELATION_TYPES
+    relation_types: tuple[str, ...]  # each validated; empty = any type (the set is open)
     hops: int  # 1..MAX_HOPS
     direction: Direction
     limit: int | None
@@ -166,7 +165,7 @@ def check_traversal(query: GraphTraversal) -> CheckedTraversal:
         raise InputError(f"direction must be one of {', '.join(_DIRECTIONS)}, not {query.direction!r}")
     if isinstance(query.relation_types, str):
         raise InputError("relation_types is a list of relationship types, not one string")
-    types = tuple(sorted({validate_relation_type(t) for t in query.relation_types})) or ALL_RELATION_TYPES
+    types = tuple(sorted({validate_relation_type(t) for t in query.relation_types}))
     limit = query.limit
     if limit is not None and (type(limit) is not int or limit < 1):
         raise InputError(f"limit must be a positive integer, not {limit!r}")

@@ -24,7 +24,7 @@ from psycopg import sql
 from psycopg.rows import tuple_row
 
 from memoryctl.errors import InputError, StoreError, StoreUnavailable
-from memoryctl.model import RELATION_TYPES, validate_agent_id
+from memoryctl.model import validate_agent_id
 from memoryctl.stores import names
 from memoryctl.stores.graph_semantics import (
     check_ids,
@@ -74,15 +74,11 @@ _DDL = [
 ]
 
 # One fragment per direction: constant SQL chosen by a validated key, never built from input.
-_STEP = {
-    "out": "SELECT g.dst AS node FROM {s}.graph_edges g WHERE g.src = w.node AND g.type = ANY(%(types)s)",
-    "in": "SELECT g.src AS node FROM {s}.graph_edges g WHERE g.dst = w.node AND g.type = ANY(%(types)s)",
-    "both": (
-        "SELECT g.dst AS node FROM {s}.graph_edges g WHERE g.src = w.node AND g.type = ANY(%(types)s)"
-        " UNION ALL "
-        "SELECT g.src AS node FROM {s}.graph_edges g WHERE g.dst = w.node AND g.type = ANY(%(types)s)"
-    ),
-}
+# No types given means any type (the set is open: there is no list to expand "all" into).
+_TYPE_OK = "(cardinality(%(types)s::text[]) = 0 OR g.type = ANY(%(types)s))"
+_OUT = "SELECT g.dst AS node FROM {s}.graph_edges g WHERE g.src = w.node AND " + _TYPE_OK  # noqa: S608
+_IN = "SELECT g.src AS node FROM {s}.graph_edges g WHERE g.dst = w.node AND " + _TYPE_OK  # noqa: S608
+_STEP = {"out": _OUT, "in": _IN, "both": _OUT + " UNION ALL " + _IN}
 
 _TRAVERSE = """
 WITH RECURSIVE
@@ -281,7 +277,6 @@ class SqlGraphStore:
     def traverse(self, query: GraphTraversal) -> list[uuid.UUID]:
         q = check_traversal(query)
         assert q.direction in _STEP  # the step fragment is picked by a validated key
-        assert all(t in RELATION_TYPES for t in q.relation_types)
         text = _TRAVERSE + (" LIMIT %(limit)s" if q.limit is not None else "")
         stmt = sql.SQL(text).format(
             s=sql.Identifier(self._schema),
@@ -311,7 +306,9 @@ class SqlGraphStore:
         stmt = self._q(
             "SELECT greatest((SELECT count(*) FROM {s}.graph_edges g WHERE "  # noqa: S608 - constant fragments
             + side
-            + " AND g.type = ANY(%(types)s)),"
+            + " AND "
+            + _TYPE_OK
+            + "),"
             " (SELECT count(*) FROM {s}.graph_edges g WHERE g.dst = s.key AND g.type = 'MENTIONS'))"
             " FROM {s}.graph_entities s WHERE s.key = %(start)s AND (%(agent)s::text IS NULL OR s.agent_id = %(agent)s)"
         )

@@ -188,7 +188,7 @@ class GraphEdge:
     """A typed edge between two nodes; a node is an entity key or a memory id."""
 
     source: str | uuid.UUID
-    type: str  # validated against memoryctl.model.RELATION_TYPES
+    type: str  # validated by memoryctl.model.validate_relation_type (any identifier of that shape)
     target: str | uuid.UUID
 
 
@@ -215,7 +215,7 @@ class GraphTraversal:
 
     agent_id: str | None
     start_key: str
-    relation_types: Sequence[str] = ()  # empty = any whitelisted type
+    relation_types: Sequence[str] = ()  # empty = any type
     hops: int = 1  # 1..MAX_HOPS
     direction: Direction = "both"
     limit: int | None = None

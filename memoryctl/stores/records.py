@@ -354,7 +354,7 @@ class RunLog:
     def last_per_command(self) -> dict[str, dict[str, Any]]:
         with pg_errors(), self.pool.connection() as conn:
             rows = conn.execute(
-                "SELECT DISTINCT ON (command) command, started_at, finished_at, status, error"
+                "SELECT DISTINCT ON (command) command, started_at, finished_at, status, error, counts"
                 " FROM maintenance_runs ORDER BY command, started_at DESC"
             ).fetchall()
         return {r["command"]: r for r in rows}

@@ -383,8 +383,11 @@ class VectorCore:
     def collections(self) -> list[CollectionInfo]:
         with self.backend.errors("collections"):
             active = self.backend.active(fresh=True)
+            names = self.backend.names()
+            # Forget collections that are gone (dropped elsewhere, lost and being restored).
+            self._models = {name: model for name, model in self._models.items() if name in names}
             out = []
-            for name in self.backend.names():
+            for name in names:
                 model = self._model(name) if name.startswith(self.prefix + "__") else None
                 if model is not None:
                     points = self.backend.count(name, build_filter(VectorFilter(include_deleted=True)))

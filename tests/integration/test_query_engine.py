@@ -13,6 +13,7 @@ import pytest
 
 from memoryctl.client import MemoryClient
 from memoryctl.model import EntityRef, Memory, MemoryRef, Relation
+from memoryctl.query.fusion import RECENCY_WEIGHT
 from memoryctl.query.spec import GraphFilter, MemoryQuery, Where
 from tests.conftest import cluster_settings, fresh_database, wipe_neo4j
 
@@ -99,7 +100,7 @@ def dataset() -> dict[str, Memory]:
             entities=[PAYMENTS],
             relations=[Relation(PAYMENTS, "DEPENDS_ON", OPS101)],
         ),
-        # same text, different ages: decay decides
+        # same text, different ages: recency decides
         "m8": Memory(
             id=ids["m8"],
             agent_id="a1",
@@ -171,7 +172,8 @@ def test_graph_vector_time(world: tuple[MemoryClient, dict[str, Memory]]) -> Non
     steps = {s.name: s for s in r.steps}
     assert steps["graph.traverse"].rows_out == 4  # m1 m2 m4 m5: the time filter is pushed into Qdrant
     assert steps["vector.search"].detail["filter"]["ids"] == 4
-    assert all(h.scores["vector"] > 0 and 0 < h.scores["decay"] <= 1 for h in r.hits)
+    assert all(h.scores["vector"] > 0 and 0 < h.scores["recency"] <= 1 for h in r.hits)
+    assert steps["lexical.search"].detail["ids"] == 4  # the lexical leg is scoped to the same candidates
     assert r.hits[0].relationships and r.hits[0].relationships[0]["type"] == "AUTHORED"
 
 
@@ -179,7 +181,8 @@ def test_relational_vector_pushdown(world: tuple[MemoryClient, dict[str, Memory]
     client, data = world
     r = client.query(MemoryQuery(text="latency problems", agent_id="a1", where=[Where.parse("kind = ticket")]))
     assert names(data, r) == ["m6"]
-    assert [s.name for s in r.steps if s.store == "postgres"] == ["postgres.hydrate"]  # nothing pulled up first
+    # nothing pulled up first: PostgreSQL's other step is the lexical leg, under the same where clause
+    assert [s.name for s in r.steps if s.store == "postgres"] == ["lexical.search", "postgres.hydrate"]
     r = client.query(MemoryQuery(text="rollback", agent_id="a1", where=[Where.parse("sentiment < 0")]))
     assert set(names(data, r)) == {"m2", "m3", "m5"}
 
@@ -229,16 +232,40 @@ def test_time_only(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
     assert names(data, r) == ["m1", "m4", "m2", "m3", "m6"]
 
 
-def test_decay_orders_equal_texts_by_age(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
+def test_recency_orders_equal_texts_and_never_lifts_the_unrelated(
+    world: tuple[MemoryClient, dict[str, Memory]],
+) -> None:
     client, data = world
     q = MemoryQuery(text="nightly backup job finished", agent_id="a1", half_life=timedelta(days=30), limit=20)
     r = client.query(q)
     got = names(data, r)
-    assert got[0] == "m8" and got.index("m9") > 0
-    ratio = r.hits[got.index("m9")].score / r.hits[0].score
-    assert ratio == pytest.approx(0.5 ** (59 / 30), rel=0.02)
+    # The newer copy first; the 60-day-old copy right after it, above every newer memory that is
+    # about something else (the old multiplier put it below them all).
+    assert got[:2] == ["m8", "m9"]
+    new, old = r.hits[0].scores["recency"], r.hits[1].scores["recency"]
+    assert old / new == pytest.approx(0.5 ** (59 / 30), rel=0.02)
+    assert r.hits[0].score - r.hits[1].score == pytest.approx(RECENCY_WEIGHT * (new - old), abs=1e-6)
     flat = client.query(MemoryQuery(text="nightly backup job finished", agent_id="a1", decay=False, limit=2))
     assert flat.hits[0].score == pytest.approx(flat.hits[1].score, abs=1e-5)
+
+
+def test_lexical_leg_is_scoped_like_the_vector_leg(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
+    """Agent, time, where clauses and graph candidates, in the same SQL as the words; soft
+    deletes too (tests/integration/test_write_path forgets and queries)."""
+    client, data = world
+    words = "rollback payments Alice"  # x1 (agent a2) has all three words too
+
+    def lexical(**kw: object) -> list[str]:
+        r = client.query(MemoryQuery(text=words, agent_id="a1", retrieval="lexical", **kw))  # type: ignore[arg-type]
+        assert r.plan.startswith(("lexical(", "graph → lexical(")) and r.degraded == []
+        return names(data, r)
+
+    assert set(lexical()) >= {"m1", "m2", "m3"} and "x1" not in lexical()
+    assert "m5" not in lexical(since=NOW - timedelta(days=7))  # 20 days old
+    assert set(lexical(where=[Where.parse("sentiment < 0")])) == {"m2", "m3", "m5"}
+    assert set(lexical(graph=GraphFilter(BOB))) == {"m3"}
+    # entity names are searched as words: "OPS-101" is only an entity of m6 and the text of m6
+    assert names(data, client.query(MemoryQuery(text="Phoenix", agent_id="a1", retrieval="lexical")))[0] == "m7"
 
 
 def test_threshold_is_a_similarity_floor(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
@@ -298,7 +325,7 @@ def test_degraded_qdrant_unreachable(world: tuple[MemoryClient, dict[str, Memory
         r = broken.query(MemoryQuery(text="rollback payments", agent_id="a1"))
         assert r.degraded == ["qdrant"]
         assert names(data, r)[0] in {"m1", "m2"}
-        assert any("full-text" in n for n in r.notes)
+        assert any("lexical leg alone" in n for n in r.notes)
         assert names(data, broken.query(MemoryQuery(text="rollback payments", agent_id="a2"))) == ["x1"]
     finally:
         broken.close()

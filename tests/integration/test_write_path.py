@@ -88,7 +88,7 @@ def test_bad_lines_reported_and_skipped_or_refused(cluster: MemoryClient, tmp_pa
     path.write_text(
         '{"text": "fine"}\n'
         "not json\n"
-        '{"text": "bad rel", "relations": [{"from": "this", "type": "DROP_ALL", "to": "this"}]}\n'
+        '{"text": "bad rel", "relations": [{"from": "this", "type": "DROP ALL]->()", "to": "this"}]}\n'
         '{"text": ""}\n'
         '{"text": "bad entity type", "entities": [{"type": "User`) DETACH DELETE n", "name": "x"}]}\n'
         '{"text": "fine too", "agent_id": "a2"}\n'
@@ -98,7 +98,7 @@ def test_bad_lines_reported_and_skipped_or_refused(cluster: MemoryClient, tmp_pa
     assert cluster.stack.records.count() == 0  # strict: nothing written
     lenient = cluster.import_jsonl(path)
     assert [b.line for b in lenient.invalid] == [2, 3, 4, 5]
-    assert "DROP_ALL" in lenient.invalid[1].error
+    assert "DROP ALL" in lenient.invalid[1].error
     assert lenient.inserted == 2
 
 

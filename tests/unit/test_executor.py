@@ -16,6 +16,7 @@ from memoryctl.model import EntityRef, Memory
 from memoryctl.query.engine import QueryEngine
 from memoryctl.query.guard import Guard
 from memoryctl.query.plan import PlanOptions
+from memoryctl.query.results import QueryResult
 from memoryctl.query.spec import GraphFilter, MemoryQuery, Where
 from memoryctl.stores.protocols import VectorFilter
 from tests.unit.fakes import (
@@ -90,17 +91,32 @@ def test_vector_plan_is_one_search_then_hydration(world: World) -> None:
     r = s.engine.run(MemoryQuery(text="rollback payments", agent_id="a", where=[Where.parse("sentiment < 0")]))
     assert texts(r) == ["alice started the rollback of payments"]
     # relationships are fetched from the graph while PostgreSQL hydrates
-    assert [st.name for st in r.steps] == ["embed.query", "vector.search", "graph.relationships", "postgres.hydrate"]
+    # the lexical leg runs in PostgreSQL while the query is embedded and the vector store searched
+    assert [st.name for st in r.steps] == [
+        "lexical.search",
+        "embed.query",
+        "vector.search",
+        "fuse",
+        "graph.relationships",
+        "postgres.hydrate",
+    ]
     (search,) = s.vectors.calls.args("search")
     assert search["filter"].agent_id == "a" and search["filter"].meta[0].key == "sentiment"
-    assert s.relational.calls.log == []  # nothing pulled up from PostgreSQL first
-    assert r.plan == "vector(pushdown: agent, meta.sentiment <)" and r.degraded == []
+    # nothing pulled up from PostgreSQL first: its one call is the lexical leg, scoped the same way
+    assert s.relational.calls.names() == ["lexical"]
+    (lexical,) = s.relational.calls.args("lexical")
+    assert lexical["where"] == search_where(r) and lexical["ids"] is None
+    assert r.plan == "vector+lexical(pushdown: agent, meta.sentiment <)" and r.degraded == []
     assert r.hits[0].sources == ["postgres", "qdrant"]
+
+
+def search_where(r: QueryResult) -> list[Where]:
+    return list(r.query.where)
 
 
 def test_answers_match_brute_force(world: World) -> None:
     s = Stack(world)
-    q = MemoryQuery(text="rollback of payments", agent_id="a", decay=False)
+    q = MemoryQuery(text="rollback of payments", agent_id="a", decay=False, retrieval="dense")
     assert [h.id for h in s.engine.run(q).hits] == cosine_rank(world, q)
 
 
@@ -119,11 +135,14 @@ def test_vector_store_down_falls_back_to_full_text(world: World) -> None:
     s = Stack(world)
     s.vectors.calls.fail["search"] = StoreUnavailable("qdrant", "no answer within 2.0s")
     r = s.engine.run(MemoryQuery(text="rollback payments", agent_id="a"))
-    assert r.degraded == ["qdrant"] and any("full-text" in n for n in r.notes)
+    assert r.degraded == ["qdrant"] and any("lexical leg alone" in n for n in r.notes)
     assert texts(r)[:2] == ["alice rollback of payments finished", "alice started the rollback of payments"]
     failed = next(st for st in r.steps if st.name == "vector.search")
     assert failed.status == "failed" and "no answer" in (failed.error or "")
-    assert [st.name for st in r.steps][-3:] == ["fallback.fulltext", "graph.relationships", "postgres.hydrate"]
+    assert [st.name for st in r.steps][-3:] == ["fuse", "graph.relationships", "postgres.hydrate"]
+    assert all(set(h.scores) >= {"lexical", "relevance"} and "vector" not in h.scores for h in r.hits)
+    dense = s.engine.run(MemoryQuery(text="rollback payments", agent_id="a", retrieval="dense"))
+    assert dense.hits and "fallback.lexical" in [st.name for st in dense.steps]  # asked for now
     raw = s.engine.run(MemoryQuery(vector=EMBEDDER.embed_query("rollback").tolist(), agent_id="a"))
     assert raw.hits == [] and any("raw vector" in n for n in raw.notes)
 
@@ -132,7 +151,7 @@ def test_graph_down_falls_back_to_mentions(world: World) -> None:
     s = Stack(world)
     s.graph_up = False
     r = s.engine.run(MemoryQuery(text="rollback", agent_id="a", graph=GraphFilter(ALICE)))
-    assert r.degraded == ["neo4j"] and r.plan == "graph → vector(pushdown: agent, 3 ids)"
+    assert r.degraded == ["neo4j"] and r.plan == "graph → vector+lexical(pushdown: agent, 3 ids)"
     assert ("mentions", {"entity": ("User", "Alice"), "limit": 100_000}) in s.relational.calls.log
     assert all(h.sources == ["postgres", "qdrant", "postgres-mentions"] for h in r.hits)
     assert all(h.relationships == [] for h in r.hits)  # no graph: no relationships asked for

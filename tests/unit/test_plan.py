@@ -50,7 +50,8 @@ def test_text_pushes_everything_the_payload_holds_into_one_search() -> None:
     assert flt is not None
     assert (flt.agent_id, flt.kinds, flt.created_from) == ("a", ["ticket"], SINCE)
     assert [(m.key, m.op, m.value) for m in flt.meta] == [("sentiment", "<", 0)]
-    assert p.describe() == "vector(pushdown: agent, time, kind =, meta.sentiment <)"
+    assert p.describe() == "vector+lexical(pushdown: agent, time, kind =, meta.sentiment <)"
+    assert p.search.legs == ("vector", "lexical")  # hybrid by default
 
 
 def test_where_the_payload_cannot_answer_is_checked_in_postgres_after_the_search() -> None:
@@ -116,7 +117,7 @@ def test_graph_and_text_is_graph_first_when_the_graph_cannot_check_cheaply() -> 
     p = chosen(q(text="rollback", graph=ALICE, since=SINCE))
     assert p.kind == "graph-first" and p.traverse is not None and p.search is not None
     assert p.search.among_candidates and p.search.filter is not None and p.search.filter.created_from == SINCE
-    assert p.describe(candidates=4) == "graph → vector(pushdown: agent, 4 ids, time)"
+    assert p.describe(candidates=4) == "graph → vector+lexical(pushdown: agent, 4 ids, time)"
     assert p.describe(candidates=0) == "graph → (no candidates)"
 
 
@@ -134,7 +135,8 @@ def test_vector_first_asks_for_the_fanout_then_the_scope() -> None:
     assert p.fallback.kind == "graph-first"
     assert (
         p.describe(kept=40)
-        == f"graph fan-out 20000 → vector-first(top {p.vector_first.k}, pushdown: agent) → graph.verify → 40 kept"
+        == f"graph fan-out 20000 → vector-first(vector+lexical, top {p.vector_first.k}, pushdown: agent)"
+        " → graph.verify → 40 kept"
     )
 
 
@@ -162,10 +164,10 @@ def test_when_vector_first_is_not_chosen(query: dict[str, object], facts: Facts,
 
 def test_or_runs_each_leg_as_its_own_plan() -> None:
     p = chosen(q(text="rollback", graph=ALICE, where=[Where.parse("kind = note")], combine="or", limit=4))
-    assert p.kind == "or" and [name for name, _ in p.legs] == ["vector", "graph", "where"]
+    assert p.kind == "or" and [name for name, _ in p.legs] == ["text", "graph", "where"]
     legs = dict(p.legs)
     want = depth(q(text="x", limit=4))
-    vector, graph, where = legs["vector"], legs["graph"], legs["where"]
+    vector, graph, where = legs["text"], legs["graph"], legs["where"]
     assert vector.search is not None and not vector.search.with_where and vector.search.filter is not None
     assert vector.search.filter.kinds is None  # each leg answers its own part of the question
     assert graph.filter is not None and (graph.filter.limit, graph.filter.with_where, graph.filter.tag) == (

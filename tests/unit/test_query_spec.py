@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from memoryctl.errors import InputError
 from memoryctl.model import EntityRef
-from memoryctl.query.fusion import decay, rrf
+from memoryctl.query.fusion import rrf
 from memoryctl.query.guard import Guard
 from memoryctl.query.plan import pushdown
 from memoryctl.query.relational import where_sql
@@ -66,8 +66,11 @@ def test_query_needs_scope_and_something_to_ask() -> None:
     assert MemoryQuery(text="x", all_agents=True, agent_id="a").validate().agent_id is None
     with pytest.raises(InputError):
         GraphFilter(EntityRef("User", "A"), hops=4)
-    with pytest.raises(InputError):
-        GraphFilter(EntityRef("User", "A"), via=("NOT_A_REL",))
+    for bad in ("NOT A REL", "KNOWS|MENTIONS", "`X`", "1ST", "", "X" * 65):
+        with pytest.raises(InputError):
+            GraphFilter(EntityRef("User", "A"), via=(bad,))
+    # Any identifier of the documented shape is a relationship type, upper-cased.
+    assert GraphFilter(EntityRef("Speaker", "A"), via=("said", "Attended_2")).via == ("SAID", "ATTENDED_2")
 
 
 def test_pushdown_carries_every_payload_filter() -> None:
@@ -95,13 +98,6 @@ def test_rrf_rewards_agreement() -> None:
     assert total[b] > total[a]
     assert total[c] > total[b]
     assert set(fused[a]) == {"vector"}
-
-
-def test_decay_halves_per_half_life() -> None:
-    now = datetime(2026, 11, 29, tzinfo=UTC)
-    assert decay(now - timedelta(days=30), now, timedelta(days=30)) == pytest.approx(0.5)
-    assert decay(now + timedelta(days=1), now, timedelta(days=30)) == 1.0
-    assert decay(now - timedelta(days=300), now, None) == 1.0
 
 
 def test_guard_times_out_and_opens_breaker() -> None:

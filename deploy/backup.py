@@ -1,0 +1,332 @@
+"""Backups: pgBackRest for PostgreSQL, and the place Qdrant's snapshots are shipped to.
+
+PostgreSQL is the source of truth, so it gets continuous WAL archiving plus full/differential base
+backups (pgBackRest from Debian) into a repository on the **backup node**, never the database's
+(:mod:`deploy.opsnode`). The two pgBackRest sides talk TLS over the mesh (port 8432, firewalled to
+the mesh), each admitting the other by the common name of a certificate from a CA generated on the
+controller (:mod:`deploy.pki`): no SSH keys between nodes. The repository is encrypted
+(aes-256-cbc) with a passphrase generated on the controller like every other secret; it can live
+on the backup node's disk (``repository: {type: posix}``, the default) or in an S3-compatible
+bucket such as Hetzner Object Storage (``type: s3``; docs/backup.md). Backups run on the
+repository side from cron (full weekly, differential daily by default), retention is pgBackRest's.
+
+Qdrant's snapshots (one per shard, through its API) are taken by ``memoryctl backup qdrant`` on
+the db node and shipped to the backup node's rsync daemon (mesh address only, one module, one user
+with a generated password). Neo4j is rebuilt from PostgreSQL (``memoryctl rebuild graph``): it has
+no backup of its own (docs/backup.md says why).
+
+One-shot steps converge: whether the stanza exists and has a backup is asked of pgBackRest on
+every run (:class:`PgbackrestStanza`), so a run that failed half-way finishes the job next time.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.api.facts import FactBase
+from pyinfra.operations import apt, files, server, systemd
+
+from deploy.common import component, has_role, inventory, secrets, template
+from deploy.opsnode import ops_node
+from deploy.pki import CertificateAuthority
+
+STANZA = "memoryctl"
+CONFIG = "/etc/pgbackrest.conf"  # the Debian package's path
+TLS_DIR = "/etc/pgbackrest/tls"
+TLS_PORT = 8432
+RSYNC_PORT = 873
+RSYNC_MODULE = "qdrant-snapshots"
+RSYNC_USER = "memoryctl"
+SNAPSHOT_DIR = "/var/backups/memoryctl/qdrant"
+REPO_PATH = "/var/lib/pgbackrest"
+AS_POSTGRES = {"_sudo": True, "_sudo_user": "postgres"}
+DEFAULT_SCHEDULE = {"full": "30 1 * * 0", "diff": "30 1 * * 1-6", "qdrant": "45 1 * * *"}
+
+
+class BackupSettingsError(ValueError):
+    """``components.backup`` that cannot be deployed as written."""
+
+
+class PgbackrestStanza(FactBase[dict[str, Any] | None]):
+    """What pgBackRest's ``info`` says of a stanza: ``{"status": code, "backups": n}``; None when
+    pgBackRest is not installed or does not answer. Status codes are pgBackRest's own: 0 ok,
+    1 missing stanza path, 2 no valid backups, 3 missing stanza data ...
+    Run it as the ``postgres`` OS user (``_sudo=True, _sudo_user="postgres"``)."""
+
+    def requires_command(self, *args: Any, **kwargs: Any) -> str:
+        return "pgbackrest"
+
+    def command(self, stanza: str) -> str:
+        return f"pgbackrest --stanza={stanza} --output=json --log-level-console=off info 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> dict[str, Any] | None:
+        try:
+            (entry,) = json.loads("\n".join(output))
+            return {"status": int(entry["status"]["code"]), "backups": len(entry.get("backup", []))}
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def enabled() -> bool:
+    return bool(component("backup").get("enabled", True))
+
+
+def backup_node() -> str:
+    return ops_node(inventory(), "backup", component("backup"))
+
+
+def mesh_ports() -> list[int]:
+    """What this host serves over the mesh for backups (the firewall opens these on ``wg0``)."""
+    if not enabled():
+        return []
+    ports = [TLS_PORT] if has_role("db") else []
+    if host.name == backup_node():
+        ports += [TLS_PORT, RSYNC_PORT]
+    return sorted(set(ports))
+
+
+def repository() -> dict[str, Any]:
+    """The pgBackRest repository settings, with the S3 credentials read from the secrets directory."""
+    settings = dict(component("backup").get("repository") or {"type": "posix"})
+    kind = settings.get("type", "posix")
+    if kind == "posix":
+        return {"type": "posix", "path": settings.get("path", REPO_PATH)}
+    if kind != "s3":
+        raise BackupSettingsError(f"backup.repository.type must be posix or s3, not {kind!r}")
+    missing = [key for key in ("endpoint", "bucket", "region") if not settings.get(key)]
+    if missing:
+        raise BackupSettingsError(f"backup.repository (s3) needs {', '.join(missing)}")
+    store = secrets().dir
+    credentials = {}
+    for name in ("s3_key", "s3_key_secret"):
+        path = store.path / "pgbackrest" / name
+        if not path.is_file():
+            raise BackupSettingsError(
+                f"backup.repository (s3): put the bucket's {name.replace('_', ' ')} into {path} (mode 0600); "
+                "access keys cannot be generated, the object storage issues them"
+            )
+        credentials[name] = path.read_text().strip()
+    return {
+        "type": "s3",
+        "path": settings.get("path", "/memoryctl"),
+        "endpoint": settings["endpoint"],
+        "bucket": settings["bucket"],
+        "region": settings["region"],
+        "uri_style": settings.get("uri_style", "host"),
+        "key": credentials["s3_key"],
+        "key_secret": credentials["s3_key_secret"],
+    }
+
+
+def memoryctl_settings() -> dict[str, Any] | None:
+    """The ``[backup]`` section of memoryctl.toml (the db node reads backups through these)."""
+    if not enabled():
+        return None
+    node = backup_node()
+    return {
+        "pgbackrest_stanza": STANZA,
+        "snapshot_target": f"rsync://{RSYNC_USER}@{inventory().nodes[node]['mesh']}/{RSYNC_MODULE}",
+        "snapshot_password": secrets().token("backup/rsync_password"),
+        "snapshot_keep": int(component("backup").get("snapshot_keep", 7)),
+    }
+
+
+def _schedule() -> dict[str, str]:
+    return {**DEFAULT_SCHEDULE, **(component("backup").get("schedule") or {})}
+
+
+def _tls_files(peer_name: str) -> list[Any]:
+    """The node's certificate and key, and the CA, readable by the postgres user only."""
+    cert = CertificateAuthority(secrets().dir, "pgbackrest").node(host.name, host.data.mesh_address)
+    files.directory(name="pgBackRest TLS directory", path=TLS_DIR, user="postgres", group="postgres", mode="750")
+    ops = []
+    for name, content, mode in (
+        ("ca.crt", cert.ca, "644"),
+        ("node.crt", cert.cert, "644"),
+        ("node.key", cert.key, "600"),
+    ):
+        ops.append(
+            template(
+                "pgbackrest/pem.j2", f"{TLS_DIR}/{name}", pem=content, user="postgres", group="postgres", mode=mode
+            )
+        )
+    return ops
+
+
+def _config(side: str, peer: str, **extra: Any) -> Any:
+    return template(
+        "pgbackrest/pgbackrest.conf.j2",
+        CONFIG,
+        side=side,
+        stanza=STANZA,
+        mesh_address=host.data.mesh_address,
+        tls_port=TLS_PORT,
+        tls_dir=TLS_DIR,
+        peer_name=peer,
+        peer_address=inventory().nodes[peer]["mesh"],
+        pg_data=f"/var/lib/postgresql/{pg_major()}/main",
+        process_max=int(component("backup").get("process_max", 2)),
+        user="postgres",
+        group="postgres",
+        mode="640",
+        create_remote_dir=False,  # else pyinfra would chown /etc to postgres
+        **extra,
+    )
+
+
+def pg_major() -> int:
+    return int(component("postgres").get("version", 15))
+
+
+def _server(changes: list[Any]) -> None:
+    """pgBackRest's TLS server (the package's unit, as postgres), restarted when its files change."""
+    systemd.service(name="pgbackrest server running and enabled", service="pgbackrest", running=True, enabled=True)
+    systemd.service(
+        name="Restart pgbackrest server (its files changed)",
+        service="pgbackrest",
+        restarted=True,
+        _if=lambda: any(op.did_change() for op in changes),
+    )
+
+
+@deploy("Backups")
+def backup() -> None:
+    if not enabled():
+        host.noop("backup: disabled in the inventory")
+        return
+    if has_role("db"):
+        database_side()
+    if host.name == backup_node():
+        repository_side()
+
+
+def database_side() -> None:
+    """WAL archiving into the repository, the TLS server the repository backs up through, and the
+    Qdrant snapshot job of memoryctl (it runs where memoryctl runs)."""
+    node = backup_node()
+    apt.packages(name="pgBackRest, rsync", packages=["pgbackrest", "rsync"], no_recommends=True)
+    changes = _tls_files(node)
+    changes.append(_config("database", node))
+    _server(changes)
+    archiving = template(
+        "pgbackrest/archiving.conf.j2",
+        f"/etc/postgresql/{pg_major()}/main/conf.d/pgbackrest.conf",
+        stanza=STANZA,
+        repository_node=node,
+        archive_timeout=int(component("backup").get("archive_timeout", 60)),
+        user="postgres",
+        group="postgres",
+        mode="644",
+    )
+    systemd.service(
+        name="Restart PostgreSQL (WAL archiving changed)",
+        service=f"postgresql@{pg_major()}-main",
+        restarted=True,
+        _if=archiving.did_change,
+    )
+    rule = template(
+        "pgbackrest/sudoers-memoryctl.j2",
+        "/etc/sudoers.d/memoryctl-pgbackrest",
+        run_as="memoryctl",
+        stanza=STANZA,
+        user="root",
+        group="root",
+        mode="440",
+    )
+    server.shell(
+        name="Check /etc/sudoers.d/memoryctl-pgbackrest",
+        commands=["visudo -cqf /etc/sudoers.d/memoryctl-pgbackrest"],
+        _if=rule.did_change,
+    )
+    template(
+        "backup/cron.j2",
+        "/etc/cron.d/memoryctl-backup",
+        backup_node=node,
+        schedule=_schedule()["qdrant"],
+        run_as="memoryctl",
+        config_path="/etc/memoryctl/memoryctl.toml",
+        memoryctl="/usr/local/bin/memoryctl",
+        log_dir="/var/log/memoryctl",
+        mode="644",
+    )
+
+
+def repository_side() -> None:
+    """The repository (encrypted), the scheduled backups, the stanza, and the snapshot drop box."""
+    db_node = inventory().group("db")[0]
+    server.group(name="Group postgres (pgBackRest's user)", group="postgres", system=True)
+    server.user(
+        name="User postgres (pgBackRest's user)",
+        user="postgres",
+        group="postgres",
+        system=True,
+        home=REPO_PATH,
+        shell="/bin/sh",
+        create_home=False,
+    )
+    apt.packages(name="pgBackRest, rsync", packages=["pgbackrest", "rsync"], no_recommends=True)
+    settings = component("backup")
+    repo = repository()
+    if repo["type"] == "posix":
+        files.directory(name="pgBackRest repository", path=repo["path"], user="postgres", group="postgres", mode="750")
+    changes = _tls_files(db_node)
+    changes.append(
+        _config(
+            "repository",
+            db_node,
+            repository=repo,
+            cipher_pass=secrets().token("pgbackrest/cipher_pass"),
+            retention_full=int(settings.get("retention_full", 2)),
+            retention_diff=int(settings.get("retention_diff", 7)),
+        )
+    )
+    _server(changes)
+    stanza = host.get_fact(PgbackrestStanza, stanza=STANZA, **AS_POSTGRES)
+    if stanza is None or stanza["status"] in (1, 3):
+        server.shell(
+            name=f"pgBackRest stanza {STANZA}", commands=[f"pgbackrest --stanza={STANZA} stanza-create"], **AS_POSTGRES
+        )
+    if stanza is None or stanza["backups"] == 0:
+        # `check` proves WAL reaches the repository before the first full backup relies on it.
+        server.shell(
+            name="First full backup (after checking WAL archiving)",
+            commands=[f"pgbackrest --stanza={STANZA} check", f"pgbackrest --stanza={STANZA} --type=full backup"],
+            **AS_POSTGRES,
+        )
+    template("pgbackrest/cron.j2", "/etc/cron.d/pgbackrest", stanza=STANZA, schedule=_schedule(), mode="644")
+    snapshot_box(db_node)
+
+
+def snapshot_box(db_node: str) -> None:
+    """rsync's daemon on the mesh address: the db node ships Qdrant snapshots here and fetches them back."""
+    files.directory(name="Qdrant snapshot directory", path=SNAPSHOT_DIR, user="backup", group="backup", mode="750")
+    conf = template(
+        "backup/rsyncd.conf.j2",
+        "/etc/rsyncd.conf",
+        mesh_address=host.data.mesh_address,
+        port=RSYNC_PORT,
+        module=RSYNC_MODULE,
+        path=SNAPSHOT_DIR,
+        rsync_user=RSYNC_USER,
+        clients=[inventory().nodes[db_node]["mesh"]],
+        mode="644",
+    )
+    secret = template(
+        "backup/rsyncd.secrets.j2",
+        "/etc/rsyncd.secrets",
+        rsync_user=RSYNC_USER,
+        password=secrets().token("backup/rsync_password"),
+        user="root",
+        group="root",
+        mode="600",
+    )
+    systemd.service(name="rsync daemon running and enabled", service="rsync", running=True, enabled=True)
+    systemd.service(
+        name="Restart rsync daemon (its files changed)",
+        service="rsync",
+        restarted=True,
+        _if=lambda: conf.did_change() or secret.did_change(),
+    )

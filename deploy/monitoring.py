@@ -1,0 +1,253 @@
+"""Monitoring: Prometheus and Alertmanager on one node, exporters everywhere, all on the mesh.
+
+- Every node: ``prometheus-node-exporter`` (Debian) on its mesh address, with the textfile
+  collector; a cron job writes each WireGuard peer's latest handshake there (node_exporter has no
+  WireGuard collector).
+- The ``db`` node: ``prometheus-postgres-exporter`` (peer-authenticated as a ``prometheus`` role in
+  ``pg_monitor``), and memoryctl's own metrics through the textfile collector: ``memoryctl health
+  --prometheus`` every minute and ``memoryctl backup status --prometheus`` every five. A textfile
+  rather than an endpoint: it works whether or not a memoryctl service is running, and a hung probe
+  delays one file instead of failing the scrape (a stale file has its own alert).
+- Every Qdrant peer: its ``/metrics``, scraped with the API key.
+- The monitoring node (:mod:`deploy.opsnode`): ``prometheus`` and ``prometheus-alertmanager`` from
+  Debian, the rules in ``templates/prometheus/memoryctl.rules.yml``, and one Alertmanager receiver
+  that sends nothing until the inventory configures it (``components.monitoring.receiver``).
+
+Ports (mesh only, firewalled to ``wg0``): 9100 node_exporter, 9187 postgres_exporter, 9090
+Prometheus, 9093 Alertmanager.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.facts.postgres import PostgresRoles
+from pyinfra.facts.server import Users
+from pyinfra.operations import apt, files, server, systemd
+
+from deploy.common import TEMPLATES, component, has_role, inventory, secrets, template
+from deploy.opsnode import ops_node
+
+NODE_EXPORTER_PORT = 9100
+POSTGRES_EXPORTER_PORT = 9187
+PROMETHEUS_PORT = 9090
+ALERTMANAGER_PORT = 9093
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+WIREGUARD_SCRIPT = "/usr/local/sbin/memoryctl-wireguard-metrics"
+RULES_DIR = "/etc/prometheus/rules"
+QDRANT_KEY_FILE = "/etc/prometheus/qdrant-api-key"
+# memoryctl's textfile jobs on the db node: file name, command, schedule.
+MEMORYCTL_JOBS = [
+    {"name": "memoryctl-health", "command": "health", "schedule": "* * * * *"},
+    {"name": "memoryctl-backup", "command": "backup status", "schedule": "*/5 * * * *"},
+]
+
+
+def enabled() -> bool:
+    return bool(component("monitoring").get("enabled", True))
+
+
+def monitor_node() -> str:
+    return ops_node(inventory(), "monitoring", component("monitoring"))
+
+
+def qdrant_peers() -> list[str]:
+    return inventory().group("index")
+
+
+def mesh_ports() -> list[int]:
+    """What this host serves over the mesh for monitoring (the firewall opens these on ``wg0``)."""
+    if not enabled():
+        return []
+    ports = [NODE_EXPORTER_PORT]
+    if has_role("db"):
+        ports.append(POSTGRES_EXPORTER_PORT)
+    if host.name == monitor_node():
+        ports += [PROMETHEUS_PORT, ALERTMANAGER_PORT]
+    return sorted(ports)
+
+
+def receiver_yaml(receiver: dict[str, Any] | None) -> str:
+    """The operator's receiver settings, indented under ``- name: operator`` (empty = sends nothing)."""
+    if not receiver:
+        return "    # (none configured: nothing is sent)"
+    if "name" in receiver:
+        raise ValueError("components.monitoring.receiver: give the receiver's settings without a name")
+    dumped = yaml.safe_dump(receiver, default_flow_style=False, sort_keys=True).rstrip("\n")
+    return "\n".join(f"    {line}" for line in dumped.splitlines())
+
+
+@deploy("Monitoring")
+def monitoring() -> None:
+    if not enabled():
+        host.noop("monitoring: disabled in the inventory")
+        return
+    exporters()
+    if has_role("db"):
+        postgres_exporter()
+    if host.name == monitor_node():
+        prometheus()
+
+
+def _defaults_file(src: str, dest: str, service: str, **context: Any) -> None:
+    """A Debian ``/etc/default`` file for a packaged exporter/server, which restarts when it changes."""
+    rendered = template(src, dest, mode="644", **context)
+    _running(service, [rendered])
+
+
+def _running(service: str, changes: list[Any]) -> None:
+    systemd.service(name=f"{service} running and enabled", service=service, running=True, enabled=True)
+    systemd.service(
+        name=f"Restart {service} (its files changed)",
+        service=service,
+        restarted=True,
+        _if=lambda: any(op.did_change() for op in changes),
+    )
+
+
+def exporters() -> None:
+    apt.packages(name="node_exporter", packages=["prometheus-node-exporter"], no_recommends=True)
+    db = has_role("db")
+    files.directory(
+        name="Textfile collector directory",
+        path=TEXTFILE_DIR,
+        user="root",
+        group="memoryctl" if db else "root",
+        mode="775" if db else "755",
+    )
+    _defaults_file(
+        "node-exporter/default.j2",
+        "/etc/default/prometheus-node-exporter",
+        "prometheus-node-exporter",
+        mesh_address=host.data.mesh_address,
+        port=NODE_EXPORTER_PORT,
+        textfile_dir=TEXTFILE_DIR,
+    )
+    keys = secrets().wireguard
+    template(
+        "node-exporter/wireguard-metrics.j2",
+        WIREGUARD_SCRIPT,
+        textfile_dir=TEXTFILE_DIR,
+        interface=host.data.mesh.get("interface", "wg0"),
+        peers={keys.pair(name).public: name for name in inventory().nodes if name != host.name},
+        mode="755",
+    )
+    template(
+        "node-exporter/cron.j2",
+        "/etc/cron.d/memoryctl-metrics",
+        textfile_dir=TEXTFILE_DIR,
+        wireguard_script=WIREGUARD_SCRIPT,
+        memoryctl_jobs=MEMORYCTL_JOBS if db else [],
+        run_as="memoryctl",
+        config_path="/etc/memoryctl/memoryctl.toml",
+        memoryctl="/usr/local/bin/memoryctl",
+        mode="644",
+    )
+
+
+def postgres_exporter() -> None:
+    apt.packages(name="postgres_exporter", packages=["prometheus-postgres-exporter"], no_recommends=True)
+    roles = (
+        host.get_fact(PostgresRoles, _sudo=True, _sudo_user="postgres") if "postgres" in host.get_fact(Users) else {}
+    )
+    if "prometheus" not in roles:
+        server.shell(
+            name="PostgreSQL role prometheus (pg_monitor, peer authentication)",
+            commands=[
+                'psql -v ON_ERROR_STOP=1 -Ac "DO \\$\\$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '
+                "'prometheus') THEN CREATE ROLE prometheus LOGIN IN ROLE pg_monitor; END IF; END \\$\\$\""
+            ],
+            _sudo=True,
+            _sudo_user="postgres",
+        )
+    _defaults_file(
+        "prometheus/postgres-exporter.default.j2",
+        "/etc/default/prometheus-postgres-exporter",
+        "prometheus-postgres-exporter",
+        mesh_address=host.data.mesh_address,
+        port=POSTGRES_EXPORTER_PORT,
+    )
+
+
+def prometheus() -> None:
+    settings = component("monitoring")
+    cluster = inventory()
+    apt.packages(
+        name="Prometheus, Alertmanager", packages=["prometheus", "prometheus-alertmanager"], no_recommends=True
+    )
+    files.directory(name="Rules directory", path=RULES_DIR, mode="755")
+    rules = files.put(
+        name=f"Upload {RULES_DIR}/memoryctl.yml",
+        src=str(TEMPLATES / "prometheus" / "memoryctl.rules.yml"),
+        dest=f"{RULES_DIR}/memoryctl.yml",
+        mode="644",
+    )
+    key = template(
+        "prometheus/credentials.j2",
+        QDRANT_KEY_FILE,
+        credentials=secrets().token("qdrant/api_key"),
+        user="root",
+        group="prometheus",
+        mode="640",
+        create_remote_dir=False,  # else pyinfra would chgrp /etc/prometheus
+    )
+    mesh = {name: node["mesh"] for name, node in cluster.nodes.items()}
+    config = template(
+        "prometheus/prometheus.yml.j2",
+        "/etc/prometheus/prometheus.yml",
+        cluster=cluster.name,
+        node=host.name,
+        mesh_address=host.data.mesh_address,
+        port=PROMETHEUS_PORT,
+        alertmanager_port=ALERTMANAGER_PORT,
+        node_exporter_port=NODE_EXPORTER_PORT,
+        postgres_exporter_port=POSTGRES_EXPORTER_PORT,
+        scrape_interval=settings.get("scrape_interval", "15s"),
+        evaluation_interval=settings.get("evaluation_interval", "15s"),
+        rules_dir=RULES_DIR,
+        nodes=mesh,
+        db_nodes={name: mesh[name] for name in cluster.group("db")},
+        qdrant_peers={name: mesh[name] for name in qdrant_peers()} if component("qdrant").get("source") else {},
+        qdrant_key_file=QDRANT_KEY_FILE,
+        mode="644",
+    )
+    server.shell(
+        name="Check the Prometheus config",
+        commands=["promtool check config /etc/prometheus/prometheus.yml"],
+        _if=config.did_change,
+    )
+    defaults = template(
+        "prometheus/prometheus.default.j2",
+        "/etc/default/prometheus",
+        mesh_address=host.data.mesh_address,
+        port=PROMETHEUS_PORT,
+        retention=settings.get("retention", "30d"),
+        mode="644",
+    )
+    _running("prometheus", [rules, key, config, defaults])
+
+    alertmanager = template(
+        "alertmanager/alertmanager.yml.j2",
+        "/etc/prometheus/alertmanager.yml",
+        receiver=receiver_yaml(settings.get("receiver")),
+        user="root",
+        group="prometheus",
+        mode="640",
+        create_remote_dir=False,
+    )
+    server.shell(
+        name="Check the Alertmanager config",
+        commands=["amtool check-config /etc/prometheus/alertmanager.yml"],
+        _if=alertmanager.did_change,
+    )
+    defaults = template(
+        "alertmanager/default.j2",
+        "/etc/default/prometheus-alertmanager",
+        mesh_address=host.data.mesh_address,
+        port=ALERTMANAGER_PORT,
+        mode="644",
+    )
+    _running("prometheus-alertmanager", [alertmanager, defaults])

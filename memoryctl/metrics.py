@@ -1,0 +1,71 @@
+"""Prometheus text exposition of what ``health`` and ``backup status`` found (textfile collector).
+
+The alert rules (templates/prometheus/memoryctl.rules.yml) are written against these names:
+``memoryctl_outbox_oldest_age_seconds``, ``memoryctl_last_run_timestamp_seconds`` /
+``memoryctl_last_run_success`` per maintenance command, ``memoryctl_reconcile_drift`` per store
+(what the last reconcile found and did not repair), and the ``memoryctl_backup_*`` family.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class Exposition:
+    """Families of gauges in the text format, HELP/TYPE once per family."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.name = ""
+
+    def family(self, name: str, help_text: str) -> None:
+        self.name = name
+        self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+
+    def sample(self, labels: dict[str, str], value: float) -> None:
+        rendered = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+        number = f"{value:.3f}" if isinstance(value, float) else str(value)
+        self.lines.append(f"{self.name}{{{rendered}}} {number}" if rendered else f"{self.name} {number}")
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def _unrepaired(counts: dict[str, Any]) -> dict[str, int]:
+    """Per store: orphan + missing + stale findings of a reconcile run, minus what it repaired."""
+    stores = {key.rsplit("_", 1)[0] for key in counts if key.endswith("_scanned") and key != "postgres_scanned"}
+    return {
+        store: max(
+            0,
+            sum(int(counts.get(f"{store}_{c}", 0)) for c in ("orphan", "missing", "stale"))
+            - int(counts.get(f"{store}_repaired", 0)),
+        )
+        for store in sorted(stores)
+    }
+
+
+def health_metrics(components: dict[str, dict[str, Any]]) -> list[str]:
+    out = Exposition()
+    outbox = components.get("outbox", {})
+    out.family("memoryctl_outbox_oldest_age_seconds", "Age of the oldest undelivered outbox entry (0: none).")
+    for target in ("vector", "graph"):
+        if isinstance(outbox.get(target), dict):
+            out.sample({"target": target}, float(outbox[target].get("oldest_age_s") or 0.0))
+    last = components.get("runs", {}).get("last", {})
+    out.family("memoryctl_last_run_timestamp_seconds", "Start of the last run of each maintenance command.")
+    for command, run in sorted(last.items()):
+        out.sample({"command": command}, datetime.fromisoformat(run["started_at"]).timestamp())
+    out.family("memoryctl_last_run_success", "1 if the last run of the command did not fail.")
+    for command, run in sorted(last.items()):
+        out.sample({"command": command}, 0 if run["status"] == "failed" else 1)
+    reconcile = last.get("reconcile")
+    out.family("memoryctl_reconcile_drift", "Findings of the last reconcile left unrepaired, per store.")
+    if reconcile is not None and isinstance(reconcile.get("counts"), dict):
+        for store, drift in _unrepaired(reconcile["counts"]).items():
+            out.sample({"store": store}, drift)
+    return out.lines

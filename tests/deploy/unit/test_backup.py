@@ -1,0 +1,227 @@
+"""Backup plans (pgBackRest both sides, the Qdrant snapshot drop box) from fact fixtures, in pairs."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from deploy.backup import PgbackrestStanza, backup
+from deploy.opsnode import OpsNodeError, ops_node
+from deploy.pki import CertificateAuthority
+from deploy.settings import REPO, load_inventory
+from tests.deploy.unit.plans import Plan
+from tests.deploy.unit.plans import plan as plan_of
+from tests.deploy.unit.test_plans import _no_commands, _present
+from wireguard.keys import SecretDir
+
+BACKED_UP = {"status": 0, "backups": 1}
+DAY_TWO = {"backup": {"enabled": True}, "monitoring": {"enabled": True}}
+
+
+def plan(
+    deploy_fn: Callable[[], None],
+    node: str,
+    facts: dict[str, Any] | None = None,
+    components: dict[str, Any] | None = None,
+) -> Plan:
+    """The local inventory with backups and monitoring on (whatever local.yaml says today)."""
+    merged = {
+        name: {**DAY_TWO.get(name, {}), **(components or {}).get(name, {})} for name in {*DAY_TWO, *(components or {})}
+    }
+    return plan_of(deploy_fn, node, facts, merged)
+
+
+def _ini(text: str) -> dict[str, dict[str, str]]:
+    sections: dict[str, dict[str, str]] = {}
+    current: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("["):
+            current = sections.setdefault(line.strip("[]"), {})
+        elif "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            current[key] = value
+    return sections
+
+
+def test_database_side_archives_wal_to_the_repository_node_over_tls() -> None:
+    fresh = plan(backup, "node1")
+    conf = _ini(fresh.upload("/etc/pgbackrest.conf"))
+    assert conf["global"]["repo1-host"] == "10.77.0.3" and conf["global"]["repo1-host-type"] == "tls"
+    assert conf["global"]["tls-server-address"] == "10.77.0.1"
+    assert conf["global"]["tls-server-auth"] == "node3=memoryctl"  # only the repository node may back up
+    assert "repo1-cipher-pass" not in conf["global"]  # the key stays on the repository side
+    assert conf["memoryctl"]["pg1-path"] == "/var/lib/postgresql/15/main"
+    archiving = fresh.upload("/etc/postgresql/15/main/conf.d/pgbackrest.conf")
+    assert "archive_mode = on" in archiving
+    assert "archive_command = 'pgbackrest --stanza=memoryctl archive-push %p'" in archiving
+    assert fresh.op("Restart PostgreSQL (WAL archiving changed)").conditional
+    rule = fresh.upload("/etc/sudoers.d/memoryctl-pgbackrest")
+    assert "memoryctl ALL=(postgres) NOPASSWD: /usr/bin/pgbackrest --stanza=memoryctl --output=json info" in rule
+    cron = fresh.upload("/etc/cron.d/memoryctl-backup")
+    assert "memoryctl flock -n /run/lock/memoryctl-backup-qdrant.lock /usr/local/bin/memoryctl backup qdrant" in cron
+    assert "stanza-create" not in " ".join(fresh.names())  # the repository side creates it
+
+
+def present(fresh: Plan, services: list[str], packages: list[str]) -> dict[str, Any]:
+    """``_present`` plus the directories the plan creates, with the owner and mode it gives them."""
+    facts = _present(fresh, services, packages)
+    directories: dict[str, dict[str, Any]] = {}
+    for op in fresh.ops:
+        words = [command.split() for command in op.commands]
+        if [w[0] for w in words] == ["mkdir", "chmod", "chown"] and len({w[-1] for w in words}) == 1:
+            user, _, group = words[2][1].partition(":")  # a files.directory that creates its path
+            directories[words[0][-1]] = {"mode": int(words[1][1]), "user": user, "group": group}
+    facts["Directory"] = lambda path, **_: directories.get(path, {"mode": 755, "user": "root", "group": "root"})
+    # Files uploaded as they are (files.put) are in the plan as "<file SRC>": hash the file itself.
+    put = {dest: Path(up[6:-1]) for op in fresh.ops for dest, up in op.uploads.items() if up.startswith("<file ")}
+    rendered = facts["Sha1File"]
+    facts["Sha1File"] = lambda path, **kw: (
+        hashlib.sha1(put[path].read_bytes()).hexdigest() if path in put else rendered(path, **kw)
+    )
+    return facts
+
+
+def test_database_side_no_op() -> None:
+    fresh = plan(backup, "node1")
+    assert "chown postgres:postgres /etc" not in [c for op in fresh.ops for c in op.commands]
+    _no_commands(plan(backup, "node1", present(fresh, ["pgbackrest"], ["pgbackrest", "rsync"])))
+
+
+def test_repository_side_fresh_creates_the_stanza_and_a_first_full_backup(secrets_dir: Path) -> None:
+    fresh = plan(backup, "node3")
+    conf = _ini(fresh.upload("/etc/pgbackrest.conf"))
+    cipher = (secrets_dir / "pgbackrest" / "cipher_pass").read_text().strip()
+    assert conf["global"]["repo1-cipher-type"] == "aes-256-cbc" and conf["global"]["repo1-cipher-pass"] == cipher
+    assert conf["global"]["repo1-retention-full"] == "2" and conf["global"]["repo1-path"] == "/var/lib/pgbackrest"
+    assert conf["global"]["tls-server-auth"] == "node1=memoryctl"
+    assert conf["memoryctl"]["pg1-host"] == "10.77.0.1" and conf["memoryctl"]["pg1-host-type"] == "tls"
+    names = fresh.names()
+    assert names.index("Backups | User postgres (pgBackRest's user)") < names.index("Backups | pgBackRest, rsync")
+    assert fresh.op("pgBackRest stanza memoryctl").commands[-1].endswith("pgbackrest --stanza=memoryctl stanza-create")
+    first = fresh.op("First full backup").commands
+    assert "check" in first[-2] and first[-1].endswith("--type=full backup")
+    cron = fresh.upload("/etc/cron.d/pgbackrest")
+    assert "30 1 * * 0 postgres" in cron and "--type=full" in cron and "--type=diff" in cron
+
+
+def test_repository_side_no_op_once_backed_up() -> None:
+    fresh = plan(backup, "node3")
+    facts = present(fresh, ["pgbackrest", "rsync"], ["pgbackrest", "rsync"])
+    postgres = {"home": "/var/lib/pgbackrest", "group": "postgres", "groups": [], "shell": "/bin/sh"}
+    facts.update(PgbackrestStanza=BACKED_UP, Users={"postgres": postgres})
+    facts["Groups"] = ["postgres"]
+    again = plan(backup, "node3", facts)
+    _no_commands(again)
+    assert not any("stanza" in name or "First full" in name for name in again.names())
+
+
+def test_repository_side_resumes_a_failed_first_run() -> None:
+    """Stanza created but the first backup never finished: the next run takes it, nothing else."""
+    p = plan(backup, "node3", {"PgbackrestStanza": {"status": 2, "backups": 0}})
+    assert "Backups | First full backup (after checking WAL archiving)" in p.names()
+    assert "Backups | pgBackRest stanza memoryctl" not in p.names()
+
+
+def test_snapshot_drop_box_is_on_the_mesh_for_the_db_node_only(secrets_dir: Path) -> None:
+    fresh = plan(backup, "node3")
+    conf = fresh.upload("/etc/rsyncd.conf")
+    assert "address = 10.77.0.3" in conf and "hosts allow = 10.77.0.1" in conf and "hosts deny = *" in conf
+    password = (secrets_dir / "backup" / "rsync_password").read_text().strip()
+    assert fresh.upload("/etc/rsyncd.secrets").endswith(f"memoryctl:{password}\n")
+    assert "chmod 600 /etc/rsyncd.secrets" in fresh.op("Render /etc/rsyncd.secrets").commands
+
+
+def test_index_and_disabled_nodes_get_nothing() -> None:
+    assert all("pgbackrest" not in " ".join(op.commands) for op in plan(backup, "node2").ops)
+    assert plan(backup, "node1", components={"backup": {"enabled": False}}).ops == []
+
+
+def test_pgbackrest_parses_both_configs(tmp_path: Path) -> None:
+    """pgBackRest itself reads each rendered file: every option name and section is one it knows."""
+    if shutil.which("pgbackrest") is None:
+        pytest.skip("needs pgbackrest (apt-get install pgbackrest)")
+    for node in ("node1", "node3"):
+        path = tmp_path / f"{node}.conf"
+        path.write_text(plan(backup, node).upload("/etc/pgbackrest.conf"))
+        result = subprocess.run(
+            ["pgbackrest", f"--config={path}", "--stanza=memoryctl", "--log-level-console=warn", "help", "backup"],
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0 and "WARN" not in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_s3_repository_needs_its_keys_from_the_secrets_directory(secrets_dir: Path) -> None:
+    s3 = {"repository": {"type": "s3", "endpoint": "fsn1.your-objectstorage.com", "bucket": "mem", "region": "fsn1"}}
+    with pytest.raises(ValueError, match="s3 key into"):
+        plan(backup, "node3", components={"backup": s3})
+    (secrets_dir / "pgbackrest").mkdir(parents=True, exist_ok=True)
+    (secrets_dir / "pgbackrest" / "s3_key").write_text("AKIA\n")
+    (secrets_dir / "pgbackrest" / "s3_key_secret").write_text("very-secret\n")
+    conf = _ini(plan(backup, "node3", components={"backup": s3}).upload("/etc/pgbackrest.conf"))["global"]
+    assert conf["repo1-type"] == "s3" and conf["repo1-s3-endpoint"] == "fsn1.your-objectstorage.com"
+    assert conf["repo1-s3-key"] == "AKIA" and conf["repo1-s3-key-secret"] == "very-secret"
+    assert conf["repo1-path"] == "/memoryctl" and conf["repo1-cipher-type"] == "aes-256-cbc"
+
+
+def test_node_certificates_chain_to_the_controller_ca_and_are_kept(tmp_path: Path) -> None:
+    ca = CertificateAuthority(SecretDir(tmp_path), "pgbackrest")
+    first = ca.node("node1", "10.77.0.1")
+    assert ca.node("node1", "10.77.0.1") == first  # read back, not regenerated
+    cert = x509.load_pem_x509_certificate(first.cert.encode())
+    root = x509.load_pem_x509_certificate(first.ca.encode())
+    assert cert.issuer == root.subject
+    public = root.public_key()
+    assert isinstance(public, ec.EllipticCurvePublicKey)
+    cert.verify_directly_issued_by(root)
+    assert cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value == "node1"
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert ipaddress.ip_address("10.77.0.1") in names.get_values_for_type(x509.IPAddress)
+    assert "PRIVATE" not in repr(first)
+    assert oct((tmp_path / "pgbackrest" / "node1.key").stat().st_mode & 0o777) == "0o600"
+
+
+def test_backup_node_is_never_the_database_node() -> None:
+    cluster = load_inventory(REPO / "inventory" / "local.yaml")
+    assert ops_node(cluster, "backup", {}) == "node3"
+    assert ops_node(cluster, "monitoring", {"node": "node2"}) == "node2"
+    with pytest.raises(OpsNodeError, match="runs PostgreSQL"):
+        ops_node(cluster, "backup", {"node": "node1"})
+    with pytest.raises(OpsNodeError, match="not a node"):
+        ops_node(cluster, "backup", {"node": "node9"})
+
+
+def test_stanza_fact_reads_pgbackrest_info(tmp_path: Path) -> None:
+    """The fact parses what pgBackRest itself prints (here: a repository without the stanza yet)."""
+    fact = PgbackrestStanza()
+    assert fact.process(["garbage"]) is None and fact.process([]) is None
+    if shutil.which("pgbackrest") is None:
+        pytest.skip("needs pgbackrest (apt-get install pgbackrest)")
+    config = tmp_path / "pgbackrest.conf"
+    config.write_text(
+        f"[global]\nrepo1-path={tmp_path / 'repo'}\nlock-path={tmp_path}\n[memoryctl]\npg1-path={tmp_path}\n"
+    )
+    command = fact.command(stanza="memoryctl").replace("pgbackrest ", f"pgbackrest --config={config} ", 1)
+    output = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True).stdout
+    assert fact.process(output.splitlines()) == {"status": 1, "backups": 0}
+
+
+def test_firewall_opens_the_day_two_ports_on_the_mesh() -> None:
+    from deploy.firewall import firewall
+
+    def ports(node: str) -> str:
+        rules = plan(firewall, node).upload("/etc/nftables.conf")
+        return next(line for line in rules.splitlines() if "services over the mesh" in line)
+
+    assert "{ 5432, 8432, 9100, 9187 }" in ports("node1")  # PostgreSQL, pgBackRest, exporters
+    assert "{ 6333, 6334, 6335, 7474, 7687, 9100 }" in ports("node2")
+    assert "{ 873, 8000, 8001, 8432, 9090, 9093, 9100 }" in ports("node3")  # rsync, pgBackRest, Prometheus, AM
