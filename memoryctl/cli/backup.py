@@ -58,7 +58,7 @@ def status(
                 store["last_backup"] or "-",
                 f"{age / 3600:.1f} h" if age is not None else "-",
                 store["newest_restorable"] or "-",
-                str(store["count"]),
+                str(store["count"]) if store["configured"] else "-",
                 _size(store["bytes"]),
                 note,
             )
