@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import time
@@ -31,22 +32,31 @@ from tests.conftest import cluster_settings
 pytestmark = pytest.mark.integration
 
 N = 400
-QUERIES = ["project p3 and topic t5", "topic t11", "memory about project p1"]
+QUERIES = ["alpha3 beta7 gamma1", "sigma9 sigma2 delta4 omega0", "project p1 beta5"]
+
+
+WORDS = [f"{stem}{n}" for stem in ("alpha", "beta", "gamma", "delta", "omega", "sigma") for n in range(10)]
 
 
 def _memories(n: int, *, seed: int = 0) -> list[Memory]:
-    return [
-        Memory(
-            text=f"memory {seed}-{i} about project p{i % 7} and topic t{i % 13}, note n{i % 17} w{(i * 31) % 97}",
-            agent_id="a1",
-            id=uuid.UUID(int=(seed << 64) + i + 1),
-            kind="note",
-            entities=[EntityRef("Project", f"p{i % 7}"), EntityRef("Topic", f"t{i % 13}")],
-            relations=[Relation(EntityRef("Project", f"p{i % 7}"), "RELATES_TO", EntityRef("Topic", f"t{i % 13}"))],
-            metadata={"i": i},
+    """Texts drawn from a small vocabulary in varying numbers: scores practically never tie, so the
+    ranked answers are the data's, not the order in which a store happens to hold equal points."""
+    memories = []
+    for i in range(n):
+        rng = random.Random(seed * 1_000_003 + i)
+        words = " ".join(rng.choices(WORDS, k=rng.randint(5, 14)))
+        memories.append(
+            Memory(
+                text=f"project p{i % 7} topic t{i % 13}: {words}",
+                agent_id="a1",
+                id=uuid.UUID(int=(seed << 64) + i + 1),
+                kind="note",
+                entities=[EntityRef("Project", f"p{i % 7}"), EntityRef("Topic", f"t{i % 13}")],
+                relations=[Relation(EntityRef("Project", f"p{i % 7}"), "RELATES_TO", EntityRef("Topic", f"t{i % 13}"))],
+                metadata={"i": i},
+            )
         )
-        for i in range(n)
-    ]
+    return memories
 
 
 def _answers(client: MemoryClient) -> list[list[tuple[str, float]]]:
@@ -58,21 +68,34 @@ def _answers(client: MemoryClient) -> list[list[tuple[str, float]]]:
         client.query(graph=GraphFilter(EntityRef("Project", "p2"), hops=2), agent_id="a1", limit=20, decay=False)
     )
     results.append(
-        client.query(text="topic t4", graph=GraphFilter(EntityRef("Topic", "t4")), agent_id="a1", decay=False)
+        client.query(text="gamma4 omega8", graph=GraphFilter(EntityRef("Topic", "t4")), agent_id="a1", decay=False)
     )
     for result in results:
         assert result.degraded == [], result.degraded
     return [sorted(((str(h.id), round(h.score, 4)) for h in r.hits), key=lambda p: (-p[1], p[0])) for r in results]
 
 
+TOP = 5
+
+
 def same_answers(after: list[list[tuple[str, float]]], before: list[list[tuple[str, float]]]) -> bool:
-    """Equal scores, and equal ids above each answer's last score: which of several hits tied at the
-    cut makes the top-k is the engine's choice, not the data's."""
-    for a, b in zip(after, before, strict=True):
-        if [score for _, score in a] != [score for _, score in b]:
+    """The same ids in the same order: the first TOP of each text query, every hit of the graph
+    queries. Scores are not compared, nor a text query's tail: the engine standardises each leg over
+    this query's candidates, and which of several equally scored candidates the dense leg returns
+    at its cut is the store's choice, not the data's; the tail moves with it. Hits tied on score
+    compare as a set."""
+    for n, (a, b) in enumerate(zip(after, before, strict=True)):
+        if n < len(QUERIES):
+            a, b = a[:TOP], b[:TOP]
+        if len(a) != len(b):
             return False
-        cut = a[-1][1] if a else None
-        if [hit for hit in a if hit[1] != cut] != [hit for hit in b if hit[1] != cut]:
+        groups: list[list[int]] = []
+        for i, (_, score) in enumerate(a):
+            if groups and abs(a[groups[-1][0]][1] - score) < 1e-4:
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+        if any({a[i][0] for i in group} != {b[i][0] for i in group} for group in groups[:-1]):
             return False
     return True
 
@@ -90,6 +113,7 @@ def server_cluster(pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path) -> 
         pg_dsn,
         neo4j_clean,
         tmp_path / "qdrant",
+        query={"store_timeout_s": 20.0},  # a loaded 2-core machine: answers, not timeouts, are compared
         backup={"snapshot_target": str(tmp_path / "sets"), "snapshot_keep": 2, "spool_dir": str(tmp_path / "spool")},
     )
     client = MemoryClient(settings)
@@ -123,7 +147,10 @@ def test_qdrant_snapshot_set_restores_lost_collection_and_catches_up(server_clus
     assert catch_up.stores["vector"].missing == 25 and catch_up.unrepaired == 0
     assert reconcile(client.stack).drift == 0
     assert client.stack.require_vectors().count() == N + 25
-    assert same_answers(_answers(client), before)
+    after = _answers(client)
+    assert same_answers(after, before), [
+        (i, a, b) for i, (a, b) in enumerate(zip(after, before, strict=True)) if a != b
+    ]
     runs = {r["command"]: r for r in client.stack.runs.recent(limit=10)}
     assert runs["backup-qdrant"]["status"] == "ok" and runs["restore-qdrant"]["counts"]["points"] == N
 
@@ -163,7 +190,10 @@ def test_rebuild_graph_from_postgres(server_cluster: MemoryClient, neo4j_clean: 
     result = rebuild_graph(client.stack)
     assert result["memories"] == N and result["orphans_removed"] == 1 and result["graph_count"] == N
     assert reconcile(client.stack).drift == 0
-    assert same_answers(_answers(client), before)
+    after = _answers(client)
+    assert same_answers(after, before), [
+        (i, a, b) for i, (a, b) in enumerate(zip(after, before, strict=True)) if a != b
+    ]
     assert rebuild_graph(client.stack)["graph_count"] == N  # again: idempotent
 
 
@@ -331,3 +361,37 @@ def _wait_archived(dsn: str, timeout: float = 30.0) -> None:
                 return
             time.sleep(0.3)
     raise AssertionError("WAL was not archived in time")
+
+
+def test_cli_backup_and_restore_with_writes_waiting_in_the_outbox(
+    pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path
+) -> None:
+    """The commands as cron and an operator run them: writes made while the collection is gone wait
+    in the outbox and arrive with the restore's catch-up; exit codes as documented."""
+    from memoryctl.cli.main import _invoke
+    from tests.conftest import write_cluster_config
+
+    config = write_cluster_config(
+        tmp_path / "memoryctl.toml",
+        pg_dsn,
+        neo4j_clean,
+        tmp_path / "qdrant",
+        query={"store_timeout_s": 20.0},
+        backup={"snapshot_target": str(tmp_path / "sets"), "spool_dir": str(tmp_path / "spool")},
+    )
+    client = MemoryClient(cluster_settings(pg_dsn, neo4j_clean, tmp_path / "qdrant", backup={}))
+    client.init()
+    client.add(_memories(120))
+    assert _invoke(["--config", str(config), "backup", "status"]) == 3  # no snapshot set yet: stale
+    assert _invoke(["--config", str(config), "backup", "qdrant"]) == 0
+    assert _invoke(["--config", str(config), "backup", "status"]) == 0
+    url, headers = _qdrant(client)
+    (info,) = client.stack.require_vectors().collections()
+    httpx.delete(f"{url}/collections/{info.name}", headers=headers).raise_for_status()
+    outcome = client.add(_memories(15, seed=2))
+    assert outcome.pending["qdrant"] == 15  # the vector store cannot take them: they wait
+    assert _invoke(["--config", str(config), "restore", "qdrant"]) == 0
+    assert reconcile(client.stack).drift == 0
+    assert client.stack.require_vectors().count() == 135
+    assert _invoke(["--config", str(config), "restore", "qdrant", "--set", "20200101T000000Z"]) == 1
+    client.close()
