@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from memoryctl.backup.qdrant import QdrantSnapshots
 from memoryctl.backup.target import MANIFEST, BackupError, SnapshotTarget, make_target
-from memoryctl.errors import ConfigError
+from memoryctl.errors import ConfigError, StoreError
 from memoryctl.ops.runs import recorded_run
 from memoryctl.stores.protocols import EmbeddingModelInfo
 
@@ -177,6 +177,18 @@ def restore_qdrant(stack: Stack, *, name: str | None = None) -> dict[str, Any]:
     return result
 
 
+def _active_replicas(api: QdrantSnapshots, collection: str, wait_s: float = 60.0) -> dict[int, list[str]]:
+    """The replicas of a collection just created on a cluster take a moment to become active."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return api.replicas(collection)
+        except StoreError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
 def _restore_all(stack: Stack, api: QdrantSnapshots, local: Path, manifest: dict[str, Any]) -> dict[str, int]:
     if manifest.get("format") != FORMAT:
         raise BackupError(f"snapshot set {manifest.get('set')}: unknown format {manifest.get('format')!r}")
@@ -191,7 +203,7 @@ def _restore_all(stack: Stack, api: QdrantSnapshots, local: Path, manifest: dict
                 f"collection {coll['name']} would be restored as {created}",
                 hint="restore with the [qdrant] collection_prefix the set was taken with",
             )
-        placement = api.replicas(created)
+        placement = _active_replicas(api, created)
         if len(placement) != len(coll["shards"]):
             raise BackupError(
                 f"{created} has {len(placement)} shard(s) here, the snapshot {len(coll['shards'])}",

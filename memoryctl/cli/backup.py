@@ -58,7 +58,7 @@ def status(
                 store["last_backup"] or "-",
                 f"{age / 3600:.1f} h" if age is not None else "-",
                 store["newest_restorable"] or "-",
-                str(store["count"]),
+                str(store["count"]) if store["configured"] else "-",
                 _size(store["bytes"]),
                 note,
             )
@@ -97,7 +97,9 @@ def restore(
     set_name: Annotated[str | None, typer.Option("--set", help="Snapshot set (default: the newest complete).")] = None,
     catch_up: Annotated[
         bool,
-        typer.Option(help="Afterwards re-deliver what changed in PostgreSQL since the snapshot (reconcile --repair)."),
+        typer.Option(
+            help="Afterwards deliver the outbox and what changed since the snapshot (sync, reconcile --repair)."
+        ),
     ] = True,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
@@ -106,7 +108,8 @@ def restore(
     result = client.restore_vectors(name=set_name)
     left = 0
     if catch_up:
-        report = client.reconcile(repair=True)
+        client.sync()  # writes that waited in the outbox while the collection was gone
+        report = client.reconcile(repair=True)  # and what the snapshot predates
         result["catch_up"] = {"repaired": sum(s.repaired for s in report.stores.values()), "left": report.unrepaired}
         left = report.unrepaired
     if as_json:

@@ -39,6 +39,11 @@ def available_migrations() -> dict[int, dict[str, Migration]]:
         if m:
             mig = Migration(int(m["version"]), m["variant"], entry.read_text())
             found.setdefault(mig.version, {})[mig.variant] = mig
+    for version, variants in found.items():
+        # Two files sharing a number by accident (two branches both adding "0004_…") would make
+        # one of them silently never run: only the plain/timescale pair may share a version.
+        if len(variants) > 1 and set(variants) != {"plain", "timescale"}:
+            raise RuntimeError(f"migrations {sorted(variants)} share version {version:04d}: renumber one")
     return dict(sorted(found.items()))
 
 

@@ -41,8 +41,8 @@ def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], t
                 # Seeded data (the nickname history of tests/lora/synthetic.py, fixed ids) and seeded
                 # training: the gate's outcome is decided, and asserted below.
                 "embedding_lora": {
-                    "steps": 20,
-                    "lr": 1e-3,
+                    "steps": 8,  # recall@1 0.69 -> 0.78 on the 32 held-out queries here
+                    "lr": 3e-3,
                     "seed": 7,
                     "batch_size": 16,
                     "max_seq_length": 48,

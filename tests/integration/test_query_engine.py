@@ -264,8 +264,11 @@ def test_lexical_leg_is_scoped_like_the_vector_leg(world: tuple[MemoryClient, di
     assert "m5" not in lexical(since=NOW - timedelta(days=7))  # 20 days old
     assert set(lexical(where=[Where.parse("sentiment < 0")])) == {"m2", "m3", "m5"}
     assert set(lexical(graph=GraphFilter(BOB))) == {"m3"}
-    # entity names are searched as words: "OPS-101" is only an entity of m6 and the text of m6
-    assert names(data, client.query(MemoryQuery(text="Phoenix", agent_id="a1", retrieval="lexical")))[0] == "m7"
+    # entity names are searched as words, also where the text never says them
+    said = Memory(agent_id="a3", text="the canary stage is still missing", entities=[EntityRef("Speaker", "Zebulon")])
+    client.add([said], extract=False)
+    found = client.query(MemoryQuery(text="what did Zebulon say", agent_id="a3", retrieval="lexical"))
+    assert [h.id for h in found.hits] == [said.id]
 
 
 def test_threshold_is_a_similarity_floor(world: tuple[MemoryClient, dict[str, Memory]]) -> None:

@@ -234,13 +234,13 @@ def test_vllm_unit_verifies(tmp_path: Path) -> None:
 
 @pytest.fixture
 def no_wheel_build(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The wheelhouse as ``ensure_wheelhouse`` leaves it (a directory), without building wheels."""
+    """No wheels are built; the wheelhouse directory exists (empty), as files.sync checks it."""
 
-    def built(path: Path) -> str:
+    def ensure_wheelhouse(path: Path) -> str:
         path.mkdir(parents=True, exist_ok=True)
         return "digest"
 
-    monkeypatch.setattr(deploy.memoryctl, "ensure_wheelhouse", built)
+    monkeypatch.setattr(deploy.memoryctl, "ensure_wheelhouse", ensure_wheelhouse)
 
 
 def test_memoryctl_config_matches_the_settings_model(no_wheel_build: None, tmp_path: Path) -> None:
