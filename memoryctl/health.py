@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -21,8 +21,10 @@ from memoryctl._version import __version__
 from memoryctl.errors import ExitCode, MemoryctlError
 from memoryctl.metrics import health_metrics
 from memoryctl.stack import Stack
+from memoryctl.stores import names
 from memoryctl.stores.pg import pg_errors
 from memoryctl.stores.schema import TimescaleStatus, latest_version, schema_state, timescale_status
+from memoryctl.wgstatus import PUBLIC_FIELDS, STALE_AFTER_S, PeerStatus, parse_public
 
 Probe = Callable[[], dict[str, Any]]
 
@@ -35,7 +37,7 @@ class HealthReport:
 
     @property
     def status(self) -> str:
-        pg = self.components.get("postgres", {}).get("status")
+        pg = self.components.get(names.POSTGRES, {}).get("status")
         if pg != "ok":
             return "unhealthy"
         bad = [c for c in self.components.values() if c["status"] not in ("ok", "disabled")]
@@ -327,19 +329,13 @@ def _model_registry(stack: Stack) -> dict[str, Any]:
     return out
 
 
-WG_STALE_S = 180.0  # WireGuard re-handshakes every 2 min while traffic flows (keepalive 25 s in our peers)
-
-
-WG_FIELDS = ("latest-handshakes", "endpoints", "allowed-ips")
-
-
 def wireguard_probe() -> dict[str, Any]:
     """Last handshake age of every WireGuard peer on this node.
 
-    From ``wg show all <field>`` for the public fields only (interfaces, handshakes, endpoints,
-    allowed ips), never ``dump``, which prints the private and preshared keys. ``wg`` needs root:
-    another user (cron's ``memoryctl``) runs exactly these commands through ``sudo -n``, which the
-    deploy allows and nothing more.
+    From the public fields of ``wg show`` (interfaces, handshakes, endpoints, allowed ips,
+    transfer), never ``dump``, which prints the private and preshared keys. ``wg`` needs root:
+    another user (cron's and memoryctl serve's ``memoryctl``) runs exactly these commands through
+    ``sudo -n``, which the deploy allows and nothing more.
     """
     import os
     import shutil
@@ -350,57 +346,43 @@ def wireguard_probe() -> dict[str, Any]:
         return {"status": "disabled", "detail": "wg not installed (not a cluster node)"}
     command = [wg, "show"] if os.geteuid() == 0 else ["sudo", "-n", wg, "show"]
     outputs: dict[str, str] = {}
-    for what in ("interfaces", *WG_FIELDS):
+    for what in ("interfaces", *PUBLIC_FIELDS):
         args = [*command, what] if what == "interfaces" else [*command, "all", what]
         try:
             proc = subprocess.run(args, capture_output=True, text=True, timeout=1.0, check=False)
         except subprocess.TimeoutExpired:
             return {"status": "timeout", "error": f"`{' '.join(args)}` did not answer within 1 s"}
         if proc.returncode != 0:
-            return {
-                "status": "down",
-                "error": (proc.stderr.strip() or f"`{' '.join(args)}` exited {proc.returncode}")[:300],
-            }
+            error = proc.stderr.strip() or f"`{' '.join(args)}` exited {proc.returncode}"
+            return {"status": "down", "error": error[:300]}
         outputs[what] = proc.stdout
-    interfaces, peers = parse_wg_show(outputs, time.time())
+    interfaces, peers = wireguard_peers(parse_public(outputs), time.time())
     if not interfaces:
         return {"status": "disabled", "detail": "no WireGuard interface is up"}
-    stale = [p for p in peers if p["handshake_age_s"] is None or p["handshake_age_s"] > WG_STALE_S]
+    stale = [p for p in peers if not p["up"]]
     res: dict[str, Any] = {"interfaces": interfaces, "peers": peers}
     if stale:
-        res.update(status="degraded", error=f"{len(stale)} peer(s) without a handshake in {WG_STALE_S:.0f} s")
+        res.update(status="degraded", error=f"{len(stale)} peer(s) without a handshake in {STALE_AFTER_S} s")
     return res
 
 
-def parse_wg_show(outputs: dict[str, str], now: float) -> tuple[list[str], list[dict[str, Any]]]:
-    """Interfaces and peers (with handshake ages) from ``wg show interfaces`` and ``wg show all
-    latest-handshakes|endpoints|allowed-ips`` (lines of interface, peer public key, value)."""
-    values: dict[tuple[str, str], dict[str, str]] = {}
-    for what in WG_FIELDS:
-        interface = ""
-        for line in outputs.get(what, "").splitlines():
-            fields = line.split("\t")
-            if len(fields) == 3:
-                interface = fields[0]
-            elif len(fields) != 2:
-                continue
-            # wg-tools prints the interface only on the first endpoints line of each interface.
-            peer, value = fields[-2:]
-            values.setdefault((interface, peer), {})[what] = value
-    peers = []
-    for (interface, peer), v in values.items():
-        raw = v.get("latest-handshakes", "")
-        handshake = int(raw) if raw.isdigit() else 0
-        peers.append(
-            {
-                "interface": interface,
-                "peer": peer[:10] + "…",
-                "endpoint": None if v.get("endpoints", "(none)") in ("(none)", "") else v["endpoints"],
-                "allowed_ips": v.get("allowed-ips", ""),
-                "handshake_age_s": round(now - handshake, 1) if handshake else None,
-            }
-        )
-    return outputs.get("interfaces", "").split(), peers
+def wireguard_peers(
+    interfaces: Mapping[str, Sequence[PeerStatus]], now: float
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Interfaces and peers (handshake ages, up or stale), as health reports them."""
+    peers = [
+        {
+            "interface": name,
+            "peer": p.public_key[:10] + "…",
+            "endpoint": p.endpoint,
+            "allowed_ips": ",".join(p.allowed_ips),
+            "handshake_age_s": None if (age := p.handshake_age(now)) is None else round(age, 1),
+            "up": p.is_up(now),
+        }
+        for name, status in interfaces.items()
+        for p in status
+    ]
+    return list(interfaces), peers
 
 
 def vllm_probe(stack: Stack) -> dict[str, Any]:
@@ -470,8 +452,8 @@ def runs_probe(stack: Stack) -> dict[str, Any]:
 
 def default_probes(stack: Stack) -> dict[str, Probe]:
     probes: dict[str, Probe] = {
-        "postgres": lambda: postgres_probe(stack),
-        "qdrant": (lambda: qdrant_rest_probe(stack))
+        names.POSTGRES: lambda: postgres_probe(stack),
+        names.VECTORS: (lambda: qdrant_rest_probe(stack))
         if stack.settings.qdrant.url and stack.settings.profile == "cluster"
         else (lambda: vector_probe(stack)),
         stack.store_names["graph"]: lambda: graph_probe(stack),

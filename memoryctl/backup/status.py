@@ -156,14 +156,16 @@ def prometheus(report: BackupReport) -> str:
     out.family("memoryctl_backup_status_ok", "1 if the store's backups could be read.")
     for name, s in configured.items():
         out.sample({"store": name}, 0 if s.error else 1)
-    out.family("memoryctl_backup_last_success_timestamp_seconds", "End of the newest complete backup (Unix time).")
+    # 0 = no backup yet (so "too old" alerts fire for a store that was never backed up); nothing
+    # when the store could not be read (BackupStatusUnknown covers that).
+    out.family("memoryctl_backup_last_success_timestamp_seconds", "End of the newest complete backup (0: none).")
     for name, s in configured.items():
-        if s.last_backup is not None:
-            out.sample({"store": name}, s.last_backup.timestamp())
-    out.family("memoryctl_backup_newest_restorable_timestamp_seconds", "The newest point a restore reaches.")
+        if s.error is None:
+            out.sample({"store": name}, s.last_backup.timestamp() if s.last_backup else 0)
+    out.family("memoryctl_backup_newest_restorable_timestamp_seconds", "The newest point a restore reaches (0: none).")
     for name, s in configured.items():
-        if s.restorable is not None:
-            out.sample({"store": name}, s.restorable.timestamp())
+        if s.error is None:
+            out.sample({"store": name}, s.restorable.timestamp() if s.restorable else 0)
     out.family("memoryctl_backup_bytes", "Size of the kept backups at the target.")
     for name, s in configured.items():
         if s.bytes is not None:

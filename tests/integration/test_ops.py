@@ -26,7 +26,7 @@ from memoryctl.embed import make_embedder
 from memoryctl.errors import StoreError
 from memoryctl.health import check
 from memoryctl.model import EntityRef, Memory
-from memoryctl.ops.migrate import MigrationInterrupted, Migrator, run_migration
+from memoryctl.ops.model_migration import MigrationInterrupted, Migrator, run_model_migration
 from memoryctl.ops.models import parse_model_spec
 from memoryctl.ops.pgstate import OpsState
 from memoryctl.ops.reconcile import Reconciler, reconcile
@@ -311,7 +311,7 @@ def test_migrate_interrupted_resumes_swaps_and_rolls_back(cluster: MemoryClient)
         == stack.records.count()
     )
     assert [r["status"] for r in stack.runs.recent(command="migrate")] == []  # Migrator itself records nothing
-    cleanup = run_migration(stack, "cleanup", grace=timedelta(0))  # the CLI's entry point records its run
+    cleanup = run_model_migration(stack, "cleanup", grace=timedelta(0))  # the CLI's entry point records its run
     assert cleanup.dropped == ["hash/bow-v2-test"]
     [run] = stack.runs.recent(command="migrate")
     assert (run["status"], run["counts"]["dropped"]) == ("ok", 1)
@@ -530,22 +530,25 @@ def test_a_hung_probe_is_reported_as_timeout_and_the_rest_answer() -> None:
     }
 
 
-def test_wireguard_show_parsing() -> None:
-    from memoryctl.health import parse_wg_show
+def test_wireguard_public_fields_parsing() -> None:
+    """What health reads as the memoryctl user: public fields only, as wg-tools prints them."""
+    from memoryctl.health import wireguard_peers
+    from memoryctl.wgstatus import parse_public
 
     a, b = "peerAAAAAAAAAAAAAAAA=", "peerBBBBBBBBBBBBBBBB="
     outputs = {
         "interfaces": "wg0\n",
         "latest-handshakes": f"wg0\t{a}\t1000\nwg0\t{b}\t0\n",
-        # as wg-tools prints it: the interface on the first line only
-        "endpoints": f"wg0\t{a}\t10.0.0.2:51820\n{b}\t(none)\n",
+        "endpoints": f"wg0\t{a}\t10.0.0.2:51820\n{b}\t(none)\n",  # the interface on the first line only
         "allowed-ips": f"wg0\t{a}\t10.77.0.2/32\nwg0\t{b}\t10.77.0.3/32\n",
+        "transfer": f"wg0\t{a}\t10\t20\nwg0\t{b}\t0\t0\n",
     }
-    interfaces, peers = parse_wg_show(outputs, now=1100.0)
+    interfaces, peers = wireguard_peers(parse_public(outputs), now=1100.0)
     assert interfaces == ["wg0"]
     assert [p["handshake_age_s"] for p in peers] == [100.0, None]
     assert [p["endpoint"] for p in peers] == ["10.0.0.2:51820", None]
     assert [p["allowed_ips"] for p in peers] == ["10.77.0.2/32", "10.77.0.3/32"]
+    assert [p["up"] for p in peers] == [True, False]
 
 
 def test_cli_reconcile_reembed_health_exit_codes(pg_dsn: str, neo4j_ops: dict[str, str], tmp_path: Path) -> None:
