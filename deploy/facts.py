@@ -9,6 +9,7 @@ NVIDIA kernel driver is loaded. pyinfra gathers them before any operation runs; 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pyinfra.api.facts import FactBase
@@ -84,6 +85,42 @@ class NvidiaDriver(FactBase[str | None]):
 
     def command(self) -> str:
         return "head -n1 /proc/driver/nvidia/version 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        return output[0] if output else None
+
+
+class PgbackrestStanza(FactBase[dict[str, Any] | None]):
+    """What pgBackRest's ``info`` says of a stanza: ``{"status": code, "backups": n}``; None when
+    pgBackRest is not installed or does not answer. Status codes are pgBackRest's own: 0 ok,
+    1 missing stanza path, 2 no valid backups, 3 missing stanza data ...
+    Run it as the ``postgres`` OS user (``_sudo=True, _sudo_user="postgres"``)."""
+
+    def requires_command(self, *args: Any, **kwargs: Any) -> str:
+        return "pgbackrest"
+
+    def command(self, stanza: str) -> str:
+        return f"pgbackrest --stanza={stanza} --output=json --log-level-console=off info 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> dict[str, Any] | None:
+        try:
+            (entry,) = json.loads("\n".join(output))
+            return {"status": int(entry["status"]["code"]), "backups": len(entry.get("backup", []))}
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+class PostgresSetting(FactBase[str | None]):
+    """A setting of the *running* server (``SHOW setting``); None when it does not answer.
+
+    Run it as the ``postgres`` OS user (``_sudo=True, _sudo_user="postgres"``).
+    """
+
+    def requires_command(self, *args: Any, **kwargs: Any) -> str:
+        return "psql"
+
+    def command(self, setting: str) -> str:
+        return f"psql -XAtc 'SHOW {setting}' 2>/dev/null || true"
 
     def process(self, output: list[str]) -> str | None:
         return output[0] if output else None

@@ -116,16 +116,16 @@ def memoryctl(*args: str, timeout: float = 900) -> CliRun:
     return CliRun(result.rc, result.stdout, result.stderr, time.monotonic() - started)
 
 
-def peer_api(name: str, path: str) -> Any:
-    """``GET path`` on the Qdrant peer of node ``name`` (its mesh address; run on the node itself)."""
+def peer_api(name: str, path: str, method: str = "GET") -> Any:
+    """``METHOD path`` on the Qdrant peer of node ``name`` (its mesh address; run on the node itself)."""
     script = (
         "import json, re, sys, urllib.request\n"
         "key = re.search(r'api_key: (\\S+)', open('/etc/qdrant/config.yaml').read()).group(1)\n"
-        "req = urllib.request.Request(sys.argv[1], headers={'api-key': json.loads(key)})\n"
-        "print(urllib.request.urlopen(req, timeout=10).read().decode())\n"
+        "req = urllib.request.Request(sys.argv[1], headers={'api-key': json.loads(key)}, method=sys.argv[2])\n"
+        "print(urllib.request.urlopen(req, timeout=60).read().decode())\n"
     )
     url = f"http://{MESH[name]}:6333{path}"
-    out = node(name).check_output(f"python3 -c {shlex.quote(script)} {shlex.quote(url)}")
+    out = node(name).check_output(f"python3 -c {shlex.quote(script)} {shlex.quote(url)} {method}")
     return json.loads(out)["result"]
 
 
