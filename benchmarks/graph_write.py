@@ -106,7 +106,7 @@ def open_store(engine: str, timeout_s: float) -> Iterator[tuple[GraphStore, str]
 
     from memoryctl.stores.graph_sql import SqlGraphStore
     from memoryctl.stores.pg import open_pool
-    from memoryctl.stores.schema import migrate
+    from memoryctl.stores.schema import apply_schema
 
     admin = os.environ["MEMORYCTL_TEST_PG_DSN"]
     name = f"bench_graph_{uuid.uuid4().hex[:8]}"
@@ -115,7 +115,7 @@ def open_store(engine: str, timeout_s: float) -> Iterator[tuple[GraphStore, str]
     dsn = admin.rpartition("/")[0] + "/" + name
     pool = open_pool(dsn)
     try:
-        migrate(pool)
+        apply_schema(pool)
         yield SqlGraphStore(pool), dsn
     finally:
         pool.close()

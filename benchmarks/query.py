@@ -101,7 +101,7 @@ from memoryctl.stack import Stack  # noqa: E402
 from memoryctl.stores.graph_neo4j import Neo4jGraphStore  # noqa: E402
 from memoryctl.stores.protocols import VectorFilter  # noqa: E402
 from memoryctl.stores.records import RecordStore, row_to_memory  # noqa: E402
-from memoryctl.stores.schema import migrate  # noqa: E402
+from memoryctl.stores.schema import apply_schema  # noqa: E402
 from memoryctl.stores.vector_edge import EdgeVectorStore  # noqa: E402
 
 KINDS = ("dialogue", "note", "event", "decision", "task")
@@ -325,7 +325,7 @@ def load(env: Env, ds: Dataset, *, graph_batch: int = 5000, log: Callable[[str],
     """Load every store the fast way; seconds per store."""
     times: dict[str, float] = {}
     t0 = time.perf_counter()
-    migrate(env.records.pool)
+    apply_schema(env.records.pool)
     with psycopg.connect(env.pg_dsn) as conn, conn.cursor() as cur:
         with cur.copy(
             "COPY memories (id, agent_id, text, kind, created_at, updated_at, content_hash, metadata,"

@@ -232,7 +232,7 @@ Method = Callable[[Question], list[uuid.UUID]]
 
 def methods(client: MemoryClient, convs: Sequence[Conversation], *, said: str = SAID) -> dict[str, Method]:
     engine = client.engine
-    engine.record_events = False  # recall events would feed the nightly job, not this benchmark
+    engine.recalls = None  # recall events would feed the nightly job, not this benchmark
     bm25 = {c.agent_id: BM25({t.id: t.text for t in c.turns}) for c in convs}
 
     def run(q: MemoryQuery) -> list[uuid.UUID]:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from deploy.settings import REPO
 
-SOURCES = ("pyproject.toml", "README.md", "memoryctl", "wireguard", "lora")
+SOURCES = ("pyproject.toml", "README.md", "memoryctl", "lora")  # lora/: memoryctl.lora (a symlink)
 STAMP = ".source-digest"
 
 

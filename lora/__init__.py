@@ -18,9 +18,9 @@ Entry points for ``memoryctl nightly`` (see each module's docstring):
 
 from __future__ import annotations
 
-from lora._deps import LORA_EXTRA_HINT, require_torch, torch_available
-from lora.config import LoraTrainingConfig
-from lora.datasets import (
+from ._deps import LORA_EXTRA_HINT, require_torch, torch_available
+from .config import LoraTrainingConfig
+from .datasets import (
     EmbeddingDataset,
     EmbeddingPair,
     GenerationDataset,
@@ -29,9 +29,9 @@ from lora.datasets import (
     build_embedding_dataset,
     build_generation_dataset,
 )
-from lora.evaluate import Decision, embedding_gate, generation_gate
-from lora.manifest import AdapterIntegrityError, DataWindow
-from lora.registry import AdapterRegistry, AdapterVersion
+from .evaluate import Decision, embedding_gate, generation_gate
+from .manifest import AdapterIntegrityError, DataWindow
+from .registry import AdapterRegistry, AdapterVersion
 
 __all__ = [
     "LORA_EXTRA_HINT",

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from lora._deps import require_torch
-from lora.config import LoraTrainingConfig
-from lora.manifest import DataWindow
+from ._deps import require_torch
+from .config import LoraTrainingConfig
+from .manifest import DataWindow
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def quiet_peft() -> Iterator[None]:
 
 
 def get_peft_model(model: Any, lora_config: Any) -> Any:
-    from lora._deps import require
+    from ._deps import require
 
     with quiet_peft():
         return require("peft").get_peft_model(model, lora_config)
@@ -123,7 +123,7 @@ def get_peft_model(model: Any, lora_config: Any) -> Any:
 
 def load_peft_adapter(model: Any, adapter_dir: Path) -> Any:
     """Apply a saved adapter to ``model`` for inference."""
-    from lora._deps import require
+    from ._deps import require
 
     with quiet_peft():
         return require("peft").PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False)

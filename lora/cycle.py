@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from lora.config import LoraTrainingConfig
-from lora.datasets import Skipped, build_embedding_dataset, build_generation_dataset
-from lora.evaluate import Decision, embedding_gate, generation_gate
-from lora.manifest import DataWindow
-from lora.registry import AdapterRegistry, AdapterVersion
-from lora.vllm import AdapterRef, SwapResult, VLLMClient
+from .config import LoraTrainingConfig
+from .datasets import Skipped, build_embedding_dataset, build_generation_dataset
+from .evaluate import Decision, embedding_gate, generation_gate
+from .manifest import DataWindow
+from .registry import AdapterRegistry, AdapterVersion
+from .vllm import AdapterRef, SwapResult, VLLMClient
 
 Status = Literal["skipped", "rejected", "registered"]
 
@@ -79,7 +79,7 @@ def embedding_cycle(
     window: DataWindow | None = None,
 ) -> CycleOutcome:
     """Train an embedding adapter and gate it against the active one (or the base model)."""
-    from lora.train_embedding import load_embedding_model, train_embedding_adapter
+    from .train_embedding import load_embedding_model, train_embedding_adapter
 
     t0 = time.monotonic()
     config = config or LoraTrainingConfig.for_embedding()
@@ -110,7 +110,7 @@ def generation_cycle(
     window: DataWindow | None = None,
 ) -> CycleOutcome:
     """Train a generation adapter and gate it on held-out loss against the active adapter."""
-    from lora.train_generation import train_generation_adapter
+    from .train_generation import train_generation_adapter
 
     t0 = time.monotonic()
     ds = build_generation_dataset(rows, window=window, **_split_kw(config))

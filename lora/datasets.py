@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from lora.manifest import DataWindow
+from .manifest import DataWindow
 
 
 @dataclass(frozen=True)

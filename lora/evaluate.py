@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from lora.datasets import EmbeddingPair
+from .datasets import EmbeddingPair
 
 
 class Encoder(Protocol):

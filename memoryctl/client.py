@@ -10,16 +10,17 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memoryctl.config import Settings, load_settings
 from memoryctl.delivery import Deliverer, DeliveryReport
 from memoryctl.errors import InputError, NotFoundError
 from memoryctl.importer import BadLine, read_jsonl
-from memoryctl.model import Memory, dedupe_entities, validate_agent_id
+from memoryctl.model import Memory, dedupe_entities, validate_agent_id, validate_kind, validate_meta_key
+from memoryctl.ops.runs import recorded_run
 from memoryctl.query.engine import QueryEngine
 from memoryctl.query.guard import Guard
 from memoryctl.query.plan import PlanOptions
@@ -28,8 +29,16 @@ from memoryctl.query.results import QueryResult
 from memoryctl.query.spec import MemoryQuery, parse_duration
 from memoryctl.stack import Stack
 from memoryctl.stores.records import UpsertResult
-from memoryctl.stores.schema import migrate, schema_state
+from memoryctl.stores.schema import apply_schema, schema_state
 from memoryctl.vocabulary import Vocabulary
+
+if TYPE_CHECKING:  # the operations are imported when called: `import memoryctl` stays light
+    from memoryctl.backup.status import BackupReport
+    from memoryctl.health import HealthReport
+    from memoryctl.ops.model_migration import MigrationReport
+    from memoryctl.ops.nightly import NightlyReport
+    from memoryctl.ops.reconcile import ReconcileReport
+    from memoryctl.ops.reembed import ReembedReport
 
 IMPORT_BATCH = 500
 
@@ -83,7 +92,7 @@ class MemoryClient:
     # ---- setup --------------------------------------------------------------------------------
     def init(self) -> dict[str, Any]:
         """Apply schema migrations and create the vector collection and graph constraints."""
-        applied = migrate(self.stack.pool)
+        applied = apply_schema(self.stack.pool)
         vectors = self.stack.vectors()
         graph = self.stack.graph()
         return {
@@ -191,11 +200,20 @@ class MemoryClient:
         out.pending = self._pending(done)
         return out
 
-    def sync(self, *, batch: int = 256) -> tuple[DeliveryReport, dict[str, int]]:
-        """Drain the outbox (everything due, retrying deferred rows now)."""
-        self.stack.records.retry_now()
-        report = self._deliver(None, batch=batch)
-        return report, self._pending(None)
+    def sync(
+        self, *, batch: int = 256, trigger: str | None = None, actor: str | None = None
+    ) -> tuple[DeliveryReport, dict[str, int]]:
+        """Drain the outbox (everything due, retrying deferred rows now); recorded as a ``sync`` run
+        (``trigger``/``actor``: the caller's, when the service runs it for someone else)."""
+        with recorded_run(self.stack.runs, "sync", trigger=trigger, actor=actor) as rec:
+            self.stack.records.retry_now()
+            report = self._deliver(None, batch=batch)
+            pending = self._pending(None)
+            rec.counts = {**report.delivered, "pending": pending}
+            if any(pending.values()):
+                rec.status = "partial"
+                rec.error = "; ".join(f"{t}: {e}" for t, e in report.failed.items()) or None
+        return report, pending
 
     def _deliver(
         self, ids: Sequence[uuid.UUID] | None, *, batch: int = 256, targets: Sequence[str] = ("vector", "graph")
@@ -247,6 +265,121 @@ class MemoryClient:
     def feedback(self, query_id: uuid.UUID, memory_id: uuid.UUID, *, useful: bool) -> None:
         """Say whether a recalled memory was useful: the embedding adapter learns from these pairs."""
         self.stack.events.record_feedback(query_id, memory_id, useful=useful)
+
+    def store_name(self, target: str) -> str:
+        """The report name of a delivery target (``vector``, ``graph``) in this profile."""
+        return self.stack.store_names[target]
+
+    def count(self, *, agent_id: str | None = None, include_deleted: bool = False) -> int:
+        """Memories in PostgreSQL (soft-deleted ones too with ``include_deleted``)."""
+        return self.stack.records.count(agent_id=agent_id, include_deleted=include_deleted)
+
+    def stats(
+        self,
+        *,
+        agent_id: str | None,
+        since: datetime,
+        until: datetime,
+        width: timedelta,
+        metric: str | None = None,
+        kind: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Count (and avg/min/max of the numeric metadata ``metric``) per time bucket, empty buckets too."""
+        from memoryctl.query.stats import stats
+
+        return stats(
+            self.stack.pool,
+            agent_id=agent_id,
+            since=since,
+            until=until,
+            width_s=width.total_seconds(),
+            metric=validate_meta_key(metric) if metric else None,
+            kind=validate_kind(kind) if kind else None,
+        )
+
+    def cypher(self, statement: str, params: dict[str, Any], *, agent_id: str) -> list[dict[str, Any]]:
+        """Raw Cypher in a READ transaction (write clauses refused); ``$agent_id`` is bound."""
+        graph = self.stack.require_graph()
+        run_read = getattr(graph, "run_read", None)
+        if run_read is None:
+            raise InputError(
+                f"raw Cypher needs Neo4j; the {self.settings.profile} profile's graph is "
+                f"{getattr(graph, 'engine', graph.name)}",
+                hint="use `memoryctl query --entity … --via …` (structured graph filters work on every profile)",
+            )
+        rows: list[dict[str, Any]] = run_read(statement, params, agent_id)
+        return rows
+
+    # ---- operations -----------------------------------------------------------------------------
+    def health(self, *, deadline_s: float = 1.8) -> HealthReport:
+        """Every component probed in parallel, each under the deadline."""
+        from memoryctl.health import check
+
+        return check(self.stack, deadline_s=deadline_s)
+
+    def runs(self, *, command: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+        """Recent maintenance runs, newest first."""
+        return self.stack.runs.recent(command=command, limit=limit)
+
+    def reconcile(
+        self, *, agent_id: str | None = None, repair: bool = False, progress: Callable[[int], None] | None = None
+    ) -> ReconcileReport:
+        """Compare PostgreSQL with the vector store and the graph; repair what is found with ``repair``."""
+        from memoryctl.ops.reconcile import reconcile
+
+        return reconcile(self.stack, agent_id=agent_id, repair=repair, progress=progress)
+
+    def migrate_model(self, action: str, **options: Any) -> MigrationReport:
+        """``migrate`` (``target=EmbedderSettings``), ``rollback``, ``cleanup`` (``grace=``) or
+        ``abandon``: moving the vectors to another embedding model (not the schema: see ``init``)."""
+        from memoryctl.ops.model_migration import run_model_migration
+
+        return run_model_migration(self.stack, action, **options)
+
+    def reembed_changed(
+        self, *, agent_id: str | None = None, batch: int = 512, progress: Callable[[int], None] | None = None
+    ) -> ReembedReport:
+        """Re-embed in place the memories whose text changed since they were embedded."""
+        from memoryctl.ops.reembed import reembed_changed
+
+        vectors = self.stack.require_vectors()
+        with recorded_run(self.stack.runs, "reembed") as rec:
+            report = reembed_changed(
+                self.stack.records, vectors, self.stack.embedder, agent_id=agent_id, batch=batch, progress=progress
+            )
+            rec.counts = {"scanned": report.scanned, "changed": report.changed}
+            rec.details = report.as_dict()
+        return report
+
+    def backup_status(self) -> BackupReport:
+        """When each store was last backed up, and whether it can be restored."""
+        from memoryctl.backup.status import backup_status
+
+        return backup_status(self.stack)
+
+    def backup_vectors(self) -> dict[str, Any]:
+        """Snapshot every vector collection and ship the set to the backup target; a recorded run."""
+        from memoryctl.backup.snapshots import backup_qdrant
+
+        return backup_qdrant(self.stack)
+
+    def restore_vectors(self, *, name: str | None = None) -> dict[str, Any]:
+        """Restore a snapshot set (the newest complete one by default); a recorded run."""
+        from memoryctl.backup.snapshots import restore_qdrant
+
+        return restore_qdrant(self.stack, name=name)
+
+    def rebuild_graph(self, *, batch: int = 1000, prune: bool = True) -> dict[str, Any]:
+        """Rebuild the graph from PostgreSQL, the source of truth; a recorded run."""
+        from memoryctl.backup.rebuild import rebuild_graph
+
+        return rebuild_graph(self.stack, batch=batch, prune=prune)
+
+    def nightly(self) -> NightlyReport:
+        """Train, gate and promote LoRA adapters, re-embed changed texts, reconcile; one recorded run."""
+        from memoryctl.ops.nightly import Nightly
+
+        return Nightly(self.stack).run()
 
     def get(self, mid: uuid.UUID, *, agent_id: str | None = None) -> Memory:
         m = self.stack.records.get(mid)

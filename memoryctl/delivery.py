@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from memoryctl.errors import MemoryctlError, StoreError
 from memoryctl.model import Memory, MemoryRef, NodeRef
+from memoryctl.stores import names
 from memoryctl.stores.protocols import GraphEdge, GraphEntity, GraphMemory, GraphStore, VectorPoint, VectorStore
 from memoryctl.stores.records import OutboxItem, RecordStore
 
@@ -136,7 +137,7 @@ class Deliverer:
 
     def _vector(self, memories: list[Memory], purge: list[uuid.UUID]) -> None:
         if self.vectors is None or self.embedder is None:
-            raise StoreError("qdrant", "no vector store configured")
+            raise StoreError(names.VECTORS, "no vector store configured")
         live = [m for m in memories if m.deleted_at is None]
         dead = [m.id for m in memories if m.deleted_at is not None]
         if live:
@@ -147,7 +148,7 @@ class Deliverer:
             active = self.vectors.active_model()
             if active is not None and active.model_id != model_id:
                 raise StoreError(
-                    "qdrant",
+                    names.VECTORS,
                     f"embedder {model_id!r} is not the active model {active.model_id!r}; delivery waits",
                     hint="restart long-running memoryctl processes after `memoryctl migrate` (they then embed "
                     "with the active model); nothing is lost, the outbox keeps the entries",
@@ -163,7 +164,7 @@ class Deliverer:
 
     def _graph(self, memories: list[Memory], purge: list[uuid.UUID]) -> None:
         if self.graph is None:
-            raise StoreError("neo4j", "no graph store configured")
+            raise StoreError(names.NEO4J, "no graph store configured")
         if memories:
             self.graph.upsert_memories([graph_memory(m) for m in memories])
         if purge:

@@ -21,8 +21,10 @@ from memoryctl._version import __version__
 from memoryctl.errors import ExitCode, MemoryctlError
 from memoryctl.metrics import health_metrics
 from memoryctl.stack import Stack
+from memoryctl.stores import names
 from memoryctl.stores.pg import pg_errors
 from memoryctl.stores.schema import TimescaleStatus, latest_version, schema_state, timescale_status
+from memoryctl.wgstatus import STALE_AFTER_S, parse_dump_all
 
 Probe = Callable[[], dict[str, Any]]
 
@@ -35,7 +37,7 @@ class HealthReport:
 
     @property
     def status(self) -> str:
-        pg = self.components.get("postgres", {}).get("status")
+        pg = self.components.get(names.POSTGRES, {}).get("status")
         if pg != "ok":
             return "unhealthy"
         bad = [c for c in self.components.values() if c["status"] not in ("ok", "disabled")]
@@ -266,15 +268,8 @@ def _model_registry(stack: Stack) -> dict[str, Any]:
     return out
 
 
-WG_STALE_S = 180.0  # WireGuard re-handshakes every 2 min while traffic flows (keepalive 25 s in our peers)
-
-
 def wireguard_probe() -> dict[str, Any]:
-    """Last handshake age of every WireGuard peer on this node (``wg show all dump``).
-
-    Dump lines: an interface line has 5 tab-separated fields, a peer line 9 (interface, public key,
-    preshared key, endpoint, allowed ips, latest handshake epoch, rx, tx, keepalive).
-    """
+    """Last handshake age of every WireGuard peer on this node (``wg show all dump``)."""
     import shutil
     import subprocess
 
@@ -287,36 +282,32 @@ def wireguard_probe() -> dict[str, Any]:
         return {"status": "timeout", "error": "`wg show all dump` did not answer within 1 s"}
     if proc.returncode != 0:
         return {"status": "down", "error": (proc.stderr.strip() or f"wg exited {proc.returncode}")[:300]}
-    interfaces, peers = parse_wg_dump(proc.stdout, time.time())
+    interfaces, peers = wireguard_peers(proc.stdout, time.time())
     if not interfaces:
         return {"status": "disabled", "detail": "no WireGuard interface is up"}
-    stale = [p for p in peers if p["handshake_age_s"] is None or p["handshake_age_s"] > WG_STALE_S]
+    stale = [p for p in peers if not p["up"]]
     res: dict[str, Any] = {"interfaces": interfaces, "peers": peers}
     if stale:
-        res.update(status="degraded", error=f"{len(stale)} peer(s) without a handshake in {WG_STALE_S:.0f} s")
+        res.update(status="degraded", error=f"{len(stale)} peer(s) without a handshake in {STALE_AFTER_S} s")
     return res
 
 
-def parse_wg_dump(text: str, now: float) -> tuple[list[str], list[dict[str, Any]]]:
-    """Interfaces and peers (with handshake ages) from ``wg show all dump`` output."""
-    interfaces: list[str] = []
-    peers: list[dict[str, Any]] = []
-    for line in text.splitlines():
-        f = line.split("\t")
-        if len(f) == 5:
-            interfaces.append(f[0])
-        elif len(f) == 9:
-            hs = int(f[5]) if f[5].isdigit() else 0
-            peers.append(
-                {
-                    "interface": f[0],
-                    "peer": f[1][:10] + "…",
-                    "endpoint": None if f[3] == "(none)" else f[3],
-                    "allowed_ips": f[4],
-                    "handshake_age_s": round(now - hs, 1) if hs else None,
-                }
-            )
-    return interfaces, peers
+def wireguard_peers(dump: str, now: float) -> tuple[list[str], list[dict[str, Any]]]:
+    """Interfaces and peers (handshake ages, up or stale) from ``wg show all dump`` output."""
+    interfaces = parse_dump_all(dump)
+    peers = [
+        {
+            "interface": name,
+            "peer": p.public_key[:10] + "…",
+            "endpoint": p.endpoint,
+            "allowed_ips": ",".join(p.allowed_ips),
+            "handshake_age_s": None if (age := p.handshake_age(now)) is None else round(age, 1),
+            "up": p.is_up(now),
+        }
+        for name, status in interfaces.items()
+        for p in status.peers
+    ]
+    return list(interfaces), peers
 
 
 def vllm_probe(stack: Stack) -> dict[str, Any]:
@@ -386,8 +377,8 @@ def runs_probe(stack: Stack) -> dict[str, Any]:
 
 def default_probes(stack: Stack) -> dict[str, Probe]:
     probes: dict[str, Probe] = {
-        "postgres": lambda: postgres_probe(stack),
-        "qdrant": (lambda: qdrant_rest_probe(stack))
+        names.POSTGRES: lambda: postgres_probe(stack),
+        names.VECTORS: (lambda: qdrant_rest_probe(stack))
         if stack.settings.qdrant.url and stack.settings.profile == "cluster"
         else (lambda: vector_probe(stack)),
         stack.store_names["graph"]: lambda: graph_probe(stack),

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 
 from memoryctl.config import Settings
 from memoryctl.errors import MemoryctlError, StoreUnavailable
+from memoryctl.stores import names
 from memoryctl.stores.events import EventLog
 from memoryctl.stores.pg import EmbeddedPostgres, Pool, pool_from_settings
 from memoryctl.stores.records import RecordStore, RunLog
-from memoryctl.stores.schema import migrate, schema_state
+from memoryctl.stores.schema import apply_schema, schema_state
 
 if TYPE_CHECKING:
     from memoryctl.embed import Embedder
@@ -34,7 +35,10 @@ class Stack:
         self._graph: GraphStore | None = None
         self._tried: set[str] = set()
         # Logical store names in reports: the embedded graph is SQL tables, not Neo4j.
-        self.store_names = {"vector": "qdrant", "graph": "neo4j" if settings.profile == "cluster" else "graph"}
+        self.store_names = {
+            "vector": names.VECTORS,
+            "graph": names.NEO4J if settings.profile == "cluster" else names.SQL_GRAPH,
+        }
 
     # ---- PostgreSQL (required) ----------------------------------------------------------------
     @cached_property
@@ -47,7 +51,7 @@ class Stack:
         else:
             pool = pool_from_settings(s.postgres)
         if self.auto_migrate and not schema_state(pool):
-            migrate(pool)
+            apply_schema(pool)
         return pool
 
     @cached_property
@@ -90,7 +94,7 @@ class Stack:
                 self._vectors = self._open_vectors()
                 self._vectors.ensure_collection(self.embedder.info)
             except MemoryctlError as exc:
-                self.unavailable["qdrant"] = exc.message
+                self.unavailable[names.VECTORS] = exc.message
                 self._vectors = None
         return self._vectors
 
@@ -128,7 +132,7 @@ class Stack:
     def require_vectors(self) -> VectorStore:
         store = self.vectors()
         if store is None:
-            raise StoreUnavailable("qdrant", self.unavailable.get("qdrant", "unavailable"))
+            raise StoreUnavailable(names.VECTORS, self.unavailable.get(names.VECTORS, "unavailable"))
         return store
 
     def require_graph(self) -> GraphStore:

@@ -12,7 +12,7 @@ from typing import Any
 
 from pyinfra.api.facts import FactBase
 
-from wireguard.status import parse_dump
+from memoryctl.wgstatus import parse_dump
 
 
 class WireguardInterface(FactBase[dict[str, Any] | None]):

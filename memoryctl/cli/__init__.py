@@ -1,0 +1,1 @@
+"""The ``memoryctl`` command: argument parsing, output and exit codes over ``MemoryClient``."""

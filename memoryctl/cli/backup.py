@@ -36,9 +36,9 @@ def status(
     """Per store: the newest backup, the newest restorable point, sizes. Exit 0 fresh, 3 stale, 1 unreadable."""
     from rich.table import Table
 
-    from memoryctl.backup.status import backup_status, prometheus
+    from memoryctl.backup.status import prometheus
 
-    report = backup_status(ctx_of(ctx).client.stack)
+    report = ctx_of(ctx).client.backup_status()
     if as_prometheus:
         sys.stdout.write(prometheus(report))
     elif as_json:
@@ -78,9 +78,7 @@ def qdrant(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Snapshot every Qdrant collection (one file per shard) and ship the set to the snapshot target."""
-    from memoryctl.backup.snapshots import backup_qdrant
-
-    result = backup_qdrant(ctx_of(ctx).client.stack)
+    result = ctx_of(ctx).client.backup_vectors()
     if as_json:
         print_json(result)
         return
@@ -106,16 +104,12 @@ def restore(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Restore Qdrant from a snapshot set, then catch up with PostgreSQL. Exit 3 if drift is left."""
-    from memoryctl.backup.snapshots import restore_qdrant
-    from memoryctl.ops.reconcile import reconcile
-
     client = ctx_of(ctx).client
-    stack = client.stack
-    result = restore_qdrant(stack, name=set_name)
+    result = client.restore_vectors(name=set_name)
     left = 0
     if catch_up:
         client.sync()  # writes that waited in the outbox while the collection was gone
-        report = reconcile(stack, repair=True)  # and what the snapshot predates
+        report = client.reconcile(repair=True)  # and what the snapshot predates
         result["catch_up"] = {"repaired": sum(s.repaired for s in report.stores.values()), "left": report.unrepaired}
         left = report.unrepaired
     if as_json:
@@ -140,9 +134,7 @@ def graph(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Rebuild the graph store from PostgreSQL (idempotent; writes may continue meanwhile)."""
-    from memoryctl.backup.rebuild import rebuild_graph
-
-    result = rebuild_graph(ctx_of(ctx).client.stack, batch=batch, prune=prune)
+    result = ctx_of(ctx).client.rebuild_graph(batch=batch, prune=prune)
     if as_json:
         print_json(result)
         return

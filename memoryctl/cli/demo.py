@@ -81,19 +81,10 @@ def demo(
             _explain(result.as_dict())
         if result.degraded:
             out.print(f"degraded: {result.degraded}", markup=False)
-    from memoryctl.query.stats import stats
-
     out.print(Rule("memoryctl stats --metric sentiment --bucket 1d --since 7d"), markup=False)
     now = datetime.now(UTC)
-    rows = stats(
-        c.client.stack.pool,
-        agent_id=AGENT,
-        since=now - parse_duration("7d"),
-        until=now,
-        width_s=86400,
-        metric="sentiment",
-        kind=None,
-    )
+    day = parse_duration("1d")
+    rows = c.client.stats(agent_id=AGENT, since=now - 7 * day, until=now, width=day, metric="sentiment")
     for row, bar in zip(rows, bars([r["avg"] for r in rows]), strict=True):
         avg = f"{row['avg']:+.2f}" if row["avg"] is not None else "  -  "
         out.print(f"{row['bucket']:%Y-%m-%d}  memories {row['count']:>2}  sentiment avg {avg} {bar}", markup=False)

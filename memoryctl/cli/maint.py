@@ -9,48 +9,18 @@ trigger (``MEMORYCTL_TRIGGER=cron`` in the cron entries; ``cli`` otherwise).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
 
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import err, out, print_json
+from memoryctl.cli.progress import phase_bars, progress_bar
 from memoryctl.errors import ExitCode, UsageError
 from memoryctl.query.spec import parse_duration
 
 # The ops modules (psycopg, numpy) and rich's widgets are imported by the commands that use them:
 # every other command's start-up would pay for them.
-
-
-@contextmanager
-def _bar(enabled: bool, label: str, total: int | None) -> Iterator[Callable[[int], None] | None]:
-    """A progress bar on stderr when it is a terminal (never in --json or cron output)."""
-    if not enabled or not err.is_terminal:
-        yield None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as progress:
-        task = progress.add_task(label, total=total)
-        step = 0
-
-        def advance(n: int) -> None:
-            nonlocal step
-            step += n
-            if step >= 500:  # redraw cost stays negligible at 100k ids/s
-                progress.advance(task, step)
-                step = 0
-
-        yield advance
 
 
 def reconcile(
@@ -65,14 +35,12 @@ def reconcile(
     from rich.table import Table
 
     from memoryctl.ops.reconcile import CATEGORIES
-    from memoryctl.ops.reconcile import reconcile as run_reconcile
 
     c = ctx_of(ctx)
     agent_id = c.agent(agent) if agent else None
-    stack = c.client.stack
-    total = stack.records.count(agent_id=agent_id, include_deleted=True)
-    with _bar(not as_json, "reconcile", total) as advance:
-        report = run_reconcile(stack, agent_id=agent_id, repair=repair, progress=advance)
+    total = c.client.count(agent_id=agent_id, include_deleted=True)
+    with progress_bar(not as_json, "reconcile", total) as advance:
+        report = c.client.reconcile(agent_id=agent_id, repair=repair, progress=advance)
     if as_json:
         print_json(report.as_dict())
     else:
@@ -92,7 +60,7 @@ def reconcile(
             )
         out.print(table)
         out.print(
-            f"purge due (soft-deleted past {stack.settings.delete_grace}): {report.purge_due}"
+            f"purge due (soft-deleted past {c.settings.delete_grace}): {report.purge_due}"
             + (f", purged {report.purged}" if repair else ""),
             markup=False,
         )
@@ -136,9 +104,6 @@ def migrate(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Re-embed every memory into a new model's collection, verify, swap atomically; resumable."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from memoryctl.ops.migrate import run_migration
     from memoryctl.ops.models import parse_model_spec
 
     c = ctx_of(ctx)
@@ -157,7 +122,6 @@ def migrate(
             "give exactly one of --to-model, --rollback, --cleanup, --abandon",
             hint="e.g. memoryctl migrate --to-model kind=hash,dim=256",
         )
-    stack = c.client.stack
     kwargs: dict[str, Any] = {"batch": batch, "sample": sample, "min_recall": min_recall}
     if to_model is not None:
         kwargs["target"] = parse_model_spec(to_model, c.settings.embedder)
@@ -166,35 +130,8 @@ def migrate(
         action = chosen[0].removeprefix("--")
         if cleanup:
             kwargs["grace"] = parse_duration(grace)
-    bar: dict[str, Any] = {}
-    live = not as_json and err.is_terminal
-    progress = (
-        Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-        )
-        if live
-        else None
-    )
-
-    def on_progress(phase: str, advance: int, total: int | None) -> None:
-        if progress is None:
-            return
-        if phase not in bar:
-            bar[phase] = progress.add_task(phase, total=total, completed=advance)
-        else:
-            progress.advance(bar[phase], advance)
-
-    kwargs["progress"] = on_progress
-    if progress is not None:
-        with progress:
-            report = run_migration(stack, action, **kwargs)
-    else:
-        report = run_migration(stack, action, **kwargs)
+    with phase_bars(not as_json) as progress:
+        report = c.client.migrate_model(action, progress=progress, **kwargs)
     if as_json:
         print_json(report.as_dict())
     else:
@@ -238,21 +175,10 @@ def reembed(
             "reembed needs --changed",
             hint="to re-embed everything with another model use `memoryctl migrate --to-model ...`",
         )
-    from memoryctl.ops.reembed import reembed_changed
-    from memoryctl.ops.runs import recorded_run
-
     c = ctx_of(ctx)
     agent_id = c.agent(agent) if agent else None
-    stack = c.client.stack
-    vectors = stack.require_vectors()
-    with recorded_run(stack.runs, "reembed") as rec:
-        total = stack.records.count(agent_id=agent_id)
-        with _bar(not as_json, "reembed", total) as advance:
-            report = reembed_changed(
-                stack.records, vectors, stack.embedder, agent_id=agent_id, batch=batch, progress=advance
-            )
-        rec.counts = {"scanned": report.scanned, "changed": report.changed}
-        rec.details = report.as_dict()
+    with progress_bar(not as_json, "reembed", c.client.count(agent_id=agent_id)) as advance:
+        report = c.client.reembed_changed(agent_id=agent_id, batch=batch, progress=advance)
     if as_json:
         print_json(report.as_dict())
     else:

@@ -17,11 +17,7 @@ def nightly(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Train → gate → promote LoRA adapters, re-embed changed texts, reconcile, record the run."""
-    from memoryctl.nightly import Nightly
-
-    c = ctx_of(ctx)
-    runner = Nightly(c.settings, stack=c.client.stack)
-    report = runner.run()
+    report = ctx_of(ctx).client.nightly()
     if as_json:
         print_json(report.as_dict())
     else:
@@ -60,7 +56,7 @@ def adapters(
     """List LoRA adapter versions of a kind, or roll the served one back to the previous version."""
     from pathlib import Path
 
-    from lora.registry import AdapterRegistry
+    from memoryctl.lora.registry import AdapterRegistry
 
     if kind not in ("embedding", "generation"):
         raise InputError(f"kind must be embedding or generation, not {kind!r}")
@@ -99,8 +95,8 @@ def _rollback(c: object, registry: object, kind: str) -> None:
 
     assert isinstance(c, Ctx)
     if kind == "generation":
-        from lora.cycle import rollback_generation
-        from lora.vllm import VLLMClient
+        from memoryctl.lora.cycle import rollback_generation
+        from memoryctl.lora.vllm import VLLMClient
 
         vllm = c.settings.vllm
         if not vllm.url:
@@ -111,8 +107,6 @@ def _rollback(c: object, registry: object, kind: str) -> None:
             back = rollback_generation(registry, client)  # type: ignore[arg-type]
         err.print(f"serving {back.served_name if back else 'the base model'}", markup=False)
         return
-    from memoryctl.ops.migrate import run_migration
-
-    report = run_migration(c.client.stack, "rollback")
+    report = c.client.migrate_model("rollback")
     registry.rollback("embedding")  # type: ignore[attr-defined]
     err.print(f"embedding model: {report.status} → {report.target_model}", markup=False)

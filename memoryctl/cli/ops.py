@@ -89,7 +89,7 @@ def runs(
 ) -> None:
     """List recent maintenance runs (sync, reconcile, migrate, reembed, nightly)."""
     c = ctx_of(ctx)
-    rows = c.client.stack.runs.recent(command=command, limit=limit)
+    rows = c.client.runs(command=command, limit=limit)
     if as_json:
         print_json(rows)
         return

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import sys
-import uuid
 from collections.abc import Callable
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
+
+from memoryctl.serve.wire import json_default
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,16 +37,6 @@ class _LazyConsole:
 # Piped output (no terminal) would default to 80 columns; tables of memories need more.
 out = cast("Console", _LazyConsole(width=None if sys.stdout.isatty() else 140))
 err = cast("Console", _LazyConsole(stderr=True, soft_wrap=True))
-
-
-def json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def to_json(data: Any) -> str:

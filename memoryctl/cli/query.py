@@ -9,7 +9,6 @@ import typer
 from memoryctl.cli.chart import bars, sparkline
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import emit, out, print_json
-from memoryctl.errors import InputError
 from memoryctl.model import parse_datetime
 
 
@@ -173,16 +172,7 @@ def cypher(
 
     c = ctx_of(ctx)
     params = parse_params(param or [])
-    agent_id = c.agent(agent)
-    graph = c.client.stack.require_graph()
-    run_read = getattr(graph, "run_read", None)
-    if run_read is None:
-        raise InputError(
-            f"raw Cypher needs Neo4j; the {c.settings.profile} profile's graph is "
-            f"{getattr(graph, 'engine', graph.name)}",
-            hint="use `memoryctl query --entity … --via …` (structured graph filters work on every profile)",
-        )
-    rows = run_read(statement, params, agent_id)
+    rows = c.client.cypher(statement, params, agent_id=c.agent(agent))
     if as_json:
         print_json(rows)
         return

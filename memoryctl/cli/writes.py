@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,6 +11,7 @@ import typer
 
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import emit, err, out
+from memoryctl.cli.progress import progress_bar
 from memoryctl.errors import InputError
 from memoryctl.importer import count_lines
 from memoryctl.model import DEFAULT_KIND, parse_uuid, validate_meta_key
@@ -83,18 +83,10 @@ def import_(
     if not file.is_file():
         raise InputError(f"{file} is not a readable file")
     params = {"agent": agent, "strict": strict, "file": str(file)}
-    show_bar = sys.stderr.isatty() and not as_json and c.service is None
-    if show_bar:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        total = count_lines(file)
-        with Progress(
-            TextColumn("importing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True
-        ) as bar:
-            task = bar.add_task("import", total=total)
-            reply = c.call("import", params, upload=file, progress=lambda n: bar.advance(task, n))
-    else:
-        reply = c.call("import", params, upload=file)
+    bar = not as_json and c.service is None  # the service reports no progress
+    total = count_lines(file) if bar and err.is_terminal else None
+    with progress_bar(bar, "importing", total) as advance:
+        reply = c.call("import", params, upload=file, progress=advance)
 
     def human(data: dict[str, Any]) -> None:
         from rich.table import Table

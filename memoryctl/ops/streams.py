@@ -30,9 +30,22 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from memoryctl.errors import StoreError
+from memoryctl.stores import names
+from memoryctl.stores.protocols import GraphRecord, VectorRecord
 
 T = TypeVar("T")
 Key = Callable[[Any], uuid.UUID]
+
+
+def row_key(row: dict[str, Any]) -> uuid.UUID:
+    """The join key of a PostgreSQL row."""
+    key: uuid.UUID = row["id"]
+    return key
+
+
+def record_key(record: VectorRecord | GraphRecord) -> uuid.UUID:
+    """The join key of a vector or graph record."""
+    return record.id
 
 
 def ordered_pages(
@@ -173,6 +186,6 @@ def paged_join(
                     u = unmatched[i] = []
         yield JoinChunk(page, matched, unmatched)
 
-    for page, keys in source(driver, driver_key, "postgres"):
+    for page, keys in source(driver, driver_key, names.POSTGRES):
         yield from collect(keys[-1], set(keys), page)
     yield from collect(None, set(), [])

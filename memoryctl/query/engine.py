@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from memoryctl.embed import Embedder
 
 Ranked = list[tuple[uuid.UUID, dict[str, float]]]
+Relationships = dict[uuid.UUID, list[dict[str, Any]]]
 Legs = dict[str, list[tuple[uuid.UUID, float]]]  # per text leg: (id, raw score), best first
 SCOPE_TTL_S = 60.0  # how long an agent's point count is trusted for vector-first sizing
 
@@ -104,7 +105,7 @@ class QueryEngine:
             q.half_life = self.default_half_life(q.agent_id)
         t0 = time.perf_counter()
         ctx = QueryContext(self.guard)
-        chosen = self.plan(q, ctx)
+        chosen = self.choose(q, ctx)
         ran = self._run(chosen, q, ctx)
         hits = self._hydrate(q, ran.ranked, ctx)
         result = QueryResult(hits, sorted(set(ctx.degraded)), ran.describe(), ctx.steps, q, notes=ctx.notes)
@@ -113,7 +114,7 @@ class QueryEngine:
             self._record(q, hits)
         return result
 
-    def plan(self, q: MemoryQuery, ctx: QueryContext) -> Plan:
+    def choose(self, q: MemoryQuery, ctx: QueryContext) -> Plan:
         """Ask ``plan`` until it stops needing facts; fetch each fact it asks for (a store call)."""
         store = self._graph() if q.graph is not None else None
         facts = Facts(graph_checks_cheaply=bool(store is not None and store.cheap_membership))
@@ -497,7 +498,7 @@ class QueryEngine:
         self._relationships(hits, ctx, early)
         return hits
 
-    def _start_relationships(self, ids: list[uuid.UUID], ctx: QueryContext) -> Any:
+    def _start_relationships(self, ids: list[uuid.UUID], ctx: QueryContext) -> Running[Relationships] | None:
         if not ids or ctx.is_degraded(self.graph_name):
             return None
         store = self._graph()
@@ -506,10 +507,10 @@ class QueryEngine:
         detail = {"ids": len(ids), "parallel_with": "postgres.hydrate"}
         return ctx.start("graph.relationships", store.name, detail, lambda: store.relationships(ids))
 
-    def _relationships(self, hits: list[Hit], ctx: QueryContext, early: Any) -> None:
+    def _relationships(self, hits: list[Hit], ctx: QueryContext, early: Running[Relationships] | None) -> None:
         if not hits or ctx.is_degraded(self.graph_name):
             return
-        rels: dict[uuid.UUID, list[dict[str, Any]]] = {}
+        rels: Relationships = {}
         try:
             if early is not None:
                 rels = early.wait()

@@ -11,4 +11,6 @@ work in-process when it is not: both paths run the same ``operations`` and print
   both paths and by the OpenAPI description.
 - ``server``: the HTTP server (standard library, bounded worker pool, limits, shutdown).
 - ``client``: finding a running service and calling it.
+- ``wire``: what both sides know (reply headers, the bearer token, JSON encoding), so that neither
+  imports the other.
 """

@@ -21,12 +21,10 @@ from urllib.parse import urlencode, urlsplit
 
 from memoryctl.errors import ExitCode, MemoryctlError
 from memoryctl.serve.operations import Reply
+from memoryctl.serve.wire import EXIT_HEADER, WARNINGS_HEADER, load_token
 
 if TYPE_CHECKING:
     from memoryctl.config import Settings
-
-EXIT_HEADER = "Memoryctl-Exit-Code"
-WARNINGS_HEADER = "Memoryctl-Warnings"
 
 
 class ServiceError(MemoryctlError):
@@ -138,8 +136,6 @@ def discover(settings: Settings) -> ServiceClient | None:
         return None
     timeout = max(cfg.io_timeout_s, 300.0)  # a reply (a sync of a long outbox) may take a while
     if cfg.url:
-        from memoryctl.serve.server import load_token
-
         return ServiceClient(url=cfg.url, token=load_token(settings, create=False), timeout=timeout)
     path = settings.serve_socket
     if not path.exists():

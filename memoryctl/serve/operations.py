@@ -214,9 +214,8 @@ def _get(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progres
 
 
 def _stats(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progress: Progress | None) -> Reply:
-    from memoryctl.model import parse_datetime, validate_kind, validate_meta_key
+    from memoryctl.model import parse_datetime
     from memoryctl.query.spec import parse_duration, parse_since
-    from memoryctl.query.stats import stats as run_stats
 
     bucket, metric, kind = p.get("bucket", "1d"), p.get("metric"), p.get("kind")
     width = parse_duration(bucket)
@@ -227,15 +226,7 @@ def _stats(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progr
     if (end - start) / width > 10_000:
         raise InputError("that is more than 10,000 buckets", hint="use a wider --bucket or a shorter range")
     agent_id = _agent(client, p)
-    rows = run_stats(
-        client.stack.pool,
-        agent_id=agent_id,
-        since=start,
-        until=end,
-        width_s=width.total_seconds(),
-        metric=validate_meta_key(metric) if metric else None,
-        kind=validate_kind(kind) if kind else None,
-    )
+    rows = client.stats(agent_id=agent_id, since=start, until=end, width=width, metric=metric, kind=kind)
     buckets = [
         {
             "bucket": r["bucket"].isoformat(),
@@ -250,9 +241,7 @@ def _stats(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progr
 
 
 def _health(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progress: Progress | None) -> Reply:
-    from memoryctl.health import check
-
-    report = check(client.stack, deadline_s=p.get("deadline", 1.8))
+    report = client.health(deadline_s=p.get("deadline", 1.8))
     return Reply(report.as_dict(), report.exit_code)
 
 
@@ -319,13 +308,7 @@ def _forget(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _prog
 
 
 def _sync(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progress: Progress | None) -> Reply:
-    from memoryctl.ops.runs import recorded_run
-
-    with recorded_run(client.stack.runs, "sync", trigger=p.get("trigger"), actor=p.get("actor")) as rec:
-        report, pending = client.sync()
-        rec.counts = {**report.delivered, "pending": pending}
-        if any(pending.values()):
-            rec.status, rec.details = "partial", {"failed": report.failed}
+    report, pending = client.sync(trigger=p.get("trigger"), actor=p.get("actor"))
     reply = Reply({**report.as_dict(), "pending": pending})
     if any(pending.values()):
         stores = ", ".join(s for s, n in pending.items() if n)

@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import queue
-import secrets
 import signal
 import socket
 import tempfile
@@ -44,10 +43,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from memoryctl.cli.output import json_default
 from memoryctl.errors import ConfigError, ExitCode, MemoryctlError, NotFoundError, StoreError
-from memoryctl.serve.client import EXIT_HEADER, WARNINGS_HEADER
 from memoryctl.serve.operations import OPERATIONS, Reply, run
+from memoryctl.serve.wire import EXIT_HEADER, WARNINGS_HEADER, json_default, load_token
 
 if TYPE_CHECKING:
     from memoryctl.client import MemoryClient
@@ -101,23 +99,6 @@ def parse_bind(value: str) -> tuple[str, int]:
             hint="bind to loopback (127.0.0.1) or the mesh address; the public side stays closed",
         )
     return str(addr), int(port)
-
-
-def load_token(settings: Settings, *, create: bool) -> str | None:
-    """The HTTP bearer token: ``serve.token``, else the token file (made 0600 by ``serve``)."""
-    if settings.serve.token is not None:
-        return settings.serve.token.get_secret_value()
-    path = settings.serve_token_file
-    with contextlib.suppress(FileNotFoundError):
-        return path.read_text().strip() or None
-    if not create:
-        return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    return token
 
 
 @dataclass(slots=True)

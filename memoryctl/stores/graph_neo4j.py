@@ -75,10 +75,17 @@ _TERMINATED = frozenset(
 _ARROWS = {"out": ("-", "->"), "in": ("<-", "-"), "both": ("-", "-")}
 _REVERSED = {"out": "in", "in": "out", "both": "both"}
 _LOAD_CSV = re.compile(r"\bLOAD\s+CSV\b", re.IGNORECASE)
-# Procedures a read-only power-user query may call. Community Edition has no roles, and DBMS-mode
-# procedures (dbms.killConnections, dbms.listConfig, ...) run even in a READ transaction, so the
-# plan is inspected before the query runs; db.* write procedures are refused by the server itself.
-_ALLOWED_PROCEDURES = re.compile(r"^(db\.[A-Za-z.]+|dbms\.components)\b")
+# Procedures a read-only power-user query may call: those the server itself declares READ-mode
+# (``SHOW PROCEDURES``), plus ``dbms.components`` (a version probe). Community Edition has no roles,
+# and DBMS-mode procedures (``dbms.killConnections``, ``dbms.listConfig``, ``db.clearQueryCaches``,
+# ...) run even in a READ transaction, so the plan is inspected before the query runs.
+_EXTRA_PROCEDURES = frozenset({"dbms.components"})
+_READ_ONLY = (
+    "run_read runs in a read-only transaction, and this query writes "
+    "(CREATE, MERGE, DELETE, SET, REMOVE, schema or write procedures are refused)"
+)
+_WRITE_HINT = "use memoryctl's write commands to change the graph"
+_PROCEDURE_MODES = "SHOW PROCEDURES YIELD name, mode RETURN collect([name, mode]) AS modes"
 
 
 def _rel(rel_type: str) -> str:
@@ -291,6 +298,7 @@ class Neo4jGraphStore:
     def __init__(self, settings: Neo4jSettings) -> None:
         self._settings = settings
         self._timeout = float(settings.timeout_s)
+        self._modes: dict[str, str] | None = None
         self._origin_indexes: set[str] = set()  # relationship types whose origin index exists
         password = settings.password.get_secret_value() if settings.password is not None else None
         try:
@@ -625,6 +633,13 @@ class Neo4jGraphStore:
 
     # -- power users ------------------------------------------------------------------------
 
+    def _procedure_modes(self) -> dict[str, str]:
+        """Every procedure's mode as the server declares it, asked once (it changes with the server only)."""
+        if self._modes is None:
+            rec = self._read("procedures", lambda tx: tx.run(_PROCEDURE_MODES).single())
+            self._modes = {str(name): str(mode) for name, mode in (rec["modes"] if rec is not None else [])}
+        return self._modes
+
     def run_read(
         self,
         cypher: str,
@@ -667,10 +682,16 @@ class Neo4jGraphStore:
             for op, details in _plan_operators(plan):
                 if "LoadCSV" in op:
                     raise UsageError("LOAD CSV is not allowed in read-only queries")
-                if "ProcedureCall" in op and not _ALLOWED_PROCEDURES.match(details.strip()):
+                if "ProcedureCall" not in op:
+                    continue
+                name = details.split("(")[0].strip().replace("`", "")
+                mode = "READ" if name in _EXTRA_PROCEDURES else self._procedure_modes().get(name)
+                if mode in ("WRITE", "SCHEMA"):
+                    raise UsageError(f"write refused: {_READ_ONLY} ({name} is a {mode} procedure)", hint=_WRITE_HINT)
+                if mode != "READ":
                     raise UsageError(
-                        f"procedure call {details.split('(')[0].strip()!r} is not allowed in read-only queries",
-                        hint="db.* read procedures and dbms.components are allowed",
+                        f"procedure call {name!r} is not allowed in read-only queries",
+                        hint="READ-mode procedures (SHOW PROCEDURES) and dbms.components are allowed",
                     )
             result = tx.run(cypher, bound)
             return [{k: _native(rec[k]) for k in rec.keys()} for rec in islice(result, limit)]
@@ -682,10 +703,7 @@ class Neo4jGraphStore:
             code = getattr(cause, "code", "") or ""
             if code == "Neo.ClientError.Statement.AccessMode":
                 raise UsageError(
-                    "write refused: run_read runs in a read-only transaction, and this query writes "
-                    f"(CREATE, MERGE, DELETE, SET, REMOVE, schema or write procedures are refused): "
-                    f"{getattr(cause, 'message', '')}",
-                    hint="use memoryctl's write commands to change the graph",
+                    f"write refused: {_READ_ONLY}: {getattr(cause, 'message', '')}", hint=_WRITE_HINT
                 ) from cause
             if code.startswith(("Neo.ClientError.Statement.", "Neo.ClientError.Procedure.", "Neo.ClientError.Schema.")):
                 raise UsageError(f"Cypher rejected: {code}: {getattr(cause, 'message', '')}") from cause

@@ -21,6 +21,7 @@ from psycopg import Connection
 from psycopg.types.json import Jsonb
 
 from memoryctl.model import EntityRef, Memory, node_from_json
+from memoryctl.stores import names
 from memoryctl.stores.pg import Pool, pg_errors
 
 TARGETS = ("vector", "graph")
@@ -95,7 +96,7 @@ def _same(existing: dict[str, Any], m: Memory) -> bool:
 
 
 class RecordStore:
-    name = "postgres"
+    name = names.POSTGRES
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
@@ -350,6 +351,14 @@ class RunLog:
                     (command, command, limit),
                 )
             )
+
+    def last_success(self, command: str) -> datetime | None:
+        """When the last run of ``command`` that ended ``ok`` started (a data window's lower bound)."""
+        with pg_errors(), self.pool.connection() as conn:
+            row = conn.execute(
+                "SELECT max(started_at) AS t FROM maintenance_runs WHERE command = %s AND status = 'ok'", (command,)
+            ).fetchone()
+        return as_datetime(row["t"]) if row else None
 
     def last_per_command(self) -> dict[str, dict[str, Any]]:
         with pg_errors(), self.pool.connection() as conn:

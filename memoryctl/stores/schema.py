@@ -79,7 +79,7 @@ def timescale_usable(pool: Pool) -> bool:
         return timescale_status(conn).usable
 
 
-def migrate(pool: Pool, *, timescale: bool | None = None) -> list[dict[str, Any]]:
+def apply_schema(pool: Pool, *, timescale: bool | None = None) -> list[dict[str, Any]]:
     """Apply pending migrations; return what was applied (empty when up to date).
 
     ``timescale`` forces a path for a database that has none yet (tests use it to run the plain

@@ -55,6 +55,7 @@ import qdrant_edge as qe
 
 from memoryctl.config import Settings
 from memoryctl.errors import InputError, StoreError, StoreUnavailable
+from memoryctl.stores import vector_filter as vf
 from memoryctl.stores.protocols import EmbeddingModelInfo, VectorHit, VectorPoint, VectorRecord
 from memoryctl.stores.vector_core import (
     DEFAULT_ID_CHUNK,
@@ -72,17 +73,6 @@ from memoryctl.stores.vector_core import (
     options,
     point_payload,
     record_from,
-)
-from memoryctl.stores.vector_filter import (
-    AnyOf,
-    Condition,
-    Filter,
-    HasId,
-    IsEmpty,
-    Match,
-    MatchAny,
-    Range,
-    TimeRange,
 )
 
 ACTIVE_FILE = "active"
@@ -156,25 +146,25 @@ def _match(value: str | int | bool) -> qe.MatchValue:
     return qe.MatchValue(value)
 
 
-def _condition(c: Condition) -> EdgeCondition:
-    if isinstance(c, Match):
+def _condition(c: vf.Condition) -> EdgeCondition:
+    if isinstance(c, vf.Match):
         return qe.FieldCondition(c.key, match=_match(c.value))
-    if isinstance(c, MatchAny):
+    if isinstance(c, vf.MatchAny):
         return qe.FieldCondition(c.key, match=qe.MatchAny(list(c.values)))
-    if isinstance(c, Range):
+    if isinstance(c, vf.Range):
         return qe.FieldCondition(c.key, range=qe.RangeFloat(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
-    if isinstance(c, TimeRange):
+    if isinstance(c, vf.TimeRange):
         bounds = {k: iso(v) for k, v in (("gt", c.gt), ("gte", c.gte), ("lt", c.lt), ("lte", c.lte)) if v is not None}
         return qe.FieldCondition(c.key, range=qe.RangeDateTime(**bounds))
-    if isinstance(c, HasId):
+    if isinstance(c, vf.HasId):
         return qe.HasIdCondition(set(c.ids))
-    if isinstance(c, IsEmpty):
+    if isinstance(c, vf.IsEmpty):
         return qe.IsEmptyCondition(c.key)
-    assert isinstance(c, AnyOf)
+    assert isinstance(c, vf.AnyOf)
     return qe.Filter(should=[_condition(x) for x in c.conditions])
 
 
-def to_edge(flt: Filter) -> qe.Filter:
+def to_edge(flt: vf.Filter) -> qe.Filter:
     return qe.Filter(
         must=[_condition(c) for c in flt.must] or None, must_not=[_condition(c) for c in flt.must_not] or None
     )
@@ -417,13 +407,13 @@ class EdgeBackend:
             return qe.SearchParams(exact=True)
         return qe.SearchParams(hnsw_ef=self.hnsw_ef)
 
-    def scroll(self, name: str, flt: Filter, limit: int, offset: Any) -> tuple[list[VectorRecord], Any]:
+    def scroll(self, name: str, flt: vf.Filter, limit: int, offset: Any) -> tuple[list[VectorRecord], Any]:
         request = qe.ScrollRequest(offset=offset, limit=limit, filter=to_edge(flt), with_payload=RECORD_FIELDS)
         with self._using(name) as shard:
             records, nxt = shard.scroll(request)
         return [record_from(r.id, r.payload, "") for r in records], nxt
 
-    def count(self, name: str, flt: Filter) -> int:
+    def count(self, name: str, flt: vf.Filter) -> int:
         with self._using(name) as shard:
             return int(shard.count(qe.CountRequest(exact=True, filter=to_edge(flt))))
 

@@ -25,6 +25,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from memoryctl.config import QdrantSettings
 from memoryctl.errors import InputError, StoreError, StoreUnavailable
+from memoryctl.stores import vector_filter as vf
 from memoryctl.stores.protocols import EmbeddingModelInfo, VectorHit, VectorPoint, VectorRecord
 from memoryctl.stores.vector_core import (
     DEFAULT_ID_CHUNK,
@@ -41,37 +42,27 @@ from memoryctl.stores.vector_core import (
     point_payload,
     record_from,
 )
-from memoryctl.stores.vector_filter import (
-    Condition,
-    Filter,
-    HasId,
-    IsEmpty,
-    Match,
-    MatchAny,
-    Range,
-    TimeRange,
-)
 
 _DIST = {"cosine": qm.Distance.COSINE, "dot": qm.Distance.DOT, "euclid": qm.Distance.EUCLID}
 
 
-def _condition(c: Condition) -> qm.Condition:
-    if isinstance(c, Match):
+def _condition(c: vf.Condition) -> qm.Condition:
+    if isinstance(c, vf.Match):
         return qm.FieldCondition(key=c.key, match=qm.MatchValue(value=c.value))
-    if isinstance(c, MatchAny):
+    if isinstance(c, vf.MatchAny):
         return qm.FieldCondition(key=c.key, match=qm.MatchAny(any=list(c.values)))
-    if isinstance(c, Range):
+    if isinstance(c, vf.Range):
         return qm.FieldCondition(key=c.key, range=qm.Range(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
-    if isinstance(c, TimeRange):
+    if isinstance(c, vf.TimeRange):
         return qm.FieldCondition(key=c.key, range=qm.DatetimeRange(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
-    if isinstance(c, HasId):
+    if isinstance(c, vf.HasId):
         return qm.HasIdCondition(has_id=[str(i) for i in c.ids])
-    if isinstance(c, IsEmpty):
+    if isinstance(c, vf.IsEmpty):
         return qm.IsEmptyCondition(is_empty=qm.PayloadField(key=c.key))
     return qm.Filter(should=[_condition(x) for x in c.conditions])
 
 
-def to_qdrant(flt: Filter) -> qm.Filter:
+def to_qdrant(flt: vf.Filter) -> qm.Filter:
     return qm.Filter(
         must=[_condition(c) for c in flt.must] or None, must_not=[_condition(c) for c in flt.must_not] or None
     )
@@ -264,7 +255,7 @@ class QdrantBackend:
         responses = self.client.query_batch_points(name, requests=requests)
         return [[hit_from(p.id, p.score, p.payload) for p in r.points] for r in responses]
 
-    def scroll(self, name: str, flt: Filter, limit: int, offset: Any) -> tuple[list[VectorRecord], Any]:
+    def scroll(self, name: str, flt: vf.Filter, limit: int, offset: Any) -> tuple[list[VectorRecord], Any]:
         records, nxt = self.client.scroll(
             name,
             scroll_filter=to_qdrant(flt),
@@ -275,7 +266,7 @@ class QdrantBackend:
         )
         return [record_from(r.id, r.payload, "") for r in records], nxt
 
-    def count(self, name: str, flt: Filter) -> int:
+    def count(self, name: str, flt: vf.Filter) -> int:
         return int(self.client.count(name, count_filter=to_qdrant(flt), exact=True).count)
 
     def version(self) -> str | None:

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from memoryctl.cli.main import _invoke
@@ -191,6 +192,19 @@ def test_neo4j_down_add_exits_3_and_sync_delivers(
     monkeypatch.delenv("MEMORYCTL_NEO4J__URI")
     code, out, _ = cli(capsys, "sync", "--json")
     assert code == 0 and json.loads(out)["pending"] == {"qdrant": 0, "neo4j": 0}
+
+
+def test_a_failed_sync_is_recorded_as_failed(config: Path, capsys: pytest.CaptureFixture[str], pg_dsn: str) -> None:
+    """A run that dies is recorded as failed, never left "running" (``recorded_run``)."""
+    code, _, _ = cli(capsys, "sync")
+    assert code == 0
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE outbox RENAME TO outbox_gone")  # PostgreSQL now fails the sync for real
+    code, _, err = cli(capsys, "sync")
+    assert code == 1 and "outbox" in err
+    code, out, _ = cli(capsys, "runs", "--json", "--command", "sync")
+    runs = json.loads(out)
+    assert [r["status"] for r in runs] == ["failed", "ok"] and "outbox" in runs[0]["error"]
 
 
 def test_console_script_has_no_traceback(config: Path) -> None:

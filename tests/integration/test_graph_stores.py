@@ -633,6 +633,7 @@ def test_run_read_refuses_writes(neo: Neo4jGraphStore, cypher: str) -> None:
         "CALL dbms.listConfig() YIELD name RETURN name",
         "CALL dbms.listConnections() YIELD connectionId RETURN connectionId",
         "CALL `dbms`.`listConfig`() YIELD name RETURN name",
+        "CALL db.clearQueryCaches()",
         "LOAD CSV FROM 'file:///etc/passwd' AS line RETURN line",
         "load   csv from 'http://127.0.0.1:1/' AS line RETURN line",
     ],

@@ -26,7 +26,7 @@ from memoryctl.embed import make_embedder
 from memoryctl.errors import StoreError
 from memoryctl.health import check
 from memoryctl.model import EntityRef, Memory
-from memoryctl.ops.migrate import MigrationInterrupted, Migrator, run_migration
+from memoryctl.ops.model_migration import MigrationInterrupted, Migrator, run_model_migration
 from memoryctl.ops.models import parse_model_spec
 from memoryctl.ops.pgstate import OpsState
 from memoryctl.ops.reconcile import Reconciler, reconcile
@@ -311,7 +311,7 @@ def test_migrate_interrupted_resumes_swaps_and_rolls_back(cluster: MemoryClient)
         == stack.records.count()
     )
     assert [r["status"] for r in stack.runs.recent(command="migrate")] == []  # Migrator itself records nothing
-    cleanup = run_migration(stack, "cleanup", grace=timedelta(0))  # the CLI's entry point records its run
+    cleanup = run_model_migration(stack, "cleanup", grace=timedelta(0))  # the CLI's entry point records its run
     assert cleanup.dropped == ["hash/bow-v2-test"]
     [run] = stack.runs.recent(command="migrate")
     assert (run["status"], run["counts"]["dropped"]) == ("ok", 1)
@@ -513,14 +513,14 @@ def test_a_hung_probe_is_reported_as_timeout_and_the_rest_answer() -> None:
 
 
 def test_wireguard_dump_parsing() -> None:
-    from memoryctl.health import parse_wg_dump
+    from memoryctl.health import wireguard_peers
 
     dump = (
         "wg0\tPRIVKEY\tPUBKEY\t51820\toff\n"
         "wg0\tpeerAAAAAAAAAAAAAAAA=\t(none)\t10.0.0.2:51820\t10.77.0.2/32\t1000\t10\t20\t25\n"
         "wg0\tpeerBBBBBBBBBBBBBBBB=\t(none)\t(none)\t10.77.0.3/32\t0\t0\t0\toff\n"
     )
-    interfaces, peers = parse_wg_dump(dump, now=1100.0)
+    interfaces, peers = wireguard_peers(dump, now=1100.0)
     assert "PRIVKEY" not in json.dumps([interfaces, peers])  # the interface line holds the private key
     assert interfaces == ["wg0"]
     assert [p["handshake_age_s"] for p in peers] == [100.0, None]

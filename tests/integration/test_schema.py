@@ -23,7 +23,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from memoryctl.stores.pg import Pool, open_pool
-from memoryctl.stores.schema import TimescaleStatus, available_migrations, migrate, schema_state, timescale_status
+from memoryctl.stores.schema import TimescaleStatus, apply_schema, available_migrations, schema_state, timescale_status
 
 pytestmark = pytest.mark.integration
 
@@ -63,10 +63,10 @@ def test_the_test_server_has_timescale_loaded(pool: Pool) -> None:
 
 
 def test_timescale_path_is_applied_and_recorded(pool: Pool) -> None:
-    applied = migrate(pool)
+    applied = apply_schema(pool)
     assert applied == variants("timescale")
     assert [a["version"] for a in applied if a["variant"] == "timescale"] == [2, 4]
-    assert migrate(pool) == []  # idempotent
+    assert apply_schema(pool) == []  # idempotent
     assert [(r["version"], r["variant"]) for r in schema_state(pool)] == [(a["version"], a["variant"]) for a in applied]
     assert rows(pool, "SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'") == [{"extversion": "2.28.3"}]
     hypertables = rows(
@@ -108,10 +108,10 @@ def test_timescale_path_is_applied_and_recorded(pool: Pool) -> None:
 
 
 def test_plain_path_when_forced_on_the_same_server(pool: Pool) -> None:
-    applied = migrate(pool, timescale=False)
+    applied = apply_schema(pool, timescale=False)
     assert applied == variants("plain")
     assert [a["version"] for a in applied if a["variant"] == "plain"] == [2, 4]
-    assert migrate(pool) == []  # the recorded path wins over "TimescaleDB is usable here"
+    assert apply_schema(pool) == []  # the recorded path wins over "TimescaleDB is usable here"
     assert rows(pool, "SELECT extname FROM pg_extension WHERE extname = 'timescaledb'") == []
     assert rows(pool, "SELECT to_regclass('memory_stats_hourly') IS NULL AS none") == [{"none": True}]
     assert indexes(pool, "memories") == {
@@ -145,7 +145,7 @@ def test_later_versions_follow_the_recorded_path(pool: Pool) -> None:
             mig = available_migrations()[version]["core" if version == 1 else "plain"]
             conn.execute(mig.sql.encode())
             conn.execute("INSERT INTO schema_migrations VALUES (%s, %s)", (version, mig.variant))
-    applied = migrate(pool)
+    applied = apply_schema(pool)
     assert {a["version"]: a["variant"] for a in applied}[4] == "plain"
 
 
@@ -189,7 +189,7 @@ def policy_jobs(pool: Pool) -> dict[str, int]:
 def test_policies_run_as_background_jobs(pool: Pool) -> None:
     from memoryctl.health import timescale_jobs, timescale_problems
 
-    migrate(pool)
+    apply_schema(pool)
     now = datetime.now(UTC)
     with pool.connection() as conn:
         for age_days in (1, 30, 200):
@@ -219,7 +219,7 @@ def test_policies_run_as_background_jobs(pool: Pool) -> None:
 def test_a_failing_background_job_is_reported(pool: Pool) -> None:
     from memoryctl.health import timescale_jobs, timescale_problems
 
-    migrate(pool)
+    apply_schema(pool)
     with pool.connection() as conn:
         conn.execute(
             "CREATE PROCEDURE broken_job(job_id int, config jsonb) LANGUAGE plpgsql"
@@ -323,8 +323,8 @@ def both_paths(pg_admin_dsn: str) -> Iterator[tuple[Pool, Pool]]:
     with fresh_database(pg_admin_dsn) as ts_dsn, fresh_database(pg_admin_dsn) as plain_dsn:
         ts, plain = open_pool(ts_dsn), open_pool(plain_dsn)
         try:
-            migrate(ts)
-            migrate(plain, timescale=False)
+            apply_schema(ts)
+            apply_schema(plain, timescale=False)
             yield ts, plain
         finally:
             ts.close()

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from lora.config import LoraTrainingConfig
-from lora.cycle import embedding_cycle, generation_cycle, promote_generation, rollback_generation
-from lora.registry import AdapterRegistry
-from lora.vllm import VLLMClient
+from memoryctl.lora.config import LoraTrainingConfig
+from memoryctl.lora.cycle import embedding_cycle, generation_cycle, promote_generation, rollback_generation
+from memoryctl.lora.registry import AdapterRegistry
+from memoryctl.lora.vllm import VLLMClient
 from tests.lora.conftest import Stopwatch
 from tests.lora.synthetic import embedding_rows, generation_rows
 from tests.lora.vllm_standin import StandinState, VLLMStandin
@@ -33,7 +33,7 @@ def test_skipped_when_too_little_data(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_generation_cycle_promote_second_run_and_rollback(tmp_path: Path, timings: dict[str, float]) -> None:
-    from lora.train_generation import build_tiny_qwen2
+    from memoryctl.lora.train_generation import build_tiny_qwen2
 
     base = build_tiny_qwen2(tmp_path / "base", seed=0)
     reg = AdapterRegistry(tmp_path / "reg")
@@ -102,15 +102,15 @@ def test_failed_hot_swap_keeps_active_version(tmp_path: Path) -> None:
 def test_embedding_cycle_registers_then_rejects_a_regression(tmp_path: Path, timings: dict[str, float]) -> None:
     """Both gate outcomes, each decided by the seeded data and training (not accepted either way).
 
-    1. 20 seeded steps on the nickname data teach what the base model lacks: held-out recall@1
+    1. 8 seeded steps on the nickname data teach what the base model lacks: held-out recall@1
        rises (0.60 -> 0.87 here), the adapter is registered.
     2. One step from the base model, gated against that active adapter, is a regression: rejected,
        nothing registered, the active version untouched.
     """
     reg = AdapterRegistry(tmp_path / "reg")
     split = {"recall_k": 1, "min_heldout": 8, "heldout_fraction": 0.25, "batch_size": 16, "max_seq_length": 48}
-    good = LoraTrainingConfig.for_embedding(steps=20, lr=1e-3, seed=7, **split)
-    with Stopwatch(timings, "cycle: embedding train 20 steps + gate + register"):
+    good = LoraTrainingConfig.for_embedding(steps=8, lr=3e-3, seed=7, **split)
+    with Stopwatch(timings, "cycle: embedding train 8 steps + gate + register"):
         out = embedding_cycle(embedding_rows(), registry=reg, workdir=tmp_path / "1", config=good)
     assert out.decision is not None and out.status == "registered", out.to_record()
     gm = out.decision.metrics

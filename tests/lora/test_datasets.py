@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from lora.datasets import (
+from memoryctl.lora.datasets import (
     EmbeddingDataset,
     GenerationDataset,
     Skipped,
@@ -16,7 +16,7 @@ from lora.datasets import (
     pairs_from_turns,
     split_bucket,
 )
-from lora.manifest import DataWindow
+from memoryctl.lora.manifest import DataWindow
 
 
 def _rows(n: int, *, shared_positive_every: int = 0) -> list[dict[str, str]]:

@@ -1,4 +1,4 @@
-"""`import lora` works without torch; asking for training without it is a ConfigError with the hint."""
+"""`import memoryctl.lora` works without torch; asking for training without it is a ConfigError with the hint."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
 def test_import_lora_does_not_import_torch() -> None:
     r = _run("""
         import sys
-        import lora, lora.registry, lora.vllm, lora.evaluate, lora.datasets
-        import lora.train_embedding, lora.train_generation
+        import memoryctl.lora, memoryctl.lora.registry, memoryctl.lora.vllm, memoryctl.lora.evaluate
+        import memoryctl.lora.datasets, memoryctl.lora.train_embedding, memoryctl.lora.train_generation
         assert "torch" not in sys.modules, "torch imported eagerly"
         print("ok")
     """)
@@ -38,8 +38,8 @@ def test_training_without_torch_raises_config_error_with_hint() -> None:
     r = _run("""
         import sys
         sys.modules["torch"] = None
-        from lora.datasets import EmbeddingDataset
-        from lora.train_embedding import train_embedding_adapter
+        from memoryctl.lora.datasets import EmbeddingDataset
+        from memoryctl.lora.train_embedding import train_embedding_adapter
         from memoryctl.errors import ConfigError
         try:
             train_embedding_adapter(EmbeddingDataset((), ()), "/tmp/never-written")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from lora.manifest import AdapterIntegrityError, read_manifest, verify_adapter, write_manifest
-from lora.registry import AdapterRegistry
 from memoryctl.errors import NotFoundError, UsageError
+from memoryctl.lora.manifest import AdapterIntegrityError, read_manifest, verify_adapter, write_manifest
+from memoryctl.lora.registry import AdapterRegistry
 
 
 def _adapter(tmp: Path, name: str, payload: bytes, kind: str = "generation") -> Path:

@@ -1,4 +1,4 @@
-"""lora.vllm.VLLMClient against the vLLM STAND-IN (tests/lora/vllm_standin.py), a real HTTP server
+"""memoryctl.lora.vllm.VLLMClient against the vLLM STAND-IN (tests/lora/vllm_standin.py), a real HTTP server
 on 127.0.0.1. vLLM itself needs a GPU and is not available in CI."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lora.vllm import AdapterRef, VLLMClient
 from memoryctl.errors import StoreError, StoreUnavailable
+from memoryctl.lora.vllm import AdapterRef, VLLMClient
 from tests.lora.vllm_standin import StandinState, VLLMStandin
 
 KEY = "s3cret"

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from wireguard import MeshNode, MeshPlan, parse_dump
+from memoryctl.wgstatus import parse_dump
+from wireguard import MeshNode, MeshPlan
 from wireguard.facts import WireguardInterface
 from wireguard.keys import KeyStore, SecretDir, generate_private_key, public_key_for
 

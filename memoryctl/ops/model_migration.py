@@ -48,16 +48,17 @@ from memoryctl.config import EmbedderSettings
 from memoryctl.errors import MemoryctlError, StoreError, UsageError
 from memoryctl.model import Memory
 from memoryctl.ops.models import settings_from_spec, spec_of
+from memoryctl.ops.needs import Stores
 from memoryctl.ops.pgstate import OpsState
 from memoryctl.ops.reembed import PipelineStats, Reembedder
 from memoryctl.ops.runs import recorded_run
-from memoryctl.ops.streams import paged_join
-from memoryctl.stores.protocols import EmbeddingModelInfo, VectorFilter, VectorRecord, VectorStore
-from memoryctl.stores.schema import migrate as apply_schema
+from memoryctl.ops.streams import paged_join, record_key, row_key
+from memoryctl.stores import names
+from memoryctl.stores.protocols import EmbeddingModelInfo, VectorFilter, VectorStore
+from memoryctl.stores.schema import apply_schema
 
 if TYPE_CHECKING:
     from memoryctl.embed import Embedder
-    from memoryctl.stack import Stack
 
 LOCK = "migrate"
 CATCHUP_MARGIN = timedelta(seconds=60)
@@ -125,7 +126,7 @@ def _noop(phase: str, advance: int, total: int | None) -> None:
 class Migrator:
     def __init__(
         self,
-        stack: Stack,
+        stack: Stores,
         *,
         batch: int = 512,
         sample: int = 50,
@@ -295,8 +296,8 @@ class Migrator:
             drop.clear()
 
         pages = records.scroll(batch=2000)
-        others = [(vectors.scroll(model_id=model_id, batch=2000), _rec_key, vectors.name)]
-        for chunk in paged_join(pages, _pg_key, others):
+        others = [(vectors.scroll(model_id=model_id, batch=2000), record_key, vectors.name)]
+        for chunk in paged_join(pages, row_key, others):
             matched = chunk.matched[0]
             drop.extend(point.id for point in chunk.unmatched[0])
             for pg in chunk.rows:
@@ -417,7 +418,7 @@ class Migrator:
         embedder = make_embedder(settings)
         if embedder.info.model_id != prev["model_id"]:
             raise StoreError(
-                "qdrant",
+                names.VECTORS,
                 f"the recorded spec of {prev['model_id']!r} now builds {embedder.info.model_id!r}",
                 hint="the model package changed version; migrate explicitly instead of rolling back",
             )
@@ -495,16 +496,7 @@ class Migrator:
         return report
 
 
-def _pg_key(row: dict[str, Any]) -> uuid.UUID:
-    key: uuid.UUID = row["id"]
-    return key
-
-
-def _rec_key(row: VectorRecord) -> uuid.UUID:
-    return row.id
-
-
-def run_migration(stack: Stack, action: str, **kwargs: Any) -> MigrationReport:
+def run_model_migration(stack: Stores, action: str, **kwargs: Any) -> MigrationReport:
     """Run one migrate action (migrate | rollback | cleanup | abandon), recorded in maintenance_runs."""
     target: EmbedderSettings | None = kwargs.pop("target", None)
     grace: timedelta | None = kwargs.pop("grace", None)

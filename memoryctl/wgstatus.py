@@ -1,6 +1,10 @@
-"""The live state of a WireGuard interface, from ``wg show <iface> dump``.
+"""The live state of WireGuard interfaces, from ``wg show <iface> dump`` or ``wg show all dump``.
 
-The dump's first line is the interface (private key, public key, listen port, fwmark); each further
+The one parser and the one staleness rule, for both sides: ``memoryctl health`` on a node reads
+``all`` (every line prefixed with the interface name), and the deploy's pyinfra fact
+(``wireguard.facts``, on the controller) reads one interface's dump from a node.
+
+A dump's first line is the interface (private key, public key, listen port, fwmark); each further
 line is a peer: public key, preshared key, endpoint, allowed ips, latest handshake (unix seconds,
 0 = never), rx bytes, tx bytes, persistent keepalive. The private and preshared keys are dropped
 while parsing: they never leave this module.
@@ -58,8 +62,20 @@ class InterfaceStatus:
 def parse_dump(text: str) -> InterfaceStatus | None:
     """Parse ``wg show <iface> dump``; None for empty output (no such interface)."""
     lines = [line for line in text.splitlines() if line.strip()]
-    if not lines:
-        return None
+    return _interface(lines) if lines else None
+
+
+def parse_dump_all(text: str) -> dict[str, InterfaceStatus]:
+    """Parse ``wg show all dump``: every interface by name (none up: empty)."""
+    by_name: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line.strip():
+            name, _, rest = line.partition("\t")
+            by_name.setdefault(name, []).append(rest)
+    return {name: _interface(lines) for name, lines in by_name.items()}
+
+
+def _interface(lines: list[str]) -> InterfaceStatus:
     head = lines[0].split("\t")
     if len(head) < 3:
         raise ValueError("not a `wg show <iface> dump` output: interface line has too few fields")

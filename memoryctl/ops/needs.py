@@ -1,0 +1,46 @@
+"""What the maintenance operations need from the composition root, declared here.
+
+``memoryctl.stack.Stack`` provides it; the operations take anything of this shape, so they do not
+import the stack (which imports ``ops.models`` to pick the active embedder: the other direction).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from memoryctl.config import Settings
+from memoryctl.stores.events import EventLog
+from memoryctl.stores.pg import Pool
+from memoryctl.stores.protocols import GraphStore, VectorStore
+from memoryctl.stores.records import RecordStore, RunLog
+
+if TYPE_CHECKING:
+    from memoryctl.embed import Embedder
+
+
+class Stores(Protocol):
+    settings: Settings
+    unavailable: dict[str, str]  # store name -> why it could not be opened
+
+    @property
+    def pool(self) -> Pool: ...
+
+    @property
+    def records(self) -> RecordStore: ...
+
+    @property
+    def runs(self) -> RunLog: ...
+
+    @property
+    def events(self) -> EventLog: ...
+
+    @property
+    def embedder(self) -> Embedder: ...
+
+    def reload_embedder(self) -> None: ...
+
+    def vectors(self) -> VectorStore | None: ...
+
+    def graph(self) -> GraphStore | None: ...
+
+    def require_vectors(self) -> VectorStore: ...

@@ -1,0 +1,48 @@
+"""What travels between the CLI and the service, known to both sides without importing each other.
+
+The reply headers that carry a command's exit code and warnings, the HTTP bearer token, and the
+JSON encoding of the values memoryctl answers with (datetimes, UUIDs, sets). Standard library only:
+the CLI imports it on every call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import uuid
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memoryctl.config import Settings
+
+EXIT_HEADER = "Memoryctl-Exit-Code"
+WARNINGS_HEADER = "Memoryctl-Warnings"
+
+
+def json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def load_token(settings: Settings, *, create: bool) -> str | None:
+    """The HTTP bearer token: ``serve.token``, else the token file (made 0600 by ``serve``)."""
+    if settings.serve.token is not None:
+        return settings.serve.token.get_secret_value()
+    path = settings.serve_token_file
+    with contextlib.suppress(FileNotFoundError):
+        return path.read_text().strip() or None
+    if not create:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token

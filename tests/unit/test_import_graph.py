@@ -1,0 +1,116 @@
+"""memoryctl's import graph has no cycle, between modules or between its subpackages.
+
+Every import counts: module level, inside functions (lazy) and under ``TYPE_CHECKING``, because a
+cycle is a design fact (two parts that each need the other), whenever the import runs. Read from
+the source with ``ast``, so the test imports nothing and costs a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "memoryctl"
+CONTROLLER_SIDE = ("wireguard", "deploy", "lora")  # top-level folders never imported by that name from memoryctl
+
+
+def modules() -> dict[str, Path]:
+    """Module name -> file, for every module of memoryctl (memoryctl/lora is lora/, linked in)."""
+    found = {}
+    files = [Path(d, f) for d, _, names in os.walk(PACKAGE, followlinks=True) for f in names if f.endswith(".py")]
+    for path in sorted(files):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def imported(name: str, path: Path) -> Iterator[str]:
+    """Every module name an import statement of ``name`` refers to (absolute, relative resolved)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def graph(group: int | None = None) -> dict[str, set[str]]:
+    """Edges between memoryctl's modules; with ``group``, between their first ``group`` name parts."""
+    known = modules()
+
+    def node(name: str) -> str:
+        return name if group is None else ".".join(name.split(".")[:group])
+
+    edges: dict[str, set[str]] = {node(m): set() for m in known}
+    for name, path in known.items():
+        for target in imported(name, path):
+            while target and target not in known:  # `from pkg import submodule` or a name in a module
+                target = target.rpartition(".")[0]
+            if target and node(target) != node(name):
+                edges[node(name)].add(node(target))
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one member (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_cycle_between_modules() -> None:
+    assert cycles(graph()) == []
+
+
+def test_no_cycle_between_subpackages() -> None:
+    """memoryctl.stack, memoryctl.ops, memoryctl.query, … as units: the layering the README draws."""
+    edges = graph(group=2)
+    assert "memoryctl.ops" in edges and "memoryctl.query" in edges  # the grouping is what it says
+    assert cycles(edges) == []
+
+
+def test_the_checker_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_memoryctl_imports_no_controller_side_package_by_its_folder_name() -> None:
+    """lora/ is installed as memoryctl.lora; wireguard/ and deploy/ are not installed at all."""
+    for name, path in modules().items():
+        outside = {t.split(".")[0] for t in imported(name, path)} & set(CONTROLLER_SIDE)
+        assert not outside, f"{name} imports {outside}"
