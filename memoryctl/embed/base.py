@@ -54,6 +54,27 @@ class Embedder(Protocol):
         ...
 
 
+class InProcessModel:
+    """What every in-process embedder shares: its model id and dimension are known without loading
+    the model (they are asked for at start-up, to name collections, and must not cost a load), and
+    nothing is released at close (the model is process-wide and reused by the next embedder)."""
+
+    def __init__(self, info: EmbeddingModelInfo, batch_size: int) -> None:
+        self._info = info
+        self._batch_size = batch_size
+
+    @property
+    def info(self) -> EmbeddingModelInfo:
+        return self._info
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    def close(self) -> None:
+        return None
+
+
 def clean_text(text: str) -> str:
     """Make any Python string safe to hand to a C engine or a JSON body.
 

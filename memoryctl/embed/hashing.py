@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from memoryctl.embed.base import FloatArray, clean_text, embed_batched, finish_vectors
+from memoryctl.embed.base import FloatArray, InProcessModel, clean_text, embed_batched, finish_vectors
 from memoryctl.stores.protocols import EmbeddingModelInfo
 
 DEFAULT_DIM = 384
@@ -26,23 +26,14 @@ _TOKEN = re.compile(r"\w+")
 _EMPTY_TOKEN = "\x00empty"  # so the empty text still has a unit vector
 
 
-class HashEmbedder:
+class HashEmbedder(InProcessModel):
     """Hashing-trick bag of words. Same input, same vector, in any process. NOT semantic."""
 
     def __init__(self, dim: int = DEFAULT_DIM, *, batch_size: int = 256, model_id: str | None = None) -> None:
         if dim < 8:
             raise ValueError("hash embedder needs dim >= 8")
         self._dim = dim
-        self._batch_size = batch_size
-        self._info = EmbeddingModelInfo(model_id=model_id or f"hash/bow-blake2b-v1@{dim}", dim=dim)
-
-    @property
-    def info(self) -> EmbeddingModelInfo:
-        return self._info
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch_size
+        super().__init__(EmbeddingModelInfo(model_id=model_id or f"hash/bow-blake2b-v1@{dim}", dim=dim), batch_size)
 
     def _bucket(self, token: str) -> tuple[int, float]:
         h = int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little")
@@ -70,6 +61,3 @@ class HashEmbedder:
         row = finish_vectors(self._run([clean_text(text)]), 1, self._dim, who="hash embedder")
         out: FloatArray = row[0]
         return out
-
-    def close(self) -> None:
-        return None

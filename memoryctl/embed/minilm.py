@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memoryctl.embed.base import FloatArray, clean_text, embed_batched, finish_vectors
+from memoryctl.embed.base import FloatArray, InProcessModel, clean_text, embed_batched, finish_vectors
 from memoryctl.errors import ConfigError
 from memoryctl.stores.protocols import EmbeddingModelInfo
 
@@ -106,7 +106,7 @@ def _load(adapter_dir: Path | None, checksum: str) -> Any:
         return model
 
 
-class MiniLMEmbedder:
+class MiniLMEmbedder(InProcessModel):
     """all-MiniLM-L6-v2 (+ optional merged LoRA) on CPU. Loaded on first use, once per process."""
 
     def __init__(self, *, adapter_path: str | None = None, batch_size: int = 64, model_id: str | None = None) -> None:
@@ -114,20 +114,11 @@ class MiniLMEmbedder:
         for module in ("torch", "sentence_transformers", *(("peft",) if adapter_path else ())):
             if importlib.util.find_spec(module) is None:
                 _require(module)
-        self._batch_size = batch_size
         self._adapter = Path(adapter_path).expanduser() if adapter_path else None
         self._checksum = adapter_checksum(self._adapter) if self._adapter else ""
         base = base_model_id()
         default_id = f"{base}+lora:{self._checksum[:12]}" if self._checksum else base
-        self._info = EmbeddingModelInfo(model_id=model_id or default_id, dim=MINILM_DIM)
-
-    @property
-    def info(self) -> EmbeddingModelInfo:
-        return self._info
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch_size
+        super().__init__(EmbeddingModelInfo(model_id=model_id or default_id, dim=MINILM_DIM), batch_size)
 
     def _model(self) -> Any:
         model = _models.get(self._checksum)
@@ -148,6 +139,3 @@ class MiniLMEmbedder:
     def embed_query(self, text: str) -> FloatArray:
         row: FloatArray = finish_vectors(self._run([clean_text(text)]), 1, MINILM_DIM, who="all-MiniLM-L6-v2")[0]
         return row
-
-    def close(self) -> None:
-        return None

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from memoryctl.embed.base import FloatArray, clean_text, embed_batched, finish_vectors
+from memoryctl.embed.base import FloatArray, InProcessModel, clean_text, embed_batched, finish_vectors
 from memoryctl.errors import ConfigError
 from memoryctl.stores.protocols import EmbeddingModelInfo
 
@@ -78,20 +78,11 @@ def _encode(texts: list[str]) -> FloatArray:
     return out
 
 
-class OnnxMiniLMEmbedder:
+class OnnxMiniLMEmbedder(InProcessModel):
     """all-MiniLM-L6-v2 (int8 ONNX) in-process, torch-free. Loaded on first use, once per process."""
 
     def __init__(self, *, batch_size: int = 64, model_id: str | None = None) -> None:
-        self._batch_size = batch_size
-        self._info = EmbeddingModelInfo(model_id=model_id or default_model_id(), dim=ONNX_DIM)
-
-    @property
-    def info(self) -> EmbeddingModelInfo:
-        return self._info
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch_size
+        super().__init__(EmbeddingModelInfo(model_id=model_id or default_model_id(), dim=ONNX_DIM), batch_size)
 
     def embed_documents(self, texts: Sequence[str]) -> FloatArray:
         return embed_batched(texts, self._batch_size, ONNX_DIM, _encode, who="all-MiniLM-L6-v2 (onnx)")
@@ -99,6 +90,3 @@ class OnnxMiniLMEmbedder:
     def embed_query(self, text: str) -> FloatArray:
         row: FloatArray = finish_vectors(_encode([clean_text(text)]), 1, ONNX_DIM, who="all-MiniLM-L6-v2 (onnx)")[0]
         return row
-
-    def close(self) -> None:
-        return None  # the session is process-wide and reused by the next embedder
