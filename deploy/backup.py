@@ -27,7 +27,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
-from deploy.common import component, has_role, inventory, keep_running, secrets, sudoers, template
+from deploy.common import barrier, component, has_role, inventory, keep_running, secrets, sudoers, template
 from deploy.facts import PgbackrestStanza, PostgresSetting
 from deploy.opsnode import ops_node
 from deploy.pki import CertificateAuthority
@@ -170,6 +170,10 @@ def backup() -> None:
         database_side()
     if host.name == backup_node():
         repository_side()
+    # The stanza and the first backup reach the database node's pgBackRest server and WAL archiving.
+    barrier("the database side of the backups is up")
+    if host.name == backup_node():
+        first_backup()
 
 
 def database_side() -> None:
@@ -214,7 +218,7 @@ def database_side() -> None:
 
 
 def repository_side() -> None:
-    """The repository (encrypted), the scheduled backups, the stanza, and the snapshot drop box."""
+    """The repository (encrypted), the scheduled backups and the snapshot drop box."""
     db_node = inventory().group("db")[0]
     server.group(name="Group postgres (pgBackRest's user)", group="postgres", system=True)
     server.user(
@@ -243,6 +247,12 @@ def repository_side() -> None:
         )
     )
     _server(changes)
+    template("pgbackrest/cron.j2", "/etc/cron.d/pgbackrest", stanza=STANZA, schedule=_schedule(), mode="644")
+    snapshot_box(db_node)
+
+
+def first_backup() -> None:
+    """The stanza and a first full backup, unless pgBackRest says they exist (asked every run)."""
     stanza = host.get_fact(PgbackrestStanza, stanza=STANZA, **AS_POSTGRES)
     if stanza is None or stanza["status"] in (1, 3):
         server.shell(
@@ -255,8 +265,6 @@ def repository_side() -> None:
             commands=[f"pgbackrest --stanza={STANZA} check", f"pgbackrest --stanza={STANZA} --type=full backup"],
             **AS_POSTGRES,
         )
-    template("pgbackrest/cron.j2", "/etc/cron.d/pgbackrest", stanza=STANZA, schedule=_schedule(), mode="644")
-    snapshot_box(db_node)
 
 
 def snapshot_box(db_node: str) -> None:

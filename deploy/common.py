@@ -94,6 +94,19 @@ def apt_repository(name: str, key_url: str, uri: str, suite: str, components: st
     return repo
 
 
+def barrier(name: str) -> None:
+    """A step that waits for every host to finish what it was given before this point.
+
+    pyinfra orders operations as one chain per host, merged into one DAG keyed by the call site:
+    nothing orders one host's step after another host's, so a repository node could create its
+    pgBackRest stanza before the database node had started the server it connects to. An operation
+    every host calls from the same place is one node of that DAG, after each host's earlier steps:
+    call this unconditionally (every host, same call path), between a step and what another host
+    needs of it. It runs no command and never counts as a change.
+    """
+    server.shell(name=f"Wait for every node: {name}", commands=[])
+
+
 def keep_running(service: str, changes: list[Any], *, package_starts_it: bool = False) -> None:
     """``service`` running and enabled, restarted when one of ``changes`` (operations) changed.
 

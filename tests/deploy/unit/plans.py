@@ -10,14 +10,17 @@ files it would upload. Conditions (``_if``) are not evaluated: they depend on ex
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyinfra
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.command import FileUploadCommand
 from pyinfra.api.host import Host
+from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 
 from deploy.settings import REPO, load_inventory
@@ -66,6 +69,35 @@ class Plan:
 LOCAL = REPO / "inventory" / "local.yaml"
 
 
+def _state(components: dict[str, Any] | None, inventory: Path) -> State:
+    cluster = load_inventory(inventory)
+    hosts, data = cluster.pyinfra_all()
+    data = copy.deepcopy(data)
+    for name, settings in (components or {}).items():
+        data["components"][name] = {**data["components"].get(name, {}), **settings}
+    groups = {role: (cluster.group(role), {}) for role in ("db", "index", "gpu")}
+    return State(Inventory((hosts, data), **groups), Config())
+
+
+@contextmanager
+def _facts(facts: dict[str, Any] | None) -> Iterator[None]:
+    """Every ``host.get_fact`` answered from ``facts`` (on top of a fresh Debian node)."""
+    known = {**FRESH_DEBIAN, **(facts or {})}
+
+    def get_fact(self: Host, cls: type, *args: Any, **kwargs: Any) -> Any:
+        if cls.__name__ not in known:
+            return getattr(cls(), "default", lambda: None)()
+        value = known[cls.__name__]
+        return value(*args, **kwargs) if callable(value) else value
+
+    original = Host.get_fact
+    Host.get_fact = get_fact  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Host.get_fact = original  # type: ignore[method-assign]
+
+
 def plan(
     deploy_fn: Callable[[], None],
     node: str,
@@ -73,42 +105,54 @@ def plan(
     components: dict[str, Any] | None = None,
     inventory: Path = LOCAL,
 ) -> Plan:
-    facts = {**FRESH_DEBIAN, **(facts or {})}
-    cluster = load_inventory(inventory)
-    hosts, data = cluster.pyinfra_all()
-    data = copy.deepcopy(data)
-    for name, settings in (components or {}).items():
-        data["components"][name] = {**data["components"].get(name, {}), **settings}
-    groups = {role: (cluster.group(role), {}) for role in ("db", "index", "gpu")}
-    pyinfra_inventory = Inventory((hosts, data), **groups)
-    state = State(pyinfra_inventory, Config())
-    host = pyinfra_inventory.get_host(node)
-
-    def get_fact(self: Host, cls: type, *args: Any, **kwargs: Any) -> Any:
-        if cls.__name__ not in facts:
-            return getattr(cls(), "default", lambda: None)()
-        value = facts[cls.__name__]
-        return value(*args, **kwargs) if callable(value) else value
-
-    original = Host.get_fact
-    Host.get_fact = get_fact  # type: ignore[method-assign]
-    try:
-        with ctx_state.use(state), ctx_host.use(host):
-            deploy_fn()
-            ops = []
-            for op_hash in state.get_op_order():
-                op_data = state.get_op_data_for_host(host, op_hash)
-                commands, uploads = [], {}
-                for command in op_data.command_generator():
-                    if isinstance(command, FileUploadCommand):
-                        src = command.src
-                        uploads[command.dest] = src.getvalue() if hasattr(src, "getvalue") else f"<file {src}>"
-                        commands.append(f"upload {command.dest}")
-                    else:
-                        commands.append(str(command))
-                (name,) = state.get_op_meta(op_hash).names
-                conditional = bool(op_data.global_arguments.get("_if"))
-                ops.append(PlannedOp(name, commands, uploads, conditional))
-    finally:
-        Host.get_fact = original  # type: ignore[method-assign]
+    state = _state(components, inventory)
+    host = state.inventory.get_host(node)
+    with _facts(facts), ctx_state.use(state), ctx_host.use(host):
+        deploy_fn()
+        ops = []
+        for op_hash in state.get_op_order():
+            op_data = state.get_op_data_for_host(host, op_hash)
+            commands, uploads = [], {}
+            for command in op_data.command_generator():
+                if isinstance(command, FileUploadCommand):
+                    src = command.src
+                    uploads[command.dest] = src.getvalue() if hasattr(src, "getvalue") else f"<file {src}>"
+                    commands.append(f"upload {command.dest}")
+                else:
+                    commands.append(str(command))
+            (name,) = state.get_op_meta(op_hash).names
+            conditional = bool(op_data.global_arguments.get("_if"))
+            ops.append(PlannedOp(name, commands, uploads, conditional))
     return Plan(ops)
+
+
+def cluster_order(
+    deploy_fn: Callable[[], None],
+    facts: dict[str, Any] | None = None,
+    components: dict[str, Any] | None = None,
+    inventory: Path = LOCAL,
+) -> list[tuple[str, str]]:
+    """``(node, operation name)`` in the order the ``pyinfra`` command runs them on every node at once.
+
+    The command line orders operations by call site (one chain per host, merged into one DAG),
+    which API use does not: it numbers them per host. Planned here as the command line does, so a
+    test can say which step of one node runs after which step of another.
+    """
+    state = _state(components, inventory)
+    state.set_stage(StateStage.Prepare)
+    cli, pyinfra.is_cli = pyinfra.is_cli, True
+    try:
+        with _facts(facts), ctx_state.use(state):
+            for host in state.inventory:
+                with ctx_host.use(host):
+                    deploy_fn()
+            order = state.get_op_order()
+    finally:
+        pyinfra.is_cli = cli
+    return [
+        (host.name, name)
+        for op_hash in order
+        for name in state.get_op_meta(op_hash).names
+        for host in state.inventory
+        if op_hash in host.op_hash_order
+    ]

@@ -15,10 +15,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from deploy.backup import PgbackrestStanza, backup
+from deploy.common import has_role
+from deploy.memoryctl import memoryctl
 from deploy.opsnode import OpsNodeError, ops_node
 from deploy.pki import CertificateAuthority
+from deploy.postgres import postgresql
 from deploy.settings import REPO, load_inventory
-from tests.deploy.unit.plans import Plan
+from tests.deploy.unit.plans import Plan, cluster_order
 from tests.deploy.unit.plans import plan as plan_of
 from tests.deploy.unit.test_plans import _no_commands, _present
 from wireguard.keys import SecretDir
@@ -111,6 +114,24 @@ def test_repository_side_fresh_creates_the_stanza_and_a_first_full_backup(secret
     assert "check" in first[-2] and first[-1].endswith("--type=full backup")
     cron = fresh.upload("/etc/cron.d/pgbackrest")
     assert "30 1 * * 0 postgres" in cron and "--type=full" in cron and "--type=diff" in cron
+
+
+def test_the_stanza_waits_for_the_database_node(secrets_dir: Path) -> None:
+    """pyinfra runs one chain of steps per node, merged by call site: nothing made the repository
+    node wait, and the first deploy on the local nodes failed creating the stanza before the
+    database node's pgBackRest server was listening."""
+
+    def db_node_busy_first() -> None:  # as in deploy/roles.py: the db node has more to do before
+        if has_role("db"):
+            postgresql()
+            memoryctl()
+        backup()
+
+    at = {step: i for i, step in enumerate(cluster_order(db_node_busy_first, components=DAY_TWO))}
+    stanza = at[("node3", "Backups | pgBackRest stanza memoryctl")]
+    for db_step in ("pgbackrest running and enabled", "Restart PostgreSQL (WAL archiving changed)"):
+        assert at[("node1", f"Backups | {db_step}")] < stanza, db_step
+    assert at[("node3", "Backups | pgbackrest running and enabled")] < stanza
 
 
 def test_repository_side_no_op_once_backed_up() -> None:
