@@ -106,10 +106,7 @@ class CertificateAuthority:
             cert = (
                 _certificate(node, key, issuer)
                 .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                .add_extension(
-                    x509.SubjectAlternativeName([x509.DNSName(node), x509.IPAddress(ipaddress.ip_address(address))]),
-                    critical=False,
-                )
+                .add_extension(x509.SubjectAlternativeName(_names(node, address)), critical=False)
                 .add_extension(
                     x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
                     critical=False,
@@ -118,5 +115,25 @@ class CertificateAuthority:
             )
             return cert.public_bytes(serialization.Encoding.PEM).decode().strip()
 
-        cert_pem = self.secrets.get_or_create(f"{self.name}/{node}.crt", issue)
+        path = f"{self.name}/{node}.crt"
+        cert_pem = self.secrets.get_or_create(path, issue)
+        if not _certifies(cert_pem, node, address):  # the node's address changed, or an older issue
+            cert_pem = issue()
+            self.secrets.replace(path, cert_pem)
         return NodeCertificate(ca=ca_pem, cert=cert_pem, key=key_pem)
+
+
+def _names(node: str, address: str) -> list[x509.GeneralName]:
+    """The node's name and mesh address; the address also as a DNS name, because pgBackRest before
+    2.51 (Debian 12 ships 2.45) matches the host it connects to against DNS names and the common
+    name only, and refuses an address that only an IP entry holds."""
+    return [x509.DNSName(node), x509.DNSName(address), x509.IPAddress(ipaddress.ip_address(address))]
+
+
+def _certifies(cert_pem: str, node: str, address: str) -> bool:
+    cert = x509.load_pem_x509_certificate(cert_pem.encode())
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    return set(names) == set(_names(node, address))

@@ -62,6 +62,15 @@ class SecretDir:
             fh.write(value + "\n")
         return value
 
+    def replace(self, name: str, value: str) -> None:
+        """Overwrite a generated value that no longer fits (atomically, mode 0600)."""
+        target = self.path / name
+        tmp = target.with_name(f".{target.name}.new")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(value + "\n")
+        os.replace(tmp, target)
+
 
 @dataclass(frozen=True)
 class KeyPair:

@@ -207,8 +207,22 @@ def test_node_certificates_chain_to_the_controller_ca_and_are_kept(tmp_path: Pat
     assert cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value == "node1"
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert ipaddress.ip_address("10.77.0.1") in names.get_values_for_type(x509.IPAddress)
+    # pgBackRest 2.45 (Debian 12) matches the address it connects to against DNS names only.
+    assert "10.77.0.1" in names.get_values_for_type(x509.DNSName)
     assert "PRIVATE" not in repr(first)
     assert oct((tmp_path / "pgbackrest" / "node1.key").stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_node_certificate_that_no_longer_fits_is_issued_again(tmp_path: Path) -> None:
+    ca = CertificateAuthority(SecretDir(tmp_path), "pgbackrest")
+    before = ca.node("node1", "10.77.0.1")
+    moved = ca.node("node1", "10.77.0.9")
+    assert moved.cert != before.cert and moved.key == before.key  # same key, new names
+    names = x509.load_pem_x509_certificate(moved.cert.encode()).extensions
+    san = names.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == ["node1", "10.77.0.9"]
+    assert ca.node("node1", "10.77.0.9") == moved  # and kept from then on
+    assert oct((tmp_path / "pgbackrest" / "node1.crt").stat().st_mode & 0o777) == "0o600"
 
 
 def test_backup_node_is_never_the_database_node() -> None:
