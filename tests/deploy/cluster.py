@@ -63,16 +63,17 @@ def _count(cell: str) -> int:
 def run_deploy(log: Path) -> DeployRun:
     """``pyinfra -y inventory/local.py deploy.py`` from the repository root, timed; output to ``log``."""
     started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "pyinfra", "-y", "inventory/local.py", "deploy.py"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    with log.open("w") as out:  # streamed, so that a run in progress can be watched
+        proc = subprocess.run(
+            [sys.executable, "-m", "pyinfra", "-y", "inventory/local.py", "deploy.py"],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            check=False,
+        )
     seconds = time.monotonic() - started
-    output = proc.stdout + proc.stderr
-    log.write_text(output)
+    output = log.read_text()
     match = _GRAND_TOTAL.search(output)
     counts = [_count(c) for c in match.groups()] if match else [0, 0, 0, 0]
     return DeployRun(seconds, proc.returncode, output, *counts)

@@ -108,6 +108,17 @@ def imported(deployed: Deployed, dataset: e2e_data.DataSet) -> e2e_data.DataSet:
     return dataset
 
 
+# Whichever test first asks for the deployed stack pays for two whole deploys (about 6 and 1
+# minutes on an idle machine, twice that on a busy one): more than the suite's per-test timeout.
+DEPLOY_TIMEOUT = 1800
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "deployed" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.timeout(DEPLOY_TIMEOUT))
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not _report:
         return
