@@ -113,14 +113,19 @@ def keep_running(service: str, changes: list[Any], *, package_starts_it: bool = 
     A service that was not running when this run began is started by the first operation, after
     its files are in place: restarting it as well would only start it twice (a JVM start is half a
     minute on a small node). Unless a package install may have started it with its own defaults
-    before our files were written (``package_starts_it``): then a change always restarts.
+    before our files were written (``package_starts_it``): then a change always restarts, first,
+    after forgetting the failed starts of those defaults: Debian's postgres_exporter exits at once
+    without a data source, so systemd had hit its start limit and refused any start before
+    ``reset-failed``.
     """
+    changed = lambda: any(op.did_change() for op in changes if op is not None)  # noqa: E731
+    if package_starts_it:
+        server.shell(
+            name=f"Restart {service} (its files changed)",
+            commands=[f"systemctl reset-failed {service}.service", f"systemctl restart {service}.service"],
+            _if=changed,
+        )
     running = host.get_fact(SystemdStatus).get(f"{service}.service", False)
     systemd.service(name=f"{service} running and enabled", service=service, running=True, enabled=True)
-    if running or package_starts_it:
-        systemd.service(
-            name=f"Restart {service} (its files changed)",
-            service=service,
-            restarted=True,
-            _if=lambda: any(op.did_change() for op in changes if op is not None),
-        )
+    if running and not package_starts_it:
+        systemd.service(name=f"Restart {service} (its files changed)", service=service, restarted=True, _if=changed)
