@@ -312,7 +312,10 @@ def _sync(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progre
     reply = Reply({**report.as_dict(), "pending": pending})
     if any(pending.values()):
         stores = ", ".join(s for s, n in pending.items() if n)
-        reasons = "; ".join(f"{t}: {e}" for t, e in report.failed.items())
+        # Nothing failed and nothing was delivered: rows another delivery holds (SKIP LOCKED).
+        reasons = "; ".join(f"{t}: {e}" for t, e in report.failed.items()) or (
+            "another delivery (an import, or memoryctl serve) is writing them now; run sync again when it ends"
+        )
         reply.exit_code = int(ExitCode.PARTIAL)
         reply.warnings = [f"still pending for {stores}: {reasons}"]
     return reply

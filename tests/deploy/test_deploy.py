@@ -26,9 +26,13 @@ pytestmark = pytest.mark.deploy
 # What listens where: every service on the node's mesh address (PostgreSQL also on loopback for
 # local administration), SSH on every address; nothing else anywhere.
 SERVICES = {
-    "node1": {5432, 6333, 6334, 6335, 8765},  # PostgreSQL; Qdrant peer; memoryctl serve (HTTP)
-    "node2": {6333, 6334, 6335, 7474, 7687},  # Qdrant peer; Neo4j http, bolt
-    "node3": {6333, 6334, 6335, 8000, 8001},  # Qdrant peer; vLLM stand-in generate, embed
+    # PostgreSQL; Qdrant peer; memoryctl serve (HTTP); day two: pgBackRest TLS, node and postgres exporters
+    "node1": {5432, 6333, 6334, 6335, 8765, 8432, 9100, 9187},
+    # Qdrant peer; Neo4j http, bolt; node exporter
+    "node2": {6333, 6334, 6335, 7474, 7687, 9100},
+    # Qdrant peer; vLLM stand-in generate, embed; the backup node: pgBackRest TLS, rsync (Qdrant
+    # snapshots); the monitoring node: Prometheus, Alertmanager; node exporter
+    "node3": {6333, 6334, 6335, 8000, 8001, 8432, 873, 9090, 9093, 9100},
 }
 
 

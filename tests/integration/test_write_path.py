@@ -6,11 +6,13 @@ import json
 import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from memoryctl.client import MemoryClient
-from memoryctl.errors import InputError
+from memoryctl.errors import ExitCode, InputError
 from memoryctl.model import EntityRef, Memory, MemoryRef, Relation
+from memoryctl.serve import operations
 from tests.conftest import cluster_settings
 
 pytestmark = pytest.mark.integration
@@ -142,6 +144,14 @@ def test_neo4j_unreachable_import_lands_then_sync_delivers(
     assert "graph" in out.delivery.failed
     down.close()
     up = MemoryClient(cluster_settings(pg_dsn, neo4j_clean, tmp_path / "q"))
+    with psycopg.connect(pg_dsn) as other, other.transaction():  # a delivery in progress elsewhere
+        other.execute("SELECT id FROM outbox FOR UPDATE").fetchall()
+        held = operations.run(up, "sync", {})
+        assert held.exit_code == ExitCode.PARTIAL and held.data["pending"]["neo4j"] == 200
+        assert held.warnings == [
+            "still pending for neo4j: another delivery (an import, or memoryctl serve) is writing them now;"
+            " run sync again when it ends"
+        ]
     report, pending = up.sync()
     assert pending == {"qdrant": 0, "neo4j": 0}
     assert report.delivered["graph"] == 200
