@@ -189,6 +189,27 @@ def _active_replicas(api: QdrantSnapshots, collection: str, wait_s: float = 60.0
             time.sleep(1.0)
 
 
+def _settled(api: QdrantSnapshots, collection: str, placement: dict[int, list[str]], wait_s: float = 120.0) -> None:
+    """Every replica active again. A snapshot uploaded with ``priority=snapshot`` to one replica
+    makes the cluster mark the shard's other replicas out of date until they have caught up, and
+    until then a read of the collection fails ("does not have enough active replicas")."""
+    deadline = time.monotonic() + wait_s
+    want = {shard: sorted(peers) for shard, peers in placement.items()}
+    while True:
+        try:
+            now = {shard: sorted(peers) for shard, peers in api.replicas(collection).items()}
+        except StoreError:
+            now = {}
+        if now == want:
+            return
+        if time.monotonic() > deadline:
+            raise BackupError(
+                f"{collection}: replicas not all active {wait_s:.0f} s after the restore (now {now}, want {want})",
+                hint="check `memoryctl health` (Qdrant cluster status), then run the restore again",
+            )
+        time.sleep(1.0)
+
+
 def _restore_all(stack: Stack, api: QdrantSnapshots, local: Path, manifest: dict[str, Any]) -> dict[str, int]:
     if manifest.get("format") != FORMAT:
         raise BackupError(f"snapshot set {manifest.get('set')}: unknown format {manifest.get('format')!r}")
@@ -217,6 +238,7 @@ def _restore_all(stack: Stack, api: QdrantSnapshots, local: Path, manifest: dict
                 )
             for peer in placement[int(shard["shard_id"])]:
                 api.restore_shard(peer, created, int(shard["shard_id"]), path)
+        _settled(api, created, placement)
         restored[created] = api.count(created)
     active = [c for c in manifest["collections"] if c["active"]]
     if active:
