@@ -1,11 +1,12 @@
-"""Qdrant shard snapshots through its REST API: taken per shard, restored per replica.
+"""Qdrant shard snapshots through its REST API: taken and restored per shard.
 
 Why shards and not collection snapshots: on a cluster a collection snapshot holds only the shards
 of the peer it was taken on, so a whole collection needs one per peer, and with replication factor
 2 every point would be stored twice. One snapshot per *shard*, taken on a peer holding an active
 replica of it, is the collection exactly once. Restoring recreates the collection (memoryctl's own
-``ensure_collection``: same sharding, payload indexes) and uploads each shard's snapshot to every
-peer that holds a replica of it (``priority=snapshot``: the snapshot's data wins).
+``ensure_collection``: same sharding, payload indexes) and uploads each shard's snapshot to one
+peer holding a replica of it (``priority=snapshot``: the snapshot's data wins, and the cluster
+copies it to the shard's other replicas; the restore waits until they are all active).
 
 This talks to Qdrant with httpx directly: the snapshot endpoints stream files, which qdrant-client
 does not, and the peers' REST addresses come from ``GET /cluster`` (their p2p URIs, on the REST

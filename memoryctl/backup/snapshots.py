@@ -236,8 +236,10 @@ def _restore_all(stack: Stack, api: QdrantSnapshots, local: Path, manifest: dict
                 raise BackupError(
                     f"{shard['file']}: checksum mismatch, the set is damaged", hint="restore another --set"
                 )
-            for peer in placement[int(shard["shard_id"])]:
-                api.restore_shard(peer, created, int(shard["shard_id"]), path)
+            # One replica: with ``priority=snapshot`` the cluster marks the shard's other replicas
+            # out of date and copies this one to them. Uploading to each replica raced (measured on
+            # the local nodes: both replicas of a shard left Dead, the collection unreadable).
+            api.restore_shard(placement[int(shard["shard_id"])][0], created, int(shard["shard_id"]), path)
         _settled(api, created, placement)
         restored[created] = api.count(created)
     active = [c for c in manifest["collections"] if c["active"]]
