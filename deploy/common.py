@@ -94,6 +94,12 @@ def apt_repository(name: str, key_url: str, uri: str, suite: str, components: st
     return repo
 
 
+# A service start is tried three times, 5 s apart: systemd can fail to set up a unit's cgroup for a
+# moment (status 219/CGROUP, seen once at the first nftables start on a local node under load).
+# A start that keeps failing still fails the run, after 10 s.
+START_RETRIES: dict[str, Any] = {"_retries": 2, "_retry_delay": 5}
+
+
 def barrier(name: str) -> None:
     """A step that waits for every host to finish what it was given before this point.
 
@@ -126,6 +132,6 @@ def keep_running(service: str, changes: list[Any], *, package_starts_it: bool = 
             _if=changed,
         )
     running = host.get_fact(SystemdStatus).get(f"{service}.service", False)
-    systemd.service(name=f"{service} running and enabled", service=service, running=True, enabled=True)
+    systemd.service(name=f"{service} running and enabled", service=service, running=True, enabled=True, **START_RETRIES)
     if running and not package_starts_it:
         systemd.service(name=f"Restart {service} (its files changed)", service=service, restarted=True, _if=changed)

@@ -12,7 +12,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, server, systemd
 
 from deploy import backup, monitoring
-from deploy.common import component, has_role, inventory, template
+from deploy.common import START_RETRIES, component, has_role, inventory, template
 from deploy.memoryctl import serve_port
 
 # What each role serves over the mesh; every Qdrant peer (components.qdrant.peers) serves QDRANT_PORTS.
@@ -54,6 +54,7 @@ def firewall() -> None:
         name="nftables enabled (loads /etc/nftables.conf at boot)",
         service="nftables",
         running=True,
+        **START_RETRIES,
         enabled=True,
     )
     server.shell(

@@ -25,7 +25,7 @@ from pyinfra.operations import apt, postgres, server, systemd
 
 from deploy import versions
 from deploy.artefacts import install_deb, resolve
-from deploy.common import apt_repository, component, secrets, template
+from deploy.common import START_RETRIES, apt_repository, component, secrets, template
 from deploy.facts import PostgresExtensions, PostgresPreloaded, PostgresRoleMemberships
 
 DATABASE = "memoryctl"
@@ -107,7 +107,7 @@ def postgresql() -> None:
         mode="640",
     )
 
-    systemd.service(name=f"{service} running and enabled", service=service, running=True, enabled=True)
+    systemd.service(name=f"{service} running and enabled", service=service, running=True, enabled=True, **START_RETRIES)
     # The package starts the cluster with its default config before ours is written, so a changed
     # config always restarts, even on the first run. A server running without the library the
     # config preloads (the restart of an earlier run never happened) is restarted too.

@@ -13,7 +13,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
-from deploy.common import inventory, secrets, template
+from deploy.common import START_RETRIES, inventory, secrets, template
 
 
 @deploy("WireGuard mesh")
@@ -54,6 +54,7 @@ def wireguard() -> None:
         name=f"wg-quick@{interface} running and enabled",
         service=f"wg-quick@{interface}",
         running=True,
+        **START_RETRIES,
         enabled=True,
     )
     server.shell(
