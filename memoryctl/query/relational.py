@@ -99,16 +99,25 @@ class RelationalQueries:
             params.append(list(ids))
         # Each word becomes a quoted tsquery lexeme (quote_literal doubles quotes; a word holding a
         # backslash, which quote_literal would turn into an E'' string, is dropped).
+        # Every intermediate result is computed exactly once, whatever the planner estimates: the
+        # candidates by one scan for any of the words (the GIN index on each chunk), each
+        # (candidate, word) match once (``hits``), one weight per word from those matches (the
+        # candidate count is an uncorrelated scalar subquery: an InitPlan, run once). Left to
+        # inline them, the planner put an aggregate on the inner side of a nested loop and re-ran it
+        # per candidate whenever it expected one row (a freshly loaded table, or the generic plan
+        # psycopg's prepared statement gets after five runs): quadratic, up to seconds.
         query = sql.SQL(
-            "WITH terms AS (SELECT DISTINCT CASE WHEN length(w) >= 5 THEN quote_literal(left(w, 5)) || ':*'"
-            " ELSE quote_literal(w) END AS t FROM unnest(tsvector_to_array(to_tsvector('simple', %s))) AS w"
-            " WHERE position(chr(92) in w) = 0 AND to_tsvector('english', w) <> ''::tsvector),"
+            "WITH terms AS MATERIALIZED (SELECT t, to_tsquery('simple', t) AS tq FROM (SELECT DISTINCT"
+            " CASE WHEN length(w) >= 5 THEN quote_literal(left(w, 5)) || ':*' ELSE quote_literal(w) END AS t"
+            " FROM unnest(tsvector_to_array(to_tsvector('simple', %s))) AS w"
+            " WHERE position(chr(92) in w) = 0 AND to_tsvector('english', w) <> ''::tsvector) AS words),"
             " cand AS MATERIALIZED (SELECT id, tsv, created_at FROM memories"
             " WHERE tsv @@ (SELECT to_tsquery('simple', string_agg(t, ' | ')) FROM terms) AND {}),"
-            " df AS (SELECT to_tsquery('simple', t.t) AS tq, count(*) AS df, (SELECT count(*) FROM cand) AS n"
-            " FROM terms t JOIN cand c ON c.tsv @@ to_tsquery('simple', t.t) GROUP BY t.t)"
-            " SELECT c.id, sum(ln(1 + (df.n - df.df + 0.5) / (df.df + 0.5))) AS score, max(c.created_at) AS at"
-            " FROM cand c JOIN df ON c.tsv @@ df.tq GROUP BY c.id ORDER BY score DESC, at DESC, c.id LIMIT %s"
+            " hits AS MATERIALIZED (SELECT c.id, c.created_at, t.t FROM cand c JOIN terms t ON c.tsv @@ t.tq),"
+            " idf AS MATERIALIZED (SELECT t, ln(1.0 + ((SELECT count(*) FROM cand) - count(*) + 0.5)"
+            " / (count(*) + 0.5)) AS w FROM hits GROUP BY t)"
+            " SELECT h.id, sum(idf.w) AS score, max(h.created_at) AS at FROM hits h JOIN idf ON idf.t = h.t"
+            " GROUP BY h.id ORDER BY score DESC, at DESC, h.id LIMIT %s"
         ).format(cond)
         return [(r["id"], float(r["score"])) for r in self._rows(query, [text, *params, limit])]
 
