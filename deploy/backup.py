@@ -21,17 +21,17 @@ every run (:class:`PgbackrestStanza`), so a run that failed half-way finishes th
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.api.facts import FactBase
 from pyinfra.operations import apt, files, server, systemd
 
-from deploy.common import component, has_role, inventory, secrets, template
+from deploy.common import component, has_role, inventory, keep_running, secrets, sudoers, template
+from deploy.facts import PgbackrestStanza, PostgresSetting
 from deploy.opsnode import ops_node
 from deploy.pki import CertificateAuthority
+from deploy.postgres import AS_POSTGRES, major
 
 STANZA = "memoryctl"
 CONFIG = "/etc/pgbackrest.conf"  # the Debian package's path
@@ -42,32 +42,11 @@ RSYNC_MODULE = "qdrant-snapshots"
 RSYNC_USER = "memoryctl"
 SNAPSHOT_DIR = "/var/backups/memoryctl/qdrant"
 REPO_PATH = "/var/lib/pgbackrest"
-AS_POSTGRES = {"_sudo": True, "_sudo_user": "postgres"}
 DEFAULT_SCHEDULE = {"full": "30 1 * * 0", "diff": "30 1 * * 1-6", "qdrant": "45 1 * * *"}
 
 
 class BackupSettingsError(ValueError):
     """``components.backup`` that cannot be deployed as written."""
-
-
-class PgbackrestStanza(FactBase[dict[str, Any] | None]):
-    """What pgBackRest's ``info`` says of a stanza: ``{"status": code, "backups": n}``; None when
-    pgBackRest is not installed or does not answer. Status codes are pgBackRest's own: 0 ok,
-    1 missing stanza path, 2 no valid backups, 3 missing stanza data ...
-    Run it as the ``postgres`` OS user (``_sudo=True, _sudo_user="postgres"``)."""
-
-    def requires_command(self, *args: Any, **kwargs: Any) -> str:
-        return "pgbackrest"
-
-    def command(self, stanza: str) -> str:
-        return f"pgbackrest --stanza={stanza} --output=json --log-level-console=off info 2>/dev/null || true"
-
-    def process(self, output: list[str]) -> dict[str, Any] | None:
-        try:
-            (entry,) = json.loads("\n".join(output))
-            return {"status": int(entry["status"]["code"]), "backups": len(entry.get("backup", []))}
-        except (ValueError, KeyError, TypeError):
-            return None
 
 
 def enabled() -> bool:
@@ -167,7 +146,7 @@ def _config(side: str, peer: str, **extra: Any) -> Any:
         tls_dir=TLS_DIR,
         peer_name=peer,
         peer_address=inventory().nodes[peer]["mesh"],
-        pg_data=f"/var/lib/postgresql/{pg_major()}/main",
+        pg_data=f"/var/lib/postgresql/{major()}/main",
         process_max=int(component("backup").get("process_max", 2)),
         user="postgres",
         group="postgres",
@@ -177,19 +156,9 @@ def _config(side: str, peer: str, **extra: Any) -> Any:
     )
 
 
-def pg_major() -> int:
-    return int(component("postgres").get("version", 15))
-
-
 def _server(changes: list[Any]) -> None:
-    """pgBackRest's TLS server (the package's unit, as postgres), restarted when its files change."""
-    systemd.service(name="pgbackrest server running and enabled", service="pgbackrest", running=True, enabled=True)
-    systemd.service(
-        name="Restart pgbackrest server (its files changed)",
-        service="pgbackrest",
-        restarted=True,
-        _if=lambda: any(op.did_change() for op in changes),
-    )
+    """pgBackRest's TLS server: the Debian package's unit (as postgres), which it leaves stopped."""
+    keep_running("pgbackrest", changes)
 
 
 @deploy("Backups")
@@ -213,7 +182,7 @@ def database_side() -> None:
     _server(changes)
     archiving = template(
         "pgbackrest/archiving.conf.j2",
-        f"/etc/postgresql/{pg_major()}/main/conf.d/pgbackrest.conf",
+        f"/etc/postgresql/{major()}/main/conf.d/pgbackrest.conf",
         stanza=STANZA,
         repository_node=node,
         archive_timeout=int(component("backup").get("archive_timeout", 60)),
@@ -221,26 +190,16 @@ def database_side() -> None:
         group="postgres",
         mode="644",
     )
+    # Asked of the running server, not only "the file changed": a run that failed between writing
+    # the file and the restart would otherwise leave archiving off for good.
+    archive_mode = host.get_fact(PostgresSetting, setting="archive_mode", **AS_POSTGRES)
     systemd.service(
         name="Restart PostgreSQL (WAL archiving changed)",
-        service=f"postgresql@{pg_major()}-main",
+        service=f"postgresql@{major()}-main",
         restarted=True,
-        _if=archiving.did_change,
+        _if=lambda: archiving.did_change() or archive_mode not in (None, "on"),
     )
-    rule = template(
-        "pgbackrest/sudoers-memoryctl.j2",
-        "/etc/sudoers.d/memoryctl-pgbackrest",
-        run_as="memoryctl",
-        stanza=STANZA,
-        user="root",
-        group="root",
-        mode="440",
-    )
-    server.shell(
-        name="Check /etc/sudoers.d/memoryctl-pgbackrest",
-        commands=["visudo -cqf /etc/sudoers.d/memoryctl-pgbackrest"],
-        _if=rule.did_change,
-    )
+    sudoers("pgbackrest/sudoers-memoryctl.j2", "/etc/sudoers.d/memoryctl-pgbackrest", run_as="memoryctl", stanza=STANZA)
     template(
         "backup/cron.j2",
         "/etc/cron.d/memoryctl-backup",
@@ -323,10 +282,4 @@ def snapshot_box(db_node: str) -> None:
         group="root",
         mode="600",
     )
-    systemd.service(name="rsync daemon running and enabled", service="rsync", running=True, enabled=True)
-    systemd.service(
-        name="Restart rsync daemon (its files changed)",
-        service="rsync",
-        restarted=True,
-        _if=lambda: conf.did_change() or secret.did_change(),
-    )
+    keep_running("rsync", [conf, secret])  # the package's unit waits for /etc/rsyncd.conf

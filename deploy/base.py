@@ -7,25 +7,36 @@ then reports a change on every run, so the deploy relies on the preset instead.)
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pyinfra.api import deploy
 from pyinfra.operations import apt, server, systemd
 
-from deploy.common import component, template
-from deploy.settings import REPO
+from deploy.common import component, sudoers, template
+from deploy.settings import resolve_path
 
 PACKAGES = ["sudo", "openssh-server", "systemd-timesyncd", "unattended-upgrades", "cron", "logrotate"]
+
+
+class AdminKeyError(ValueError):
+    """An ``admin_keys`` entry that is not a readable public key on the controller."""
+
+
+def admin_key(path: str) -> str:
+    """One public key from a controller path (``~`` expanded, relative to the repository)."""
+    resolved = resolve_path(path)
+    try:
+        key = resolved.read_text().strip()
+    except OSError as exc:
+        raise AdminKeyError(f"base.admin_keys: {path} ({resolved}) cannot be read: {exc.strerror}") from None
+    if not key.startswith(("ssh-", "ecdsa-", "sk-")):
+        raise AdminKeyError(f"base.admin_keys: {resolved} is not an OpenSSH public key (the .pub file)")
+    return key
 
 
 @deploy("Base system")
 def base() -> None:
     settings = component("base")
     admin = settings.get("admin_user", "ops")
-    keys = [
-        (REPO / key).read_text().strip() if not Path(key).is_absolute() else Path(key).read_text().strip()
-        for key in settings.get("admin_keys", [])
-    ]
+    keys = [admin_key(key) for key in settings.get("admin_keys", [])]
 
     apt.update(name="Refresh apt lists (at most hourly)", cache_time=3600)
     apt.packages(name="Base packages", packages=PACKAGES, no_recommends=True)
@@ -38,7 +49,7 @@ def base() -> None:
         public_keys=keys,
         create_home=True,
     )
-    template("base/sudoers.j2", f"/etc/sudoers.d/90-{admin}", admin_user=admin, mode="440")
+    sudoers("base/sudoers.j2", f"/etc/sudoers.d/90-{admin}", admin_user=admin)
 
     sshd = template(
         "base/sshd_hardening.conf.j2",

@@ -12,18 +12,24 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, server, systemd
 
 from deploy import backup, monitoring
-from deploy.common import component, has_role, template
+from deploy.common import component, has_role, inventory, template
+from deploy.memoryctl import serve_port
 
-# What each role serves over the mesh.
+# What each role serves over the mesh; every Qdrant peer (components.qdrant.peers) serves QDRANT_PORTS.
 ROLE_PORTS = {
     "db": [5432],  # PostgreSQL
-    "index": [6333, 6334, 6335, 7474, 7687],  # Qdrant http/grpc/p2p, Neo4j http/bolt
+    "index": [7474, 7687],  # Neo4j http/bolt
     "gpu": [8000, 8001],  # vLLM generation, vLLM embeddings
 }
+QDRANT_PORTS = [6333, 6334, 6335]  # Qdrant http, grpc, cluster p2p
 
 
 def mesh_ports() -> list[int]:
     ports = {port for role, ports in ROLE_PORTS.items() if has_role(role) for port in ports}
+    if host.name in inventory().qdrant_peers():
+        ports.update(QDRANT_PORTS)
+    if has_role("db"):
+        ports.add(serve_port())  # memoryctl serve's HTTP side, for agents on the mesh
     ports.update(backup.mesh_ports(), monitoring.mesh_ports())  # day two: pgBackRest, rsync, exporters
     return sorted(ports)
 

@@ -5,8 +5,12 @@
   the install runs again only when the wheels changed.
 - ``/etc/memoryctl/memoryctl.toml`` (0640 root:memoryctl) points at the mesh addresses of the
   ``db``, ``index`` and ``gpu`` nodes, with the generated passwords and API keys.
-- ``/etc/cron.d/memoryctl``: ``sync``, ``reconcile`` and ``nightly`` as the memoryctl user, each
-  under ``flock -n`` and appending to ``/var/log/memoryctl/<job>.log``; logrotate rotates those.
+- ``/etc/cron.d/memoryctl``: ``sync`` (every 5 min), ``reconcile --repair`` (every 10 min) and
+  ``nightly`` as the memoryctl user with ``MEMORYCTL_TRIGGER=cron`` (runs are recorded as ``cron``),
+  each under ``flock -n`` and appending to ``/var/log/memoryctl/<job>.log``; logrotate rotates those.
+- ``nightly`` on the cluster trains what the cluster can: the embedder is vLLM's (BGE-M3 over HTTP,
+  which takes no LoRA here) and the db node has no GPU for the generation model, so both training
+  steps record ``skipped`` with the reason, and the re-embed and reconcile steps run.
 - ``memoryctl-serve.service``: the resident service (``memoryctl serve``) as the memoryctl user,
   socket in ``/run/memoryctl``, HTTP on the node's mesh address only; restarted when the install,
   the config or the unit changed. ``health`` reports it (``[serve] required``).
@@ -14,22 +18,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.files import FileContents
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations import apt, files, pip, server, systemd
 
 from deploy import backup
-from deploy.common import component, secrets, template
-from deploy.settings import REPO
-from deploy.wheelhouse import STAMP, ensure_wheelhouse
+from deploy.common import component, keep_running, secrets, sudoers, template
+from deploy.qdrant import collection_layout
+from deploy.vllm import served_models
+from deploy.wheelhouse import controller_wheelhouse, install_offline
 
 PREFIX = "/opt/memoryctl"
 VENV = f"{PREFIX}/venv"
 REMOTE_WHEELHOUSE = f"{PREFIX}/wheelhouse"
-MARKER = f"{VENV}/.memoryctl-wheelhouse"
 CONFIG = "/etc/memoryctl/memoryctl.toml"
 LOG_DIR = "/var/log/memoryctl"
 DATA_DIR = "/var/lib/memoryctl"
@@ -37,17 +40,18 @@ USER = "memoryctl"
 SERVE_UNIT = "/etc/systemd/system/memoryctl-serve.service"
 SERVE_SOCKET = "/run/memoryctl/serve.sock"
 SERVE_PORT = 8765
+# name -> (schedule, command). reconcile every 10 minutes (the design's cadence) repairs what it
+# finds, so a store that lost writes is refilled within minutes; its run record says what it fixed.
 DEFAULT_JOBS = {
-    "sync": "*/5 * * * *",
-    "reconcile": "30 4 * * *",
-    "nightly": "15 2 * * *",
+    "sync": ("*/5 * * * *", "sync"),
+    "reconcile": ("*/10 * * * *", "reconcile --repair"),
+    "nightly": ("15 2 * * *", "nightly"),
 }
 
 
 @deploy("memoryctl")
 def memoryctl() -> None:
     settings = component("memoryctl")
-    vllm = component("vllm")
 
     apt.packages(
         name="Python venv, cron, logrotate",
@@ -68,7 +72,7 @@ def memoryctl() -> None:
     files.directory(name="Log directory", path=LOG_DIR, user=USER, group=USER, mode="750")
     files.directory(name="Config directory", path="/etc/memoryctl", user="root", group=USER, mode="750")
 
-    installed = install(settings)
+    installed = install()
 
     endpoints = host.data.endpoints
     store = secrets()
@@ -83,17 +87,17 @@ def memoryctl() -> None:
         qdrant_api_key=store.token("qdrant/api_key"),
         neo4j_password=store.token("neo4j/password"),
         vllm_api_key=store.token("vllm/api_key"),
-        model=vllm.get("model", "Qwen/Qwen2.5-7B-Instruct"),
-        embedding_model=vllm.get("embedding_model", "BAAI/bge-m3"),
+        models=served_models(),
+        collections=collection_layout(),
         backup=backup.memoryctl_settings(),
         serve_socket=SERVE_SOCKET,
-        serve_port=settings.get("serve_port", SERVE_PORT),
+        serve_port=serve_port(),
         user="root",
         group=USER,
         mode="640",
     )
-    schedules = {**DEFAULT_JOBS, **settings.get("schedules", {})}
-    jobs = [{"name": name, "command": name, "schedule": schedule} for name, schedule in schedules.items()]
+    schedules = {name: schedule for name, (schedule, _) in DEFAULT_JOBS.items()} | settings.get("schedules", {})
+    jobs = [{"name": name, "command": DEFAULT_JOBS[name][1], "schedule": schedules[name]} for name in DEFAULT_JOBS]
     template(
         "memoryctl/cron.j2",
         "/etc/cron.d/memoryctl",
@@ -105,6 +109,7 @@ def memoryctl() -> None:
         mode="644",
     )
     template("memoryctl/logrotate.j2", "/etc/logrotate.d/memoryctl", log_dir=LOG_DIR, run_as=USER, mode="644")
+    sudoers("memoryctl/sudoers-wireguard.j2", "/etc/sudoers.d/memoryctl-wireguard", run_as=USER)
     unit = template(
         "memoryctl/memoryctl-serve.service.j2",
         SERVE_UNIT,
@@ -117,44 +122,19 @@ def memoryctl() -> None:
         mode="644",
     )
     systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
-    systemd.service(name="memoryctl-serve running and enabled", service="memoryctl-serve", running=True, enabled=True)
-    systemd.service(
-        name="Restart memoryctl-serve (install, config or unit changed)",
-        service="memoryctl-serve",
-        restarted=True,
-        _if=lambda: installed() or config.did_change() or unit.did_change(),
-    )
+    keep_running("memoryctl-serve", [installed, config, unit])
 
 
-def install(settings: dict[str, object]) -> Callable[[], bool]:
-    """Install from the wheelhouse when it changed; returns whether this run installed."""
-    local = REPO / str(settings.get("wheelhouse", ".cache/wheelhouse"))
-    digest = ensure_wheelhouse(local)
+def serve_port() -> int:
+    """The port of ``memoryctl serve``'s HTTP side on the db node's mesh address."""
+    return int(component("memoryctl").get("serve_port", SERVE_PORT))
+
+
+def install() -> Any:
+    """Install from the wheelhouse when it changed; the install operation, or None."""
+    local = controller_wheelhouse()
     files.directory(name="Install prefix", path=PREFIX, mode="755")
-    # The marker names the wheelhouse last installed: when it matches, nothing is uploaded or
-    # checked file by file, which keeps the no-op re-run fast.
-    marker = host.get_fact(FileContents, path=MARKER) or []
-    installed: Callable[[], bool] = lambda: False  # noqa: E731
-    if marker != [digest]:
-        # Only the wheels: the build lock and source stamp stay on the controller.
-        files.sync(
-            name="Upload the wheelhouse",
-            src=str(local),
-            dest=REMOTE_WHEELHOUSE,
-            delete=True,
-            exclude=[".lock", STAMP],
-        )
-        pip = f"{VENV}/bin/pip install --quiet --no-index --find-links {REMOTE_WHEELHOUSE}"
-        done = server.shell(
-            name="Install memoryctl from the wheelhouse",
-            commands=[
-                f"test -x {VENV}/bin/pip || python3 -m venv {VENV}",
-                f"{pip} --upgrade memoryctl",
-                # Same version, new build (source changed without a version bump): take it anyway.
-                f"{pip} --force-reinstall --no-deps memoryctl",
-                f"echo {digest} > {MARKER}",
-            ],
-        )
-        installed = done.did_change
+    pip.venv(name="Python venv (venv module)", path=VENV, python="python3")
+    installed = install_offline(local, VENV, REMOTE_WHEELHOUSE, ["memoryctl"], reinstall=["memoryctl"])
     files.link(name="memoryctl on PATH", path="/usr/local/bin/memoryctl", target=f"{VENV}/bin/memoryctl")
     return installed

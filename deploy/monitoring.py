@@ -26,9 +26,9 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.postgres import PostgresRoles
 from pyinfra.facts.server import Users
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations import apt, files, server
 
-from deploy.common import TEMPLATES, component, has_role, inventory, secrets, template
+from deploy.common import TEMPLATES, component, has_role, inventory, keep_running, secrets, template
 from deploy.opsnode import ops_node
 
 NODE_EXPORTER_PORT = 9100
@@ -55,7 +55,7 @@ def monitor_node() -> str:
 
 
 def qdrant_peers() -> list[str]:
-    return inventory().group("index")
+    return inventory().qdrant_peers()
 
 
 def mesh_ports() -> list[int]:
@@ -99,13 +99,8 @@ def _defaults_file(src: str, dest: str, service: str, **context: Any) -> None:
 
 
 def _running(service: str, changes: list[Any]) -> None:
-    systemd.service(name=f"{service} running and enabled", service=service, running=True, enabled=True)
-    systemd.service(
-        name=f"Restart {service} (its files changed)",
-        service=service,
-        restarted=True,
-        _if=lambda: any(op.did_change() for op in changes),
-    )
+    # Debian's packages start their service with its defaults on install: a change always restarts.
+    keep_running(service, changes, package_starts_it=True)
 
 
 def exporters() -> None:

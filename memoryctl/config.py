@@ -56,6 +56,20 @@ class QdrantSettings(BaseModel):
     # Without one a `--where` on metadata is checked point by point (exact search of the agent's
     # scope: ~130 ms at 100k memories); with one, ~10 ms (benchmarks/query.py, relational+vector).
     indexed_metadata: dict[str, Literal["number", "keyword", "bool"]] = Field(default_factory=dict)
+    # A Qdrant cluster (the deploy's 3 peers): how new collections are split and copied over the
+    # peers. None = the server's default (1 shard, no replica), right for a single server.
+    shard_number: int | None = Field(None, ge=1)
+    replication_factor: int | None = Field(None, ge=1)
+    write_consistency_factor: int | None = Field(None, ge=1)
+
+    def collection_layout(self) -> dict[str, int]:
+        """The sharding/replication arguments a new collection is created with (set ones only)."""
+        layout = {
+            "shard_number": self.shard_number,
+            "replication_factor": self.replication_factor,
+            "write_consistency_factor": self.write_consistency_factor,
+        }
+        return {key: value for key, value in layout.items() if value is not None}
 
     @field_validator("indexed_metadata")
     @classmethod

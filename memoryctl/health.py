@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -24,7 +24,7 @@ from memoryctl.stack import Stack
 from memoryctl.stores import names
 from memoryctl.stores.pg import pg_errors
 from memoryctl.stores.schema import TimescaleStatus, latest_version, schema_state, timescale_status
-from memoryctl.wgstatus import STALE_AFTER_S, parse_dump_all
+from memoryctl.wgstatus import PUBLIC_FIELDS, STALE_AFTER_S, PeerStatus, parse_public
 
 Probe = Callable[[], dict[str, Any]]
 
@@ -196,8 +196,11 @@ def qdrant_rest_probe(stack: Stack) -> dict[str, Any]:
         return res
     res["active_model"] = active_model
     res["embedder_model"] = stack.embedder.info.model_id
+    cluster = res.get("cluster") or {}
     if not res["ready"]:
         res.update(status="degraded", error="Qdrant answers but /readyz is not ready")
+    elif cluster.get("problems"):
+        res.update(status="degraded", error="Qdrant cluster: " + "; ".join(cluster["problems"]))
     elif active_model is None or active_model != res["embedder_model"]:
         res.update(status="degraded", error="the active collection was not built by the configured embedder")
     res.update(_model_registry(stack))
@@ -233,7 +236,65 @@ def _qdrant_rest(url: str, alias: str, headers: dict[str, str], timeout: float) 
                 points=info.get("points_count"),
                 collection_status=info.get("status"),
             )
+        peers = client.get("/cluster").json()["result"]
+        if peers.get("status") == "enabled":
+            shards = client.get(f"/collections/{target}/cluster").json()["result"] if target else None
+            res["cluster"] = qdrant_cluster_status(peers, shards, time.time())
     return res, active_model
+
+
+CLUSTER_FAILURE_WINDOW_S = 30.0  # a peer that failed a message this recently counts as unreachable
+
+
+def qdrant_cluster_status(peers: dict[str, Any], shards: dict[str, Any] | None, now: float) -> dict[str, Any]:
+    """A Qdrant cluster's state from one peer's ``GET /cluster`` and ``/collections/{c}/cluster``.
+
+    Every replica of every shard (this peer's and the others') with its state; a replica that is
+    not ``Active``, a shard transfer under way, a consensus thread that is not ``working`` or a peer
+    this one failed to reach in the last 30 s is a problem: answers may still be complete (another
+    replica serves them), but the cluster is not at full strength.
+    """
+    raft = peers.get("raft_info") or {}
+    consensus = (peers.get("consensus_thread_status") or {}).get("consensus_thread_status")
+    unreachable = sorted(
+        uri
+        for uri, failure in (peers.get("message_send_failures") or {}).items()
+        if _epoch(failure.get("latest_error_timestamp")) > now - CLUSTER_FAILURE_WINDOW_S
+    )
+    out: dict[str, Any] = {
+        "peers": len(peers.get("peers") or {}),
+        "this_peer": peers.get("peer_id"),
+        "leader": raft.get("leader"),
+        "role": raft.get("role"),
+        "term": raft.get("term"),
+        "commit": raft.get("commit"),
+        "pending_operations": raft.get("pending_operations"),
+        "consensus": consensus,
+        "unreachable": unreachable,
+    }
+    problems = [f"consensus thread {consensus}"] if consensus != "working" else []
+    problems += [f"peer {uri} unreachable" for uri in unreachable]
+    if shards is not None:
+        own = [(r["shard_id"], shards.get("peer_id"), r["state"]) for r in shards.get("local_shards", [])]
+        others = [(r["shard_id"], r["peer_id"], r["state"]) for r in shards.get("remote_shards", [])]
+        replicas = sorted(own + others, key=lambda r: (r[0], str(r[1])))
+        out["shards"] = shards.get("shard_count")
+        out["replicas"] = [{"shard": shard, "peer": peer, "state": state} for shard, peer, state in replicas]
+        out["transfers"] = len(shards.get("shard_transfers") or [])
+        problems += [
+            f"shard {shard} replica on peer {peer} is {state}" for shard, peer, state in replicas if state != "Active"
+        ]
+        if out["transfers"]:
+            problems.append(f"{out['transfers']} shard transfer(s) under way")
+    out["problems"] = problems
+    return out
+
+
+def _epoch(timestamp: Any) -> float:
+    try:
+        return datetime.fromisoformat(str(timestamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def _model_registry(stack: Stack) -> dict[str, Any]:
@@ -269,20 +330,33 @@ def _model_registry(stack: Stack) -> dict[str, Any]:
 
 
 def wireguard_probe() -> dict[str, Any]:
-    """Last handshake age of every WireGuard peer on this node (``wg show all dump``)."""
+    """Last handshake age of every WireGuard peer on this node.
+
+    From the public fields of ``wg show`` (interfaces, handshakes, endpoints, allowed ips,
+    transfer), never ``dump``, which prints the private and preshared keys. ``wg`` needs root:
+    another user (cron's and memoryctl serve's ``memoryctl``) runs exactly these commands through
+    ``sudo -n``, which the deploy allows and nothing more.
+    """
+    import os
     import shutil
     import subprocess
 
     wg = shutil.which("wg")
     if wg is None:
         return {"status": "disabled", "detail": "wg not installed (not a cluster node)"}
-    try:
-        proc = subprocess.run([wg, "show", "all", "dump"], capture_output=True, text=True, timeout=1.0, check=False)
-    except subprocess.TimeoutExpired:
-        return {"status": "timeout", "error": "`wg show all dump` did not answer within 1 s"}
-    if proc.returncode != 0:
-        return {"status": "down", "error": (proc.stderr.strip() or f"wg exited {proc.returncode}")[:300]}
-    interfaces, peers = wireguard_peers(proc.stdout, time.time())
+    command = [wg, "show"] if os.geteuid() == 0 else ["sudo", "-n", wg, "show"]
+    outputs: dict[str, str] = {}
+    for what in ("interfaces", *PUBLIC_FIELDS):
+        args = [*command, what] if what == "interfaces" else [*command, "all", what]
+        try:
+            proc = subprocess.run(args, capture_output=True, text=True, timeout=1.0, check=False)
+        except subprocess.TimeoutExpired:
+            return {"status": "timeout", "error": f"`{' '.join(args)}` did not answer within 1 s"}
+        if proc.returncode != 0:
+            error = proc.stderr.strip() or f"`{' '.join(args)}` exited {proc.returncode}"
+            return {"status": "down", "error": error[:300]}
+        outputs[what] = proc.stdout
+    interfaces, peers = wireguard_peers(parse_public(outputs), time.time())
     if not interfaces:
         return {"status": "disabled", "detail": "no WireGuard interface is up"}
     stale = [p for p in peers if not p["up"]]
@@ -292,9 +366,10 @@ def wireguard_probe() -> dict[str, Any]:
     return res
 
 
-def wireguard_peers(dump: str, now: float) -> tuple[list[str], list[dict[str, Any]]]:
-    """Interfaces and peers (handshake ages, up or stale) from ``wg show all dump`` output."""
-    interfaces = parse_dump_all(dump)
+def wireguard_peers(
+    interfaces: Mapping[str, Sequence[PeerStatus]], now: float
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Interfaces and peers (handshake ages, up or stale), as health reports them."""
     peers = [
         {
             "interface": name,
@@ -305,7 +380,7 @@ def wireguard_peers(dump: str, now: float) -> tuple[list[str], list[dict[str, An
             "up": p.is_up(now),
         }
         for name, status in interfaces.items()
-        for p in status.peers
+        for p in status
     ]
     return list(interfaces), peers
 

@@ -1,8 +1,9 @@
-"""The live state of WireGuard interfaces, from ``wg show <iface> dump`` or ``wg show all dump``.
+"""The live state of WireGuard interfaces, from ``wg show`` on a node.
 
-The one parser and the one staleness rule, for both sides: ``memoryctl health`` on a node reads
-``all`` (every line prefixed with the interface name), and the deploy's pyinfra fact
-(``wireguard.facts``, on the controller) reads one interface's dump from a node.
+The one parser and the one staleness rule, for both sides: the deploy's pyinfra fact
+(``wireguard.facts``, as root) reads one interface's ``dump``; ``memoryctl health`` on a node reads
+only the public fields of ``wg show all <field>`` (:func:`parse_public`), never a dump, so that
+the unprivileged user it runs as needs sudo for nothing that prints a key.
 
 A dump's first line is the interface (private key, public key, listen port, fwmark); each further
 line is a peer: public key, preshared key, endpoint, allowed ips, latest handshake (unix seconds,
@@ -73,6 +74,44 @@ def parse_dump_all(text: str) -> dict[str, InterfaceStatus]:
             name, _, rest = line.partition("\t")
             by_name.setdefault(name, []).append(rest)
     return {name: _interface(lines) for name, lines in by_name.items()}
+
+
+PUBLIC_FIELDS = ("latest-handshakes", "endpoints", "allowed-ips", "transfer")
+
+
+def parse_public(outputs: dict[str, str]) -> dict[str, tuple[PeerStatus, ...]]:
+    """Peers by interface from ``wg show interfaces`` (key ``interfaces``) and ``wg show all F``
+    for F in :data:`PUBLIC_FIELDS`: lines of interface, peer public key, value(s). wg-tools prints
+    the interface only on the first line of each interface for some fields (endpoints): a line
+    without it belongs to the interface of the line before."""
+    values: dict[tuple[str, str], dict[str, list[str]]] = {}
+    for field in PUBLIC_FIELDS:
+        interface = ""
+        for line in outputs.get(field, "").splitlines():
+            cells = line.split("\t")
+            width = 3 if field == "transfer" else 2  # peer key + value(s), without the interface
+            if len(cells) == width + 1:
+                interface, cells = cells[0], cells[1:]
+            elif len(cells) != width:
+                continue
+            values.setdefault((interface, cells[0]), {})[field] = cells[1:]
+    peers: dict[str, list[PeerStatus]] = {name: [] for name in outputs.get("interfaces", "").split()}
+    for (interface, key), v in values.items():
+        endpoint = (v.get("endpoints") or ["(none)"])[0]
+        allowed = (v.get("allowed-ips") or [""])[0]
+        handshake = (v.get("latest-handshakes") or ["0"])[0]
+        rx, tx = ((v.get("transfer") or []) + ["0", "0"])[:2]
+        peers.setdefault(interface, []).append(
+            PeerStatus(
+                public_key=key,
+                endpoint=None if endpoint == "(none)" else endpoint,
+                allowed_ips=tuple(a for a in allowed.replace(",", " ").split() if a != "(none)"),
+                latest_handshake=int(handshake) if handshake.isdigit() else 0,
+                rx_bytes=int(rx) if rx.isdigit() else 0,
+                tx_bytes=int(tx) if tx.isdigit() else 0,
+            )
+        )
+    return {name: tuple(p) for name, p in peers.items()}
 
 
 def _interface(lines: list[str]) -> InterfaceStatus:

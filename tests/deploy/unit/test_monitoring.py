@@ -75,7 +75,8 @@ def test_prometheus_scrapes_every_target_over_the_mesh(tmp_path: Path) -> None:
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     targets = {name: [t for sc in job["static_configs"] for t in sc["targets"]] for name, job in jobs.items()}
     assert targets["node"] == ["10.77.0.1:9100", "10.77.0.2:9100", "10.77.0.3:9100"]
-    assert targets["postgres"] == ["10.77.0.1:9187"] and targets["qdrant"] == ["10.77.0.2:6333"]
+    assert targets["postgres"] == ["10.77.0.1:9187"]
+    assert sorted(targets["qdrant"]) == ["10.77.0.1:6333", "10.77.0.2:6333", "10.77.0.3:6333"]  # every peer
     assert jobs["qdrant"]["authorization"]["credentials_file"] == "/etc/prometheus/qdrant-api-key"
     assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["10.77.0.3:9093"]
     assert "--web.listen-address=10.77.0.3:9090" in p.upload("/etc/default/prometheus")

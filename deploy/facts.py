@@ -1,0 +1,126 @@
+"""Facts the deploys check on every run, so one-shot steps converge after a failed run.
+
+A step that only ran "when its package was just installed" is lost for good when the run that
+installed the package fails before it. These facts ask the node for the state itself instead:
+which extensions a database has, which libraries the *running* PostgreSQL preloaded, whether the
+NVIDIA kernel driver is loaded. pyinfra gathers them before any operation runs; a missing program
+(``psql`` before PostgreSQL is installed) gives the fact's default, i.e. "not there yet".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyinfra.api.facts import FactBase
+
+
+class PostgresExtensions(FactBase[dict[str, str]]):
+    """``{extension: version}`` installed in ``database`` (empty when it or the server is not there).
+
+    Run it as the ``postgres`` OS user (``_sudo=True, _sudo_user="postgres"``): peer authentication.
+    """
+
+    def default(self) -> dict[str, str]:
+        return {}
+
+    def requires_command(self, *args: Any, **kwargs: Any) -> str:
+        return "psql"
+
+    def command(self, database: str) -> str:
+        sql = "SELECT extname || ' ' || extversion FROM pg_extension"
+        return f'psql -d {database} -XAtc "{sql}" 2>/dev/null || true'
+
+    def process(self, output: list[str]) -> dict[str, str]:
+        return dict(line.split(" ", 1) for line in output if " " in line)
+
+
+class PostgresPreloaded(FactBase[list[str] | None]):
+    """``shared_preload_libraries`` of the running server; None when it does not answer.
+
+    The config file saying ``timescaledb`` is not enough: only a restart loads it, and a run that
+    failed between writing the file and restarting would otherwise leave it unloaded for good.
+    """
+
+    def requires_command(self, *args: Any, **kwargs: Any) -> str:
+        return "psql"
+
+    def command(self) -> str:
+        return "psql -XAtc 'SHOW shared_preload_libraries' 2>/dev/null && echo ok || true"
+
+    def process(self, output: list[str]) -> list[str] | None:
+        if not output or output[-1] != "ok":
+            return None
+        value = output[0] if len(output) > 1 else ""
+        return [lib.strip() for lib in value.split(",") if lib.strip()]
+
+
+class PostgresRoleMemberships(FactBase[dict[str, list[str]]]):
+    """``{role: [roles it is a member of]}`` (empty when the server is not there yet)."""
+
+    def default(self) -> dict[str, list[str]]:
+        return {}
+
+    def requires_command(self, *args: Any, **kwargs: Any) -> str:
+        return "psql"
+
+    def command(self) -> str:
+        sql = (
+            "SELECT r.rolname || ' ' || g.rolname FROM pg_auth_members m"
+            " JOIN pg_roles g ON g.oid = m.roleid JOIN pg_roles r ON r.oid = m.member"
+        )
+        return f'psql -XAtc "{sql}" 2>/dev/null || true'
+
+    def process(self, output: list[str]) -> dict[str, list[str]]:
+        memberships: dict[str, list[str]] = {}
+        for line in output:
+            member, _, group = line.partition(" ")
+            if group:
+                memberships.setdefault(member, []).append(group)
+        return memberships
+
+
+class NvidiaDriver(FactBase[str | None]):
+    """The loaded NVIDIA kernel driver's version line, or None (not installed, or not rebooted yet)."""
+
+    def command(self) -> str:
+        return "head -n1 /proc/driver/nvidia/version 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        return output[0] if output else None
+
+
+class PgbackrestStanza(FactBase[dict[str, Any] | None]):
+    """What pgBackRest's ``info`` says of a stanza: ``{"status": code, "backups": n}``; None when
+    pgBackRest is not installed or does not answer. Status codes are pgBackRest's own: 0 ok,
+    1 missing stanza path, 2 no valid backups, 3 missing stanza data ...
+    Run it as the ``postgres`` OS user (``_sudo=True, _sudo_user="postgres"``)."""
+
+    def requires_command(self, *args: Any, **kwargs: Any) -> str:
+        return "pgbackrest"
+
+    def command(self, stanza: str) -> str:
+        return f"pgbackrest --stanza={stanza} --output=json --log-level-console=off info 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> dict[str, Any] | None:
+        try:
+            (entry,) = json.loads("\n".join(output))
+            return {"status": int(entry["status"]["code"]), "backups": len(entry.get("backup", []))}
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+class PostgresSetting(FactBase[str | None]):
+    """A setting of the *running* server (``SHOW setting``); None when it does not answer.
+
+    Run it as the ``postgres`` OS user (``_sudo=True, _sudo_user="postgres"``).
+    """
+
+    def requires_command(self, *args: Any, **kwargs: Any) -> str:
+        return "psql"
+
+    def command(self, setting: str) -> str:
+        return f"psql -XAtc 'SHOW {setting}' 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        return output[0] if output else None
