@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from memoryctl.errors import MemoryctlError, StoreUnavailable
 from memoryctl.query.context import QueryContext, Running
-from memoryctl.query.fusion import RRF_K, rank_score, recency, relevance, rrf
+from memoryctl.query.fusion import RRF_K, TEXT_LEGS, rank_score, recency, relevance, rrf, spread
 from memoryctl.query.guard import Guard
 from memoryctl.query.plan import (
     GRAPH_CANDIDATE_CAP,
@@ -409,7 +409,7 @@ class QueryEngine:
     def _fuse(legs: Legs, ctx: QueryContext) -> Ranked:
         """One relevance per candidate (z-scores over the union, see ``fusion.relevance``), best first."""
         with ctx.step("fuse", "engine", {"method": "z-score mean", "legs": {n: len(r) for n, r in legs.items()}}) as s:
-            parts = relevance(legs, {"vector": None, "lexical": 0.0})
+            parts = relevance(legs, TEXT_LEGS)
             # Stable: equal relevance keeps the legs' own order (the vector leg's first).
             ranked = sorted(parts.items(), key=lambda kv: -kv[1]["relevance"])
             s.rows_in, s.rows_out = sum(len(r) for r in legs.values()), len(ranked)
@@ -476,6 +476,7 @@ class QueryEngine:
             and not (q.until and m.created_at >= q.until)
         ]
         newest = max((m.created_at for m, _ in live), default=None)
+        band = spread([s["relevance"] for _, s in live if "relevance" in s])
         hits: list[Hit] = []
         for m, scores in live:
             parts = dict(scores)
@@ -484,7 +485,7 @@ class QueryEngine:
             elif "relevance" in scores:  # a text ranking: relevance first, recency within a band
                 assert newest is not None
                 parts["recency"] = recency(m.created_at, newest, q.half_life)
-                score = rank_score(scores["relevance"], parts["recency"])
+                score = rank_score(scores["relevance"], parts["recency"], band)
             else:  # a shape that orders newest first: score 1.0, ties by time below
                 score = 1.0
             sources = [names.POSTGRES]

@@ -8,19 +8,38 @@ over the candidates of this query (the union of what the legs returned): a z-sco
 above this query's typical candidate a memory is, in that leg's own spread, whatever the model or
 the scoring function. A candidate one leg did not return gets that leg's floor (lexical: 0, no
 shared word; dense: the lowest score the leg returned, an upper bound of what it would score).
-Each z is clipped to ±3 so that no leg can outvote the other on one outlier, and the legs are
-averaged with equal weights: standardised legs are exchangeable, and unequal weights would be a
-constant tuned to one data set (0.4/0.6 were within noise of 0.5 on both families of
-``benchmarks/recall.py``). Min-max normalisation was rejected because it gives a leg's best hit
-1.0 however weak it is; z-scores of a flat leg stay near 0.
+The legs are averaged with equal weights: standardised legs are exchangeable, and unequal weights
+would be a constant tuned to one data set (0.4/0.6 were within noise of 0.5 on both families of
+``benchmarks/recall.py``; so were weights from the query's own lexical evidence, see the README).
+
+Two corrections keep a standardised leg from claiming more than its scores say:
+
+- **A spread too small to be evidence is not stretched to one.** The lexical leg's spread is
+  taken as at least ``ln 2``, the weight of a word that half the candidates contain (one bit):
+  a question whose only matching word is a name every candidate shares gives scores a few
+  thousandths apart, which a plain z-score turned into ±1 standard deviation, the same vote as a
+  rare word. Measured on benchmarks/recall.py: where the lexical leg's best match shares no word
+  worth a bit, the plain z-score cost MRR 0.40 -> 0.32 (dev), 0.58 -> 0.40 (test), 0.27 -> 0.19
+  (work family) against the dense leg alone.
+- **A soft clip**, ``Z_CLIP * tanh(z / Z_CLIP)``: bounded like the former hard clip to ±3, so no
+  leg outvotes the other on one outlier, but strictly increasing, so two candidates that both
+  stand out keep their order instead of tying at the clip (where the tie then went to whichever
+  leg listed first, or to the newer memory).
+
+Min-max normalisation was rejected: it gives a leg's best hit 1.0 however weak it is; z-scores of
+a flat leg stay near 0. Reciprocal rank fusion uses ranks only and was measured worse on every
+split (recall@10 -0.03 to -0.06 on the life family): it throws away how far apart the scores are.
 
 **Recency.** ``rank_score`` adds a bounded preference for newer memories to the relevance:
-``relevance + RECENCY_WEIGHT * 0.5 ** (age / half_life)`` with the age counted from the newest
-candidate (so the order does not depend on when the query runs). The recency term lies in (0, 1],
-so a memory more relevant by more than ``RECENCY_WEIGHT`` (in standard deviations of relevance)
-always ranks first, however old; among memories within that band, the newer wins. The previous
-multiplier, ``score * 0.5 ** (age / half_life)``, let a five-day-older answer lose to anything
-newer, because cosine scores differ by a few hundredths while the decay halved every month.
+``relevance + RECENCY_WEIGHT * spread * 0.5 ** (age / half_life)``, where ``spread`` is the
+standard deviation of relevance over the candidates being ranked and the age is counted from the
+newest candidate (so the order does not depend on when the query runs). The recency term lies in
+(0, 1], so a memory more relevant by more than ``RECENCY_WEIGHT`` of this query's spread always
+ranks first, however old; among memories within that band, the newer wins. The band is in units of
+the query's own spread because relevance (a mean of soft-clipped z-scores) has no fixed scale: its
+spread shrinks when the legs disagree, and a fixed band was a larger share of it exactly there.
+The previous multiplier, ``score * 0.5 ** (age / half_life)``, let a five-day-older answer lose to
+anything newer, because cosine scores differ by a few hundredths while the decay halved every month.
 
 **``or`` queries: reciprocal rank fusion (RRF)** across legs (text, graph, where): their scores
 are not on one scale (a hop count, a match) and RRF uses ranks only (k = 60, Cormack et al.
@@ -33,15 +52,34 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 RRF_K = 60
 Z_CLIP = 3.0
-# In standard deviations of relevance: the largest gap recency may close. A tie-breaker among
-# near-equal relevance (near-duplicates, a fact restated): on benchmarks/recall.py a band of 0.25
-# cost 0.01-0.02 recall@10 and 0.1 up to 0.01 (memories a tenth of a deviation apart are not
-# "equally relevant" yet), where evidence is spread over months and the newer is not the answer.
+# In standard deviations of relevance over the query's candidates: the largest gap recency may
+# close. A tie-breaker among near-equal relevance (near-duplicates, a fact restated): on
+# benchmarks/recall.py a band of 0.25 cost 0.01-0.02 recall@10 and 0.1 up to 0.01 (memories a tenth
+# of a deviation apart are not "equally relevant" yet), where evidence is spread over months and the
+# newer is not the answer.
 RECENCY_WEIGHT = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class LegScale:
+    """How one leg's raw scores are standardised: ``floor``, the score of a candidate the leg did
+    not return (None: the lowest score it returned); ``min_spread``, the smallest standard
+    deviation taken as evidence, in the leg's own units."""
+
+    floor: float | None
+    min_spread: float = 0.0
+
+
+# The dense leg's floor is its lowest returned cosine (what it did not return scores at most that);
+# its units depend on the model, so no spread is assumed. The lexical leg scores in nats of inverse
+# document frequency: a candidate sharing no word scores 0, and one bit (ln 2, a word half the
+# candidates contain) is the least spread worth standardising.
+TEXT_LEGS = {"vector": LegScale(None), "lexical": LegScale(0.0, math.log(2))}
 
 
 def rrf(
@@ -56,32 +94,31 @@ def rrf(
     return parts
 
 
-def _z(values: Sequence[float]) -> list[float]:
-    """Standard scores, clipped to ±Z_CLIP; all 0 when the values do not spread (nothing to tell)."""
-    n = len(values)
-    mean = sum(values) / n
-    var = sum((v - mean) ** 2 for v in values) / n
-    if var <= 1e-18:
-        return [0.0] * n
-    sd = math.sqrt(var)
-    return [max(-Z_CLIP, min(Z_CLIP, (v - mean) / sd)) for v in values]
+def _z(values: Sequence[float], min_spread: float = 0.0) -> list[float]:
+    """Standard scores, soft-clipped to ±Z_CLIP; all 0 when the values do not spread at all. The
+    spread is taken as at least ``min_spread``: differences below it are not evidence."""
+    mean = sum(values) / len(values)
+    sd = max(spread(values), min_spread)
+    if sd <= 1e-9:
+        return [0.0] * len(values)
+    return [Z_CLIP * math.tanh((v - mean) / sd / Z_CLIP) for v in values]
 
 
 def relevance(
-    legs: Mapping[str, Sequence[tuple[uuid.UUID, float]]], floors: Mapping[str, float | None]
+    legs: Mapping[str, Sequence[tuple[uuid.UUID, float]]], scales: Mapping[str, LegScale]
 ) -> dict[uuid.UUID, dict[str, float]]:
     """Per candidate: each leg's raw score (where it returned one) and ``relevance``, the mean of
-    the legs' clipped z-scores over the union of candidates. ``floors[leg]`` is the score a
-    candidate the leg did not return is given (None: the lowest score the leg returned)."""
+    the legs' soft-clipped z-scores over the union of candidates, each leg standardised as
+    ``scales[leg]`` says."""
     scored = {leg: dict(hits) for leg, hits in legs.items() if hits}
     ids = list(dict.fromkeys(i for hits in legs.values() for i, _ in hits))
     parts: dict[uuid.UUID, dict[str, float]] = {i: {} for i in ids}
     if not ids:
         return parts
     for leg, got in scored.items():
-        floor = floors.get(leg)
-        fill = min(got.values()) if floor is None else floor
-        for i, z in zip(ids, _z([got.get(i, fill) for i in ids]), strict=True):
+        scale = scales.get(leg, LegScale(None))
+        fill = min(got.values()) if scale.floor is None else scale.floor
+        for i, z in zip(ids, _z([got.get(i, fill) for i in ids], scale.min_spread), strict=True):
             parts[i]["relevance"] = parts[i].get("relevance", 0.0) + z / len(scored)
             if i in got:
                 parts[i][leg] = got[i]
@@ -96,6 +133,16 @@ def recency(created_at: datetime, newest: datetime, half_life: timedelta | None)
     return math.pow(0.5, age / half_life.total_seconds())
 
 
-def rank_score(relevance_: float, recency_: float) -> float:
-    """Relevance first; recency reorders only memories within RECENCY_WEIGHT of each other."""
-    return relevance_ + RECENCY_WEIGHT * recency_
+def spread(values: Sequence[float]) -> float:
+    """The standard deviation over this query's candidates (0 below two): a leg's, for its
+    z-scores; the relevance's, as the unit of the recency band."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / n)
+
+
+def rank_score(relevance_: float, recency_: float, spread_: float) -> float:
+    """Relevance first; recency reorders only memories within RECENCY_WEIGHT * spread_ of each other."""
+    return relevance_ + RECENCY_WEIGHT * spread_ * recency_
