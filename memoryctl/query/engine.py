@@ -22,7 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 from memoryctl.errors import MemoryctlError, StoreUnavailable
 from memoryctl.query.context import QueryContext, Running
-from memoryctl.query.fusion import RRF_K, TEXT_LEGS, rank_score, recency, relevance, rrf, spread
+from memoryctl.query.fusion import (
+    RRF_K,
+    TEXT_LEGS,
+    names_any,
+    rank_score,
+    recency,
+    relevance,
+    rrf,
+    spread,
+    with_named,
+)
 from memoryctl.query.guard import Guard
 from memoryctl.query.plan import (
     GRAPH_CANDIDATE_CAP,
@@ -46,10 +56,12 @@ from memoryctl.stores.protocols import GraphStore, VectorStore
 
 if TYPE_CHECKING:
     from memoryctl.embed import Embedder
+    from memoryctl.model import Memory
 
 Ranked = list[tuple[uuid.UUID, dict[str, float]]]
 Relationships = dict[uuid.UUID, list[dict[str, Any]]]
 Legs = dict[str, list[tuple[uuid.UUID, float]]]  # per text leg: (id, raw score), best first
+Scored = list[tuple["Memory", dict[str, float]]]  # hydrated candidates and their scores
 SCOPE_TTL_S = 60.0  # how long an agent's point count is trusted for vector-first sizing
 
 
@@ -475,6 +487,7 @@ class QueryEngine:
             and not (q.since and m.created_at < q.since)
             and not (q.until and m.created_at >= q.until)
         ]
+        live = self._entities_named(q, live)
         newest = max((m.created_at for m, _ in live), default=None)
         band = spread([s["relevance"] for _, s in live if "relevance" in s])
         hits: list[Hit] = []
@@ -498,6 +511,19 @@ class QueryEngine:
         hits = hits[: q.limit]
         self._relationships(hits, ctx, early)
         return hits
+
+    @staticmethod
+    def _entities_named(q: MemoryQuery, live: Scored) -> Scored:
+        """A text ranking with the named-entity leg averaged in (``fusion.with_named``); the
+        candidates that mention an entity the question names get ``entity`` 1.0 in their scores."""
+        if q.text is None or not live or not all("relevance" in s for _, s in live):
+            return live
+        named = [names_any(q.text, (e.name for e in m.entities)) for m, _ in live]
+        fused = with_named([s["relevance"] for _, s in live], named)
+        return [
+            (m, {**s, "relevance": r, **({"entity": 1.0} if n else {})})
+            for (m, s), r, n in zip(live, fused, named, strict=True)
+        ]
 
     def _start_relationships(self, ids: list[uuid.UUID], ctx: QueryContext) -> Running[Relationships] | None:
         if not ids or ctx.is_degraded(self.graph_name):

@@ -4,6 +4,7 @@ every plan shape, agent isolation, soft deletes, and degraded answers."""
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -309,8 +310,19 @@ def test_the_speaker_named_in_the_question_separates_equal_texts(
         for n, text in enumerate(texts)
     ]
     client.add(turns, extract=False)
-    r = client.query(MemoryQuery(text="When Hana raised the GPU hours issue", agent_id="a4"))
+    question = "When Hana raised the GPU hours issue"
+    r = client.query(MemoryQuery(text=question, agent_id="a4"))
     assert r.hits[0].id == turns[0].id, [(h.memory.text, h.memory.entities[0].name, h.score) for h in r.hits]
+    # The name's weight in the lexical leg: its inverse document frequency over the agent's 26
+    # memories, 9 of them Hana's (among the 10 that matched any word it was ln(1 + 1.5 / 9.5)).
+    lexical = {h.id: h.scores["lexical"] for h in r.hits if "lexical" in h.scores}
+    hana, lukas = turns[0].id, turns[len(said["Hana"])].id
+    assert lexical[hana] - lexical[lukas] == pytest.approx(math.log(1 + (26 - 9 + 0.5) / (9 + 0.5)), rel=1e-6)
+    # The dense leg alone cannot tell the copies apart; the named-entity leg can.
+    dense = client.query(MemoryQuery(text=question, agent_id="a4", retrieval="dense", decay=False))
+    by_id = {h.id: h for h in dense.hits}
+    assert dense.hits[0].id == hana and by_id[hana].scores["entity"] == 1.0 and "entity" not in by_id[lukas].scores
+    assert by_id[hana].scores["vector"] == pytest.approx(by_id[lukas].scores["vector"], abs=1e-6)
 
 
 def test_threshold_is_a_similarity_floor(world: tuple[MemoryClient, dict[str, Memory]]) -> None:

@@ -14,11 +14,13 @@ from memoryctl.query.fusion import (
     TEXT_LEGS,
     Z_CLIP,
     LegScale,
+    names_any,
     rank_score,
     recency,
     relevance,
     rrf,
     spread,
+    with_named,
 )
 
 IDS = [uuid.UUID(int=i) for i in range(1, 9)]
@@ -111,3 +113,32 @@ def test_membership_legs_do_not_rank() -> None:
     total = {i: sum(p.values()) for i, p in fused.items()}
     assert sorted(total, key=lambda i: -total[i]) == [IDS[1], IDS[0], IDS[2]]
     assert fused[IDS[0]]["graph"] == fused[IDS[2]]["graph"]
+
+
+def test_a_name_counts_as_whole_words_whatever_the_case_and_punctuation() -> None:
+    assert names_any("When Hana raised the GPU hours issue", ["Bob", "hana"])
+    assert names_any("what did acme corp's team ask?", ["Acme Corp"])
+    assert not names_any("When Hanako raised it", ["Hana"])  # not a word of the question
+    assert not names_any("Acme escalated", ["Acme Corp"])  # the whole name, not a part
+    assert not names_any("anything at all", ["", "  "])
+
+
+@given(
+    rel=st.lists(st.floats(-3, 3), min_size=2, max_size=12),
+    named=st.lists(st.booleans(), min_size=12, max_size=12),
+)
+def test_the_named_entity_leg_reorders_only_within_its_bound(rel: list[float], named: list[bool]) -> None:
+    """It is averaged in as a third leg and a membership is worth 2 units (member vs non-member,
+    whatever the share): a named memory cannot pass an unnamed one more relevant by 1 or more."""
+    named = named[: len(rel)]
+    fused = with_named(rel, named)
+    if all(named) or not any(named):
+        assert fused == rel
+        return
+    rows = list(zip(rel, named, fused, strict=True))
+    for r1, n1, f1 in rows:
+        for r2, n2, f2 in rows:
+            if r1 - r2 >= 1.0 + 1e-9:
+                assert f1 > f2
+            if n1 and not n2 and r1 >= r2:
+                assert f1 > f2  # of two equally relevant, the named one first
