@@ -24,13 +24,13 @@ from memoryctl.errors import MemoryctlError, StoreUnavailable
 from memoryctl.query.context import QueryContext, Running
 from memoryctl.query.fusion import (
     RRF_K,
-    TEXT_LEGS,
     names_any,
     rank_score,
     recency,
     relevance,
     rrf,
     spread,
+    text_scales,
     with_named,
 )
 from memoryctl.query.guard import Guard
@@ -294,7 +294,7 @@ class QueryEngine:
                 f" ({', '.join(f'{n} {len(kept[n])}' for n in short)}); graph-first instead"
             )
             return None
-        ranked = [(i, {**parts, "graph": 1.0}) for i, parts in self._fuse(kept, ctx)]
+        ranked = [(i, {**parts, "graph": 1.0}) for i, parts in self._fuse(kept, vf.depth, ctx)]
         return len(connected), ranked[: vf.depth]
 
     # ---- stages -------------------------------------------------------------------------------
@@ -329,7 +329,7 @@ class QueryEngine:
     ) -> Ranked:
         """The text search: its legs in parallel under one scope (``ids``: the graph's candidates),
         fused into one relevance."""
-        return self._fuse(self._legs(stage, q, ctx, ids), ctx)
+        return self._fuse(self._legs(stage, q, ctx, ids), stage.depth, ctx)
 
     def _legs(
         self, stage: TextSearch, q: MemoryQuery, ctx: QueryContext, ids: Sequence[uuid.UUID] | None = None
@@ -418,10 +418,10 @@ class QueryEngine:
         return [(h.id, h.score) for h in hits]
 
     @staticmethod
-    def _fuse(legs: Legs, ctx: QueryContext) -> Ranked:
+    def _fuse(legs: Legs, depth: int, ctx: QueryContext) -> Ranked:
         """One relevance per candidate (z-scores over the union, see ``fusion.relevance``), best first."""
         with ctx.step("fuse", "engine", {"method": "z-score mean", "legs": {n: len(r) for n, r in legs.items()}}) as s:
-            parts = relevance(legs, TEXT_LEGS)
+            parts = relevance(legs, text_scales(legs, depth))
             # Stable: equal relevance keeps the legs' own order (the vector leg's first).
             ranked = sorted(parts.items(), key=lambda kv: -kv[1]["relevance"])
             s.rows_in, s.rows_out = sum(len(r) for r in legs.values()), len(ranked)

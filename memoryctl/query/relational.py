@@ -96,17 +96,19 @@ class RelationalQueries:
         nothing, and the same words said by two people tied whoever the question named
         (benchmarks/recall.py, general family: recall@10 0.507 -> 0.536). The scope's size is one
         count over the same condition, an index scan beside the words' own.
+
+        The graph's candidate ``ids`` choose which memories are returned, not the word statistics:
+        a memory scores the same whether the graph's candidates were known first (graph-first) or
+        checked after a search of the whole scope (vector-first), so both plans rank alike.
         """
         cond, params = scope_sql(q, with_where=with_where)
-        if ids is not None:
-            cond = sql.SQL("{} AND id = ANY(%s)").format(cond)
-            params.append(list(ids))
+        chosen, chosen_params = (sql.SQL("h.id = ANY(%s)"), [list(ids)]) if ids is not None else (sql.SQL("TRUE"), [])
         # Each word becomes a quoted tsquery lexeme (quote_literal doubles quotes; a word holding a
         # backslash, which quote_literal would turn into an E'' string, is dropped).
         # Every intermediate result is computed exactly once, whatever the planner estimates: the
         # candidates by one scan for any of the words (the GIN index on each chunk), each
         # (candidate, word) match once (``hits``), one weight per word from those matches (the
-        # candidate count is an uncorrelated scalar subquery: an InitPlan, run once). Left to
+        # scope's size is an uncorrelated scalar subquery: an InitPlan, run once). Left to
         # inline them, the planner put an aggregate on the inner side of a nested loop and re-ran it
         # per candidate whenever it expected one row (a freshly loaded table, or the generic plan
         # psycopg's prepared statement gets after five runs): quadratic, up to seconds.
@@ -121,9 +123,11 @@ class RelationalQueries:
             " idf AS MATERIALIZED (SELECT t, ln(1.0 + ((SELECT count(*) FROM memories WHERE {}) - count(*) + 0.5)"
             " / (count(*) + 0.5)) AS w FROM hits GROUP BY t)"
             " SELECT h.id, sum(idf.w) AS score, max(h.created_at) AS at FROM hits h JOIN idf ON idf.t = h.t"
-            " GROUP BY h.id ORDER BY score DESC, at DESC, h.id LIMIT %s"
-        ).format(cond, cond)
-        return [(r["id"], float(r["score"])) for r in self._rows(query, [text, *params, *params, limit])]
+            " WHERE {} GROUP BY h.id ORDER BY score DESC, at DESC, h.id LIMIT %s"
+        ).format(cond, cond, chosen)
+        return [
+            (r["id"], float(r["score"])) for r in self._rows(query, [text, *params, *params, *chosen_params, limit])
+        ]
 
     def mentions(self, q: MemoryQuery, entity_type: str, entity_name: str, *, limit: int) -> list[uuid.UUID]:
         """Graph fallback (Neo4j down): memories that mention the entity — one hop, MENTIONS only."""

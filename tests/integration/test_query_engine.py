@@ -267,6 +267,13 @@ def test_lexical_leg_is_scoped_like_the_vector_leg(world: tuple[MemoryClient, di
     assert "m5" not in lexical(since=NOW - timedelta(days=7))  # 20 days old
     assert set(lexical(where=[Where.parse("sentiment < 0")])) == {"m2", "m3", "m5"}
     assert set(lexical(graph=GraphFilter(BOB))) == {"m3"}
+
+    # the graph's candidates choose what is returned, not the words' weights: m3 scores the same
+    def m3_score(graph: GraphFilter | None) -> float:
+        r = client.query(MemoryQuery(text=words, agent_id="a1", retrieval="lexical", graph=graph))
+        return next(h.scores["lexical"] for h in r.hits if h.id == data["m3"].id)
+
+    assert m3_score(GraphFilter(BOB)) == pytest.approx(m3_score(None), rel=1e-9)
     # entity names are searched as words, also where the text never says them
     said = Memory(agent_id="a3", text="the canary stage is still missing", entities=[EntityRef("Speaker", "Zebulon")])
     client.add([said], extract=False)

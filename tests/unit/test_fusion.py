@@ -20,6 +20,7 @@ from memoryctl.query.fusion import (
     relevance,
     rrf,
     spread,
+    text_scales,
     with_named,
 )
 
@@ -142,3 +143,15 @@ def test_the_named_entity_leg_reorders_only_within_its_bound(rel: list[float], n
                 assert f1 > f2
             if n1 and not n2 and r1 >= r2:
                 assert f1 > f2  # of two equally relevant, the named one first
+
+
+def test_a_lexical_leg_cut_at_its_depth_is_an_upper_bound_not_zero() -> None:
+    """Three lexical hits a name apart, the leg cut at three: what it did not return may carry the
+    name too, so the dense leg's clear second is not sunk below them as if it shared no word."""
+    dense = [(IDS[0], 0.80), (IDS[1], 0.70), (IDS[2], 0.62), (IDS[3], 0.61), (IDS[4], 0.60)]
+    lexical = [(IDS[2], 3.3), (IDS[3], 3.1), (IDS[4], 3.0)]
+    cut = relevance({"vector": dense, "lexical": lexical}, text_scales({"lexical": lexical}, 3))
+    whole = relevance({"vector": dense, "lexical": lexical}, text_scales({"lexical": lexical}, 4))
+    assert order(cut)[:2] == IDS[:2]
+    assert order(whole)[-1] == IDS[1]  # all it matched was returned: IDS[1] shares no word
+    assert text_scales({"lexical": lexical}, 4) == TEXT_LEGS
