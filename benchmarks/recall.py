@@ -12,7 +12,8 @@ Methods (every one asks the engine, scoped to the conversation's agent, top 10):
 - ``default``: ``memoryctl query TEXT`` as a user runs it (hybrid, the configured half-life);
 - ``no-decay``: ``--half-life off`` (hybrid, no recency preference);
 - ``dense``: the vector leg alone (``--retrieval dense``), no recency;
-- ``lexical``: the lexical leg alone (PostgreSQL, ``--retrieval lexical``), no recency;
+- ``lexical``: the lexical leg alone (PostgreSQL, ``--retrieval lexical``), no recency (these two
+  keep the named-entity leg over the hydrated candidates: it is part of ranking, not a text leg);
 - ``hybrid``: both legs fused, no recency (``no-decay`` by another name, kept for the table's sake);
 - ``graph``: ``default`` plus ``--entity Speaker:<who the question is about> --via SAID``, for
   questions about one person (the others run as ``default``);

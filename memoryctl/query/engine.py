@@ -22,7 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 from memoryctl.errors import MemoryctlError, StoreUnavailable
 from memoryctl.query.context import QueryContext, Running
-from memoryctl.query.fusion import RRF_K, rank_score, recency, relevance, rrf
+from memoryctl.query.fusion import (
+    RRF_K,
+    names_any,
+    rank_score,
+    recency,
+    relevance,
+    rrf,
+    spread,
+    text_scales,
+    with_named,
+)
 from memoryctl.query.guard import Guard
 from memoryctl.query.plan import (
     GRAPH_CANDIDATE_CAP,
@@ -46,10 +56,12 @@ from memoryctl.stores.protocols import GraphStore, VectorStore
 
 if TYPE_CHECKING:
     from memoryctl.embed import Embedder
+    from memoryctl.model import Memory
 
 Ranked = list[tuple[uuid.UUID, dict[str, float]]]
 Relationships = dict[uuid.UUID, list[dict[str, Any]]]
 Legs = dict[str, list[tuple[uuid.UUID, float]]]  # per text leg: (id, raw score), best first
+Scored = list[tuple["Memory", dict[str, float]]]  # hydrated candidates and their scores
 SCOPE_TTL_S = 60.0  # how long an agent's point count is trusted for vector-first sizing
 
 
@@ -282,7 +294,7 @@ class QueryEngine:
                 f" ({', '.join(f'{n} {len(kept[n])}' for n in short)}); graph-first instead"
             )
             return None
-        ranked = [(i, {**parts, "graph": 1.0}) for i, parts in self._fuse(kept, ctx)]
+        ranked = [(i, {**parts, "graph": 1.0}) for i, parts in self._fuse(kept, vf.depth, ctx)]
         return len(connected), ranked[: vf.depth]
 
     # ---- stages -------------------------------------------------------------------------------
@@ -317,7 +329,7 @@ class QueryEngine:
     ) -> Ranked:
         """The text search: its legs in parallel under one scope (``ids``: the graph's candidates),
         fused into one relevance."""
-        return self._fuse(self._legs(stage, q, ctx, ids), ctx)
+        return self._fuse(self._legs(stage, q, ctx, ids), stage.depth, ctx)
 
     def _legs(
         self, stage: TextSearch, q: MemoryQuery, ctx: QueryContext, ids: Sequence[uuid.UUID] | None = None
@@ -406,10 +418,10 @@ class QueryEngine:
         return [(h.id, h.score) for h in hits]
 
     @staticmethod
-    def _fuse(legs: Legs, ctx: QueryContext) -> Ranked:
+    def _fuse(legs: Legs, depth: int, ctx: QueryContext) -> Ranked:
         """One relevance per candidate (z-scores over the union, see ``fusion.relevance``), best first."""
         with ctx.step("fuse", "engine", {"method": "z-score mean", "legs": {n: len(r) for n, r in legs.items()}}) as s:
-            parts = relevance(legs, {"vector": None, "lexical": 0.0})
+            parts = relevance(legs, text_scales(legs, depth))
             # Stable: equal relevance keeps the legs' own order (the vector leg's first).
             ranked = sorted(parts.items(), key=lambda kv: -kv[1]["relevance"])
             s.rows_in, s.rows_out = sum(len(r) for r in legs.values()), len(ranked)
@@ -475,7 +487,9 @@ class QueryEngine:
             and not (q.since and m.created_at < q.since)
             and not (q.until and m.created_at >= q.until)
         ]
+        live = self._entities_named(q, live)
         newest = max((m.created_at for m, _ in live), default=None)
+        band = spread([s["relevance"] for _, s in live if "relevance" in s])
         hits: list[Hit] = []
         for m, scores in live:
             parts = dict(scores)
@@ -484,7 +498,7 @@ class QueryEngine:
             elif "relevance" in scores:  # a text ranking: relevance first, recency within a band
                 assert newest is not None
                 parts["recency"] = recency(m.created_at, newest, q.half_life)
-                score = rank_score(scores["relevance"], parts["recency"])
+                score = rank_score(scores["relevance"], parts["recency"], band)
             else:  # a shape that orders newest first: score 1.0, ties by time below
                 score = 1.0
             sources = [names.POSTGRES]
@@ -497,6 +511,19 @@ class QueryEngine:
         hits = hits[: q.limit]
         self._relationships(hits, ctx, early)
         return hits
+
+    @staticmethod
+    def _entities_named(q: MemoryQuery, live: Scored) -> Scored:
+        """A text ranking with the named-entity leg averaged in (``fusion.with_named``); the
+        candidates that mention an entity the question names get ``entity`` 1.0 in their scores."""
+        if q.text is None or not live or not all("relevance" in s for _, s in live):
+            return live
+        named = [names_any(q.text, (e.name for e in m.entities)) for m, _ in live]
+        fused = with_named([s["relevance"] for _, s in live], named)
+        return [
+            (m, {**s, "relevance": r, **({"entity": 1.0} if n else {})})
+            for (m, s), r, n in zip(live, fused, named, strict=True)
+        ]
 
     def _start_relationships(self, ids: list[uuid.UUID], ctx: QueryContext) -> Running[Relationships] | None:
         if not ids or ctx.is_degraded(self.graph_name):

@@ -89,28 +89,45 @@ class RelationalQueries:
         candidate ids), in the same SQL. The question's words lose the stop words of English and
         keep at most their first five letters as a prefix (``volunteering`` matches
         ``volunteer``), a language-neutral stand-in for stemming. Ranked BM25-style with term
-        presence: the sum of each matched word's inverse document frequency, counted among the
-        memories that match any of the words (so a word every candidate has, like the name of the
-        agent's main speaker, weighs nothing); ties newest first.
+        presence: the sum of each matched word's inverse document frequency over the memories in
+        scope; ties newest first. A speaker's name, a word of every turn that person said, so
+        weighs what it tells: about ln 2 when two people talk, more among three. Counted among the
+        memories that match any word instead (most of which match on the name), it weighed next to
+        nothing, and the same words said by two people tied whoever the question named
+        (benchmarks/recall.py, general family: recall@10 0.507 -> 0.536). The scope's size is one
+        count over the same condition, an index scan beside the words' own.
+
+        The graph's candidate ``ids`` choose which memories are returned, not the word statistics:
+        a memory scores the same whether the graph's candidates were known first (graph-first) or
+        checked after a search of the whole scope (vector-first), so both plans rank alike.
         """
         cond, params = scope_sql(q, with_where=with_where)
-        if ids is not None:
-            cond = sql.SQL("{} AND id = ANY(%s)").format(cond)
-            params.append(list(ids))
+        chosen, chosen_params = (sql.SQL("h.id = ANY(%s)"), [list(ids)]) if ids is not None else (sql.SQL("TRUE"), [])
         # Each word becomes a quoted tsquery lexeme (quote_literal doubles quotes; a word holding a
         # backslash, which quote_literal would turn into an E'' string, is dropped).
+        # Every intermediate result is computed exactly once, whatever the planner estimates: the
+        # candidates by one scan for any of the words (the GIN index on each chunk), each
+        # (candidate, word) match once (``hits``), one weight per word from those matches (the
+        # scope's size is an uncorrelated scalar subquery: an InitPlan, run once). Left to
+        # inline them, the planner put an aggregate on the inner side of a nested loop and re-ran it
+        # per candidate whenever it expected one row (a freshly loaded table, or the generic plan
+        # psycopg's prepared statement gets after five runs): quadratic, up to seconds.
         query = sql.SQL(
-            "WITH terms AS (SELECT DISTINCT CASE WHEN length(w) >= 5 THEN quote_literal(left(w, 5)) || ':*'"
-            " ELSE quote_literal(w) END AS t FROM unnest(tsvector_to_array(to_tsvector('simple', %s))) AS w"
-            " WHERE position(chr(92) in w) = 0 AND to_tsvector('english', w) <> ''::tsvector),"
+            "WITH terms AS MATERIALIZED (SELECT t, to_tsquery('simple', t) AS tq FROM (SELECT DISTINCT"
+            " CASE WHEN length(w) >= 5 THEN quote_literal(left(w, 5)) || ':*' ELSE quote_literal(w) END AS t"
+            " FROM unnest(tsvector_to_array(to_tsvector('simple', %s))) AS w"
+            " WHERE position(chr(92) in w) = 0 AND to_tsvector('english', w) <> ''::tsvector) AS words),"
             " cand AS MATERIALIZED (SELECT id, tsv, created_at FROM memories"
             " WHERE tsv @@ (SELECT to_tsquery('simple', string_agg(t, ' | ')) FROM terms) AND {}),"
-            " df AS (SELECT to_tsquery('simple', t.t) AS tq, count(*) AS df, (SELECT count(*) FROM cand) AS n"
-            " FROM terms t JOIN cand c ON c.tsv @@ to_tsquery('simple', t.t) GROUP BY t.t)"
-            " SELECT c.id, sum(ln(1 + (df.n - df.df + 0.5) / (df.df + 0.5))) AS score, max(c.created_at) AS at"
-            " FROM cand c JOIN df ON c.tsv @@ df.tq GROUP BY c.id ORDER BY score DESC, at DESC, c.id LIMIT %s"
-        ).format(cond)
-        return [(r["id"], float(r["score"])) for r in self._rows(query, [text, *params, limit])]
+            " hits AS MATERIALIZED (SELECT c.id, c.created_at, t.t FROM cand c JOIN terms t ON c.tsv @@ t.tq),"
+            " idf AS MATERIALIZED (SELECT t, ln(1.0 + ((SELECT count(*) FROM memories WHERE {}) - count(*) + 0.5)"
+            " / (count(*) + 0.5)) AS w FROM hits GROUP BY t)"
+            " SELECT h.id, sum(idf.w) AS score, max(h.created_at) AS at FROM hits h JOIN idf ON idf.t = h.t"
+            " WHERE {} GROUP BY h.id ORDER BY score DESC, at DESC, h.id LIMIT %s"
+        ).format(cond, cond, chosen)
+        return [
+            (r["id"], float(r["score"])) for r in self._rows(query, [text, *params, *params, *chosen_params, limit])
+        ]
 
     def mentions(self, q: MemoryQuery, entity_type: str, entity_name: str, *, limit: int) -> list[uuid.UUID]:
         """Graph fallback (Neo4j down): memories that mention the entity — one hop, MENTIONS only."""

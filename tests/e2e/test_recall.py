@@ -21,9 +21,11 @@ pytestmark = pytest.mark.slow
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "recall.py"
 METHODS = ("default", "no-decay", "dense", "lexical")
-# Measured on the ci split with the default embedder (all-MiniLM-L6-v2 int8): default 0.604
-# recall@10 / 0.495 hit@5; the legs alone 0.587 (dense) and 0.455 (lexical).
-FLOORS = {"recall@10": 0.55, "hit@5": 0.44}
+# Measured on the ci split with the default embedder (all-MiniLM-L6-v2 int8): default 0.678
+# recall@10 / 0.606 hit@5; the legs alone (each with the named-entity leg) 0.633 (dense) and 0.485
+# (lexical). Raised from 0.55 / 0.44 (measured 0.604 / 0.495) with the scope-wide IDF, the
+# named-entity leg and the cut lexical leg's floor.
+FLOORS = {"recall@10": 0.64, "hit@5": 0.57}
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ every plan shape, agent isolation, soft deletes, and degraded answers."""
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -13,7 +14,7 @@ import pytest
 
 from memoryctl.client import MemoryClient
 from memoryctl.model import EntityRef, Memory, MemoryRef, Relation
-from memoryctl.query.fusion import RECENCY_WEIGHT
+from memoryctl.query.fusion import RECENCY_WEIGHT, spread
 from memoryctl.query.spec import GraphFilter, MemoryQuery, Where
 from tests.conftest import cluster_settings, fresh_database, wipe_neo4j
 
@@ -244,7 +245,9 @@ def test_recency_orders_equal_texts_and_never_lifts_the_unrelated(
     assert got[:2] == ["m8", "m9"]
     new, old = r.hits[0].scores["recency"], r.hits[1].scores["recency"]
     assert old / new == pytest.approx(0.5 ** (59 / 30), rel=0.02)
-    assert r.hits[0].score - r.hits[1].score == pytest.approx(RECENCY_WEIGHT * (new - old), abs=1e-6)
+    assert len(r.hits) < q.limit  # every candidate is a hit: the band's spread is over these
+    band = RECENCY_WEIGHT * spread([h.scores["relevance"] for h in r.hits])
+    assert r.hits[0].score - r.hits[1].score == pytest.approx(band * (new - old), abs=1e-6)
     flat = client.query(MemoryQuery(text="nightly backup job finished", agent_id="a1", decay=False, limit=2))
     assert flat.hits[0].score == pytest.approx(flat.hits[1].score, abs=1e-5)
 
@@ -264,11 +267,69 @@ def test_lexical_leg_is_scoped_like_the_vector_leg(world: tuple[MemoryClient, di
     assert "m5" not in lexical(since=NOW - timedelta(days=7))  # 20 days old
     assert set(lexical(where=[Where.parse("sentiment < 0")])) == {"m2", "m3", "m5"}
     assert set(lexical(graph=GraphFilter(BOB))) == {"m3"}
+
+    # the graph's candidates choose what is returned, not the words' weights: m3 scores the same
+    def m3_score(graph: GraphFilter | None) -> float:
+        r = client.query(MemoryQuery(text=words, agent_id="a1", retrieval="lexical", graph=graph))
+        return next(h.scores["lexical"] for h in r.hits if h.id == data["m3"].id)
+
+    assert m3_score(GraphFilter(BOB)) == pytest.approx(m3_score(None), rel=1e-9)
     # entity names are searched as words, also where the text never says them
     said = Memory(agent_id="a3", text="the canary stage is still missing", entities=[EntityRef("Speaker", "Zebulon")])
     client.add([said], extract=False)
     found = client.query(MemoryQuery(text="what did Zebulon say", agent_id="a3", retrieval="lexical"))
     assert [h.id for h in found.hits] == [said.id]
+
+
+def test_the_speaker_named_in_the_question_separates_equal_texts(
+    world: tuple[MemoryClient, dict[str, Memory]],
+) -> None:
+    """Two people said the same words; the question names the one who said them first. The name
+    is a word of every turn that person said (a third of this agent's memories): weighed among the
+    memories that matched any word, nearly all of them on the name, it weighed next to nothing
+    and recency gave the newer copy the first place."""
+    client, _ = world
+    chatter = [
+        "The staging cluster is slow again",
+        "Release notes are drafted",
+        "Who owns the billing dashboard",
+        "The on-call rota is posted",
+        "Coffee machine is fixed",
+        "Standup moved to ten",
+        "I reviewed the schema change",
+        "Docs site deploy went fine",
+    ]
+    said = {
+        "Hana": ["GPU hours doubled last month, need to cut", *chatter],
+        "Lukas": ["GPU hours doubled last month, need to cut", *chatter[::-1]],
+        "Chen": chatter,
+    }
+    turns = [
+        Memory(
+            agent_id="a4",
+            text=text,
+            kind="dialogue",
+            # Hana said it three months before Lukas repeated it
+            created_at=NOW - timedelta(days=100 if who == "Hana" else 1, minutes=n),
+            entities=[EntityRef("Speaker", who)],
+        )
+        for who, texts in said.items()
+        for n, text in enumerate(texts)
+    ]
+    client.add(turns, extract=False)
+    question = "When Hana raised the GPU hours issue"
+    r = client.query(MemoryQuery(text=question, agent_id="a4"))
+    assert r.hits[0].id == turns[0].id, [(h.memory.text, h.memory.entities[0].name, h.score) for h in r.hits]
+    # The name's weight in the lexical leg: its inverse document frequency over the agent's 26
+    # memories, 9 of them Hana's (among the 10 that matched any word it was ln(1 + 1.5 / 9.5)).
+    lexical = {h.id: h.scores["lexical"] for h in r.hits if "lexical" in h.scores}
+    hana, lukas = turns[0].id, turns[len(said["Hana"])].id
+    assert lexical[hana] - lexical[lukas] == pytest.approx(math.log(1 + (26 - 9 + 0.5) / (9 + 0.5)), rel=1e-6)
+    # The dense leg alone cannot tell the copies apart; the named-entity leg can.
+    dense = client.query(MemoryQuery(text=question, agent_id="a4", retrieval="dense", decay=False))
+    by_id = {h.id: h for h in dense.hits}
+    assert dense.hits[0].id == hana and by_id[hana].scores["entity"] == 1.0 and "entity" not in by_id[lukas].scores
+    assert by_id[hana].scores["vector"] == pytest.approx(by_id[lukas].scores["vector"], abs=1e-6)
 
 
 def test_threshold_is_a_similarity_floor(world: tuple[MemoryClient, dict[str, Memory]]) -> None:

@@ -98,6 +98,7 @@ def test_timescale_path_is_applied_and_recorded(pool: Pool) -> None:
     assert indexes(pool, "memories") == {
         "memories_pkey",
         "memories_agent_created",
+        "memories_live_scope",
         "memories_tsv",
         "memories_metadata",
         "memories_deleted",
@@ -117,6 +118,7 @@ def test_plain_path_when_forced_on_the_same_server(pool: Pool) -> None:
     assert indexes(pool, "memories") == {
         "memories_pkey",
         "memories_agent_created",
+        "memories_live_scope",
         "memories_tsv",
         "memories_metadata",
         "memories_deleted",
