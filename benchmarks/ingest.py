@@ -4,12 +4,12 @@ Both paths do the full write: PostgreSQL transaction with outbox rows, then deli
 store and the graph. "Batched" is ``MemoryClient.import_jsonl`` (500 rows per transaction, one
 embedding batch and one graph UNWIND per delivery batch); "per-record" calls ``add([m])`` once per
 memory, as a naive client would. ``--embedder hash`` (the default) is a fast stand-in that isolates
-the pipeline's own cost from model time; ``--embedder local`` uses the real model.
+the pipeline's own cost from model time; ``--embedder onnx`` uses the default model.
 
 Usage (test servers from ``scripts/services up``; ``eval "$(scripts/services env)"``)::
 
     python benchmarks/ingest.py                        # 10,000 batched; 1,000 per-record (rate compared)
-    python benchmarks/ingest.py --n 10000 --per-record 10000 --embedder local
+    python benchmarks/ingest.py --n 10000 --per-record 10000 --embedder onnx
     python benchmarks/ingest.py --profile embedded     # embedded PostgreSQL + Qdrant Edge + SQL graph
 
 Prints memories/s for both paths and the ratio (target: batched >= 10x per-record).
@@ -161,7 +161,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10_000, help="memories for the batched import")
     parser.add_argument("--per-record", type=int, default=1_000, help="memories written one by one (rate compared)")
-    parser.add_argument("--embedder", choices=["hash", "local"], default="hash")
+    parser.add_argument("--embedder", choices=["hash", "onnx", "local"], default="hash")
     parser.add_argument("--profile", choices=["cluster", "embedded"], default="cluster")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
