@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
 from memoryctl.errors import ExitCode, MemoryctlError
-from memoryctl.serve.operations import Reply
-from memoryctl.serve.wire import EXIT_HEADER, WARNINGS_HEADER, load_token
+from memoryctl.serve.wire import CONFIG_DIFFERS, CONFIG_HEADER, EXIT_HEADER, WARNINGS_HEADER, Reply, load_token
 
 if TYPE_CHECKING:
     from memoryctl.config import Settings
@@ -36,6 +35,10 @@ class ServiceError(MemoryctlError):
             self.exit_code = ExitCode(exit_code)
         except ValueError:
             self.exit_code = ExitCode.FAILURE
+
+
+class ConfigDiffers(ServiceError):
+    """The service runs with other configuration layers than the caller sent the digest of."""
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -69,9 +72,17 @@ class ServiceClient:
         assert self.socket_path is not None
         return _UnixConnection(self.socket_path, timeout)
 
-    def call(self, name: str, params: Mapping[str, Any], *, upload: Path | None = None) -> Reply | None:
-        """The operation's reply, or None when no service answers (nothing was sent)."""
+    def call(
+        self, name: str, params: Mapping[str, Any], *, upload: Path | None = None, config_digest: str | None = None
+    ) -> Reply | None:
+        """The operation's reply, or None when no service answers (nothing was sent).
+
+        With ``config_digest`` the service runs the operation only if its configuration layers
+        have that digest, else raises ``ConfigDiffers`` having run nothing.
+        """
         headers = {"Connection": "close"}
+        if config_digest:
+            headers[CONFIG_HEADER] = config_digest
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         target = f"/v1/{name}"
@@ -120,7 +131,8 @@ def _reply(resp: http.client.HTTPResponse, payload: bytes, where: str) -> Reply:
         raise MemoryctlError(f"memoryctl serve at {where} answered {resp.status} with a non-JSON body") from None
     if resp.status != 200:
         error = data if isinstance(data, dict) else {}
-        raise ServiceError(
+        kind = ConfigDiffers if resp.status == CONFIG_DIFFERS else ServiceError
+        raise kind(
             str(error.get("error") or f"memoryctl serve answered {resp.status}"),
             hint=error.get("hint"),
             exit_code=int(error.get("exit_code", ExitCode.FAILURE)),
@@ -129,12 +141,17 @@ def _reply(resp: http.client.HTTPResponse, payload: bytes, where: str) -> Reply:
     return Reply(data, int(resp.getheader(EXIT_HEADER) or 0), [str(w) for w in warnings])
 
 
+def reply_timeout(io_timeout_s: float) -> float:
+    """How long the CLI waits for a reply: a sync of a long outbox may take a while."""
+    return max(io_timeout_s, 300.0)
+
+
 def discover(settings: Settings) -> ServiceClient | None:
     """The service the CLI should call, or None to work in-process."""
     cfg = settings.serve
     if not cfg.use:
         return None
-    timeout = max(cfg.io_timeout_s, 300.0)  # a reply (a sync of a long outbox) may take a while
+    timeout = reply_timeout(cfg.io_timeout_s)
     if cfg.url:
         return ServiceClient(url=cfg.url, token=load_token(settings, create=False), timeout=timeout)
     path = settings.serve_socket
