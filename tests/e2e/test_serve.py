@@ -338,3 +338,26 @@ def test_fast_path_is_the_console_script_and_loads_no_typer_or_pydantic(service:
     assert json.loads("\n".join(printed))["id"] == U1
     assert json.loads(last) == {"code": 0, "heavy": []}
     assert service.status()["requests"] == 1
+
+
+def test_service_client_over_http_and_over_the_socket(service: Service, tmp_path: Path) -> None:
+    """The CLI's two transports: plain HTTP/1.0 on the Unix socket, http.client for ``serve.url``."""
+    from memoryctl.serve.client import ServiceClient, ServiceError
+
+    over_http = ServiceClient(url=f"http://{service.address_http}", token=service.token, timeout=30)
+    added = over_http.call("add", {"text": "over http from the CLI", "id": U1, "agent": "support"})
+    assert added is not None and added.data["id"] == U1 and added.exit_code == 0
+    over_socket = ServiceClient(socket_path=service.socket_path, timeout=30)
+    got = over_socket.call("get", {"id": U1})
+    assert got is not None and got.data["text"] == "over http from the CLI"
+    upload = tmp_path / "two.jsonl"
+    upload.write_text('{"text": "first line"}\n{"text": "second line"}\n')
+    imported = over_socket.call("import", {"agent": "support", "strict": False}, upload=upload)
+    assert imported is not None and imported.data["inserted"] == 2
+    with pytest.raises(ServiceError) as missing:
+        over_socket.call("get", {"id": MISSING})
+    assert missing.value.exit_code == 1 and MISSING in missing.value.message
+    with pytest.raises(ServiceError) as unauthorised:
+        ServiceClient(url=f"http://{service.address_http}", token="wrong", timeout=30).call("get", {"id": U1})
+    assert "token" in unauthorised.value.message
+    assert ServiceClient(socket_path=tmp_path / "nobody.sock", timeout=5).call("get", {"id": U1}) is None
