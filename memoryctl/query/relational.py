@@ -93,10 +93,20 @@ class RelationalQueries:
         memories that match any of the words (so a word every candidate has, like the name of the
         agent's main speaker, weighs nothing); ties newest first.
         """
+        query, params = self.lexical_sql(q, text, limit=limit, ids=ids, with_where=with_where)
+        return [(r["id"], float(r["score"])) for r in self._rows(query, params)]
+
+    def lexical_sql(
+        self, q: MemoryQuery, text: str, *, limit: int, ids: Sequence[uuid.UUID] | None, with_where: bool
+    ) -> tuple[sql.Composed, list[Any]]:
+        """The lexical leg's statement and its parameters."""
         cond, params = scope_sql(q, with_where=with_where)
         if ids is not None:
             cond = sql.SQL("{} AND id = ANY(%s)").format(cond)
             params.append(list(ids))
+        # df is MATERIALIZED: computed once. Inlined, the planner -- without statistics, as right
+        # after an import, before autovacuum analyses the table -- put its aggregate inside the
+        # loop over the candidates: O(n^2), 4.7 s for 1,500 candidates (0.01 s once analysed).
         # Each word becomes a quoted tsquery lexeme (quote_literal doubles quotes; a word holding a
         # backslash, which quote_literal would turn into an E'' string, is dropped).
         query = sql.SQL(
@@ -105,12 +115,13 @@ class RelationalQueries:
             " WHERE position(chr(92) in w) = 0 AND to_tsvector('english', w) <> ''::tsvector),"
             " cand AS MATERIALIZED (SELECT id, tsv, created_at FROM memories"
             " WHERE tsv @@ (SELECT to_tsquery('simple', string_agg(t, ' | ')) FROM terms) AND {}),"
-            " df AS (SELECT to_tsquery('simple', t.t) AS tq, count(*) AS df, (SELECT count(*) FROM cand) AS n"
+            " df AS MATERIALIZED (SELECT to_tsquery('simple', t.t) AS tq, count(*) AS df,"
+            " (SELECT count(*) FROM cand) AS n"
             " FROM terms t JOIN cand c ON c.tsv @@ to_tsquery('simple', t.t) GROUP BY t.t)"
             " SELECT c.id, sum(ln(1 + (df.n - df.df + 0.5) / (df.df + 0.5))) AS score, max(c.created_at) AS at"
             " FROM cand c JOIN df ON c.tsv @@ df.tq GROUP BY c.id ORDER BY score DESC, at DESC, c.id LIMIT %s"
         ).format(cond)
-        return [(r["id"], float(r["score"])) for r in self._rows(query, [text, *params, limit])]
+        return query, [text, *params, limit]
 
     def mentions(self, q: MemoryQuery, entity_type: str, entity_name: str, *, limit: int) -> list[uuid.UUID]:
         """Graph fallback (Neo4j down): memories that mention the entity — one hop, MENTIONS only."""
