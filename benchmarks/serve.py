@@ -8,16 +8,21 @@ Two runs on the embedded profile (a fresh data directory, the service as a separ
   every write the service acknowledged is in PostgreSQL (lost writes must be 0).
 - ``latency``: query p50/p95 in-process (``MemoryClient.query``), through the service
   (``ServiceClient``), and as a shell ``memoryctl query`` round trip (a new process each time,
-  answered by the service); cold ``memoryctl --help`` and ``get`` without the service.
+  answered by the service): the console script (its fast path, ``memoryctl.cli.fast``) and the
+  full typer command line; cold ``memoryctl --help`` and ``get`` without the service. Each CLI
+  row also gives the CPU time of the process (user+sys p50), which a busy host distorts far less
+  than the wall clock; the service rows end with the median of each query step (``explain``).
 
 Usage::
 
-    python benchmarks/serve.py load --clients 16 --seconds 60               # default model (local)
+    python benchmarks/serve.py load --clients 16 --seconds 60               # the default model (onnx)
     python benchmarks/serve.py load --clients 8 --seconds 10 --embedder hash
     python benchmarks/serve.py latency --n 2000 --queries 200
+    python benchmarks/serve.py latency --n 100000 --queries 300 --data-dir /var/tmp/serve-100k  # kept
 
 Every figure is printed with the load average: on a shared 2-core host it explains most of the
-spread. Traffic goes to a Unix socket on this machine only; every loop is bounded.
+spread. Traffic goes to a Unix socket on this machine only; every loop is bounded. Figures, at
+2,000 and 100,000 memories: the table in docs/serve.md.
 """
 
 from __future__ import annotations
@@ -87,8 +92,10 @@ class Workspace:
             self.process = None
 
 
-def workspace(embedder: str) -> Workspace:
-    root = Path(tempfile.mkdtemp(prefix="serve-bench-"))
+def workspace(embedder: str, keep: Path | None = None) -> Workspace:
+    """A fresh directory, or ``keep`` (made once, seeded data reused by the next run)."""
+    root = keep or Path(tempfile.mkdtemp(prefix="serve-bench-"))
+    root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)  # as root, the embedded PostgreSQL runs as its own user and must enter it
     config = root / "memoryctl.toml"
     config.write_text(
@@ -232,17 +239,43 @@ def run_load(args: argparse.Namespace) -> None:
         shutil.rmtree(ws.root, ignore_errors=True)
 
 
-def timed_cli(ws: Workspace, argv: list[str], runs: int, env: dict[str, str] | None = None) -> list[float]:
+FULL_CLI = "import sys; from memoryctl.cli.main import _invoke; sys.exit(_invoke(sys.argv[1:]))"
+
+
+def timed_cli(ws: Workspace, argv: list[str], runs: int, *, full: bool = False) -> tuple[list[float], list[float]]:
+    """Wall and CPU milliseconds of ``runs`` new processes: the console script, or (``full``) the
+    typer command line without the fast path."""
     # The console script next to this interpreter: a version manager's shim on PATH (pyenv) would
     # add its own start-up (~0.15 s of bash) to every figure.
     script = Path(sys.executable).with_name("memoryctl")
-    cmd = [str(script), *argv] if script.exists() else [sys.executable, "-m", "memoryctl", *argv]
-    out = []
+    if full:
+        cmd = [sys.executable, "-c", FULL_CLI, *argv]
+    else:
+        cmd = [str(script), *argv] if script.exists() else [sys.executable, "-m", "memoryctl", *argv]
+    wall, cpu = [], []
     for _ in range(runs):
+        before = os.times()
         t0 = time.perf_counter()
-        subprocess.run(cmd, env=env or ws.env(), check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
+        subprocess.run(cmd, env=ws.env(), check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wall.append((time.perf_counter() - t0) * 1000)
+        after = os.times()
+        cpu.append((after.children_user + after.children_system - before.children_user - before.children_system) * 1000)
+    return wall, cpu
+
+
+def cli_summary(name: str, timed: tuple[list[float], list[float]]) -> str:
+    wall, cpu = timed
+    return f"{summary(name, wall)}  cpu p50={statistics.median(cpu):5.0f} ms"
+
+
+def step_medians(replies: list[dict[str, object]]) -> str:
+    """The median time of each query step over the service's replies: what dominates."""
+    steps: dict[str, list[float]] = defaultdict(list)
+    for reply in replies:
+        explain = reply.get("explain")
+        for step in explain.get("steps", []) if isinstance(explain, dict) else []:
+            steps[f"{step['name']}[{step['store']}]"].append(float(step["ms"]))
+    return "  ".join(f"{name} {statistics.median(ms):.1f}" for name, ms in steps.items())
 
 
 def run_latency(args: argparse.Namespace) -> None:
@@ -252,10 +285,11 @@ def run_latency(args: argparse.Namespace) -> None:
 
     rng = random.Random(args.seed)
     queries = [" ".join(rng.sample(WORDS, 3)) for _ in range(args.queries)]
-    ws = workspace(args.embedder)
+    ws = workspace(args.embedder, args.data_dir)
     rows: list[str] = []
     try:
-        seed(ws, args.n, rng)
+        if not (ws.root / "data").exists():
+            seed(ws, args.n, rng)
         any_id = json.loads(
             subprocess.run(
                 [sys.executable, "-m", "memoryctl", "query", "--limit", "1", "--json", "--since", "3650d"],
@@ -264,9 +298,10 @@ def run_latency(args: argparse.Namespace) -> None:
                 check=True,
             ).stdout
         )["hits"][0]["id"]
-        rows.append(summary("cold --help", timed_cli(ws, ["--help"], args.cli_runs)))
-        rows.append(summary("cold get", timed_cli(ws, ["get", any_id, "--json"], args.cli_runs)))
+        rows.append(cli_summary("cold --help", timed_cli(ws, ["--help"], args.cli_runs)))
+        rows.append(cli_summary("cold get", timed_cli(ws, ["get", any_id, "--json"], args.cli_runs)))
         with MemoryClient(load_settings(ws.config)) as client:
+            count = client.stack.records.count()
             client.query(MemoryQuery(text="warm up", agent_id="bench"))
             ms = []
             for q in queries:
@@ -276,20 +311,28 @@ def run_latency(args: argparse.Namespace) -> None:
         rows.append(summary("in-process", ms))
         ws.start()
         svc = ServiceClient(socket_path=ws.socket, timeout=60)
-        ms = []
+        svc.call("query", {"text": "warm up", "agent": "bench"})
+        ms, replies = [], []
         for q in queries:
             t0 = time.perf_counter()
-            svc.call("query", {"text": q, "agent": "bench"})
+            reply = svc.call("query", {"text": q, "agent": "bench"})
             ms.append((time.perf_counter() - t0) * 1000)
+            if reply is not None and isinstance(reply.data, dict):
+                replies.append(reply.data)
         rows.append(summary("service", ms))
-        rows.append(summary("cli→service", timed_cli(ws, ["query", queries[0], "--json"], args.cli_runs)))
-        rows.append(summary("cli get→svc", timed_cli(ws, ["get", any_id, "--json"], args.cli_runs)))
+        rows.append("  steps (median ms): " + step_medians(replies))
+        query_argv = ["query", queries[0], "--json"]
+        rows.append(cli_summary("cli→service", timed_cli(ws, query_argv, args.cli_runs)))
+        rows.append(cli_summary("full cli→svc", timed_cli(ws, query_argv, args.cli_runs, full=True)))
+        rows.append(cli_summary("table→svc", timed_cli(ws, query_argv[:2], args.cli_runs)))
+        rows.append(cli_summary("cli get→svc", timed_cli(ws, ["get", any_id, "--json"], args.cli_runs)))
         ws.stop()
     finally:
         ws.stop()
-        shutil.rmtree(ws.root, ignore_errors=True)
+        if args.data_dir is None:
+            shutil.rmtree(ws.root, ignore_errors=True)
     print(
-        f"latency: {args.n} memories, embedder={args.embedder}, {args.queries} queries, "
+        f"latency: {count} memories, embedder={args.embedder}, {args.queries} queries, "
         f"{args.cli_runs} CLI runs, loadavg(1m) {os.getloadavg()[0]:.1f}"
     )
     for row in rows:
@@ -309,8 +352,9 @@ def main() -> None:
     la.add_argument("--n", type=int, default=2000)
     la.add_argument("--queries", type=int, default=200)
     la.add_argument("--cli-runs", type=int, default=20)
+    la.add_argument("--data-dir", type=Path, help="keep the workspace here; reuse its data when it exists")
     for p in (lo, la):
-        p.add_argument("--embedder", choices=["local", "hash"], default="local")
+        p.add_argument("--embedder", choices=["onnx", "local", "hash"], default="onnx")
         p.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
     run_load(args) if args.mode == "load" else run_latency(args)

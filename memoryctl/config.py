@@ -11,27 +11,22 @@ else ``/etc/memoryctl/memoryctl.toml``; a missing default file is fine, a missin
 Environment variables nest with ``__``: ``MEMORYCTL_POSTGRES__DSN``, ``MEMORYCTL_NEO4J__PASSWORD``
 (names are case-insensitive; a value that is a table or list is JSON).
 
-The three layers are merged here as plain dicts and validated once by pydantic; pydantic-settings
-is not used because importing it cost ~250 ms of every command's start-up, more than the rest of
-the configuration together, for the twenty lines of ``_environment`` below.
+The three layers are merged as plain dicts (``memoryctl.config_layers``, standard library only) and
+validated once by pydantic here; pydantic-settings is not used because importing it cost ~250 ms
+of every command's start-up, more than the rest of the configuration together, for the twenty
+lines of ``config_layers.environment``.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from memoryctl.config_layers import default_data_dir, digest, layers
 from memoryctl.errors import ConfigError, InputError
-
-APP = "memoryctl"
-SYSTEM_CONFIG = Path("/etc/memoryctl/memoryctl.toml")
 
 
 class PostgresSettings(BaseModel):
@@ -187,9 +182,6 @@ class BackupSettings(BaseModel):
     max_age: str = "26h"
 
 
-ENV_PREFIX = "MEMORYCTL_"
-
-
 class ServeSettings(BaseModel):
     """``memoryctl serve`` and how the CLI finds it (see memoryctl/serve)."""
 
@@ -209,7 +201,7 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     profile: Literal["embedded", "cluster"] = "embedded"
-    data_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir(APP)))
+    data_dir: Path = Field(default_factory=default_data_dir)
     default_agent: str = "default"
     delete_grace: str = "7d"
     postgres: PostgresSettings = PostgresSettings()
@@ -225,6 +217,8 @@ class Settings(BaseModel):
     serve: ServeSettings = ServeSettings()
     # Where this settings object came from, for `config show`.
     source_file: Path | None = Field(default=None, exclude=True)
+    # config_layers.digest of what it was validated from: the fast path's check that it reads the same.
+    layers_digest: str | None = Field(default=None, exclude=True)
 
     @field_validator("default_agent")
     @classmethod
@@ -250,78 +244,9 @@ class Settings(BaseModel):
         return self.data_dir / "serve.token"
 
 
-def default_config_path() -> Path | None:
-    env = os.environ.get("MEMORYCTL_CONFIG")
-    if env:
-        return Path(env)
-    user = Path(platformdirs.user_config_dir(APP)) / "memoryctl.toml"
-    for candidate in (user, SYSTEM_CONFIG):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _environment(environ: Mapping[str, str]) -> dict[str, Any]:
-    """``MEMORYCTL_A__B=v`` as ``{"a": {"b": v}}``, for the settings' own fields only.
-
-    Other ``MEMORYCTL_*`` variables (``MEMORYCTL_CONFIG``, the test harness's) are not settings.
-    """
-    out: dict[str, Any] = {}
-    for name, value in environ.items():
-        if not name.upper().startswith(ENV_PREFIX):
-            continue
-        path = name[len(ENV_PREFIX) :].lower().split("__")
-        if path[0] not in Settings.model_fields or path[0] == "source_file" or not all(path):
-            continue
-        node = out
-        for key in path[:-1]:
-            child = node.setdefault(key, {})
-            if not isinstance(child, dict):
-                break
-            node = child
-        else:
-            node[path[-1]] = _env_value(value)
-    return out
-
-
-def _env_value(value: str) -> Any:
-    if value.lstrip()[:1] in ("{", "["):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            pass  # validation names the field and says what is wrong
-    return value
-
-
-def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
-    """``top`` over ``base``, table by table (a flag for ``postgres.dsn`` keeps the file's password)."""
-    merged = dict(base)
-    for key, value in top.items():
-        if value is None:
-            continue
-        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
 def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
     """Read the TOML file (explicit path, or the default search), then the environment, then overrides."""
-    explicit = path is not None or "MEMORYCTL_CONFIG" in os.environ
-    path = path or default_config_path()
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            data = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            if explicit:
-                raise ConfigError(
-                    f"config file {path} does not exist", hint="check --config / MEMORYCTL_CONFIG"
-                ) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    data = _merge(_merge(data, _environment(os.environ)), overrides)
+    path, data = layers(path, overrides)
     try:
         settings = Settings(**data)
     except ValidationError as exc:
@@ -331,6 +256,7 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
             hint="fix the file or the MEMORYCTL_* variable named above; `memoryctl config show` prints the result",
         ) from None
     settings.source_file = path
+    settings.layers_digest = digest(data)
     return settings
 
 

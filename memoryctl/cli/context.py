@@ -15,7 +15,8 @@ if TYPE_CHECKING:  # imported when first used: start-up cost of every command
     from memoryctl.client import MemoryClient
     from memoryctl.config import Settings
     from memoryctl.serve.client import ServiceClient
-    from memoryctl.serve.operations import Progress, Reply
+    from memoryctl.serve.operations import Progress
+    from memoryctl.serve.wire import Reply
 
 _UNSET = object()
 

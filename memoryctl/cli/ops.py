@@ -11,7 +11,7 @@ from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import emit, out, print_json
 
 if TYPE_CHECKING:
-    from memoryctl.serve.operations import Reply
+    from memoryctl.serve.wire import Reply
 
 
 def init(
@@ -69,7 +69,7 @@ def health(
 def _with_component(reply: Reply, name: str, component: dict[str, Any]) -> Reply:
     """The report with one more component, its status and exit code recomputed."""
     from memoryctl.health import HealthReport
-    from memoryctl.serve.operations import Reply
+    from memoryctl.serve.wire import Reply
 
     report = HealthReport(components={**reply.data["components"], name: {**component, "latency_ms": 0.0}})
     data = {**reply.data, "status": report.status, "components": report.components}

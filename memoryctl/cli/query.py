@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 import typer
 
+from memoryctl.cli import params, render
 from memoryctl.cli.chart import bars, sparkline
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import emit, out, print_json
-from memoryctl.model import parse_datetime
 
 
 def query(
@@ -39,72 +39,26 @@ def query(
 ) -> None:
     """One ranked answer from vector similarity, graph traversal and relational/time filters."""
     c = ctx_of(ctx)
-    params = {
-        "text": text,
-        "agent": None if all_agents else c.agent(agent),
-        "all_agents": all_agents or None,
-        "entity": entity,
-        "via": via or None,
-        "hops": hops,
-        "direction": direction,
-        "since": since,
-        "until": until,
-        "where": where or None,
-        "combine": combine,
-        "limit": limit,
-        "threshold": threshold,
-        "retrieval": retrieval,
-        "half_life": half_life,
-    }
-    reply = c.call("query", params)
-
-    def human(data: dict[str, Any]) -> None:
-        _table(data)
-        if explain:
-            _explain(data)
-
-    raise typer.Exit(emit(reply, as_json, human))
-
-
-def _table(result: dict[str, Any]) -> None:
-    """The hits of a ``query --json`` document as a table."""
-    from rich.table import Table
-
-    hits = result["hits"]
-    table = Table(title=f"{len(hits)} hits ({result['explain']['total_ms']:.0f} ms)", expand=True)
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("score", no_wrap=True)
-    table.add_column("created / kind", no_wrap=True)
-    table.add_column("text", ratio=3, overflow="fold")
-    table.add_column("entities", ratio=1, overflow="fold")
-    table.add_column("from", no_wrap=True)
-    for rank, h in enumerate(hits, start=1):
-        text = h["text"] if len(h["text"]) <= 200 else h["text"][:197] + "…"
-        ents = ", ".join(f"{e['type']}:{e['name']}" for e in h["entities"][:4])
-        src = "+".join(s.replace("postgres-mentions", "pg-mentions").replace("postgres", "pg") for s in h["sources"])
-        created = f"{parse_datetime(h['created_at']):%Y-%m-%d %H:%M}"
-        table.add_row(str(rank), f"{h['score']:.4f}", f"{created}\n{h['kind']}", text, ents, src)
-    out.print(table, markup=False, highlight=False)
-
-
-def _explain(result: dict[str, Any]) -> None:
-    from rich.tree import Tree
-
-    ex = result["explain"]
-    tree = Tree(f"plan: {ex['plan']}  ({ex['total_ms']:.1f} ms)", highlight=False)
-    for s in ex["steps"]:
-        flow = ""
-        if s["rows_in"] is not None or s["rows_out"] is not None:
-            rows_in, rows_out = ("-" if s[k] is None else s[k] for k in ("rows_in", "rows_out"))
-            flow = f"  {rows_in} → {rows_out}"
-        node = tree.add(f"{s['name']} [{s['store']}] {s['ms']:.1f} ms{flow}  {s['status']}", highlight=False)
-        for k, v in s["detail"].items():
-            node.add(f"{k}: {v}", highlight=False)
-        if s["error"]:
-            node.add(f"error: {s['error']}", highlight=False)
-    for note in ex["notes"]:
-        tree.add(f"note: {note}", highlight=False)
-    out.print(tree, markup=False)
+    flags = params.query(
+        c.agent,
+        text=text,
+        agent=agent,
+        all_agents=all_agents,
+        entity=entity,
+        via=via,
+        hops=hops,
+        direction=direction,
+        since=since,
+        until=until,
+        where=where,
+        combine=combine,
+        limit=limit,
+        threshold=threshold,
+        retrieval=retrieval,
+        half_life=half_life,
+    )
+    reply = c.call("query", flags)
+    raise typer.Exit(emit(reply, as_json, render.query(explain)))
 
 
 def stats(
@@ -168,11 +122,8 @@ def cypher(
 
     from rich.table import Table
 
-    from memoryctl.cli.writes import parse_params
-
     c = ctx_of(ctx)
-    params = parse_params(param or [])
-    rows = c.client.cypher(statement, params, agent_id=c.agent(agent))
+    rows = c.client.cypher(statement, params.parse_params(param or []), agent_id=c.agent(agent))
     if as_json:
         print_json(rows)
         return

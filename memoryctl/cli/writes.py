@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from memoryctl.cli import params, render
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import emit, err, out
 from memoryctl.cli.progress import progress_bar
 from memoryctl.errors import InputError
 from memoryctl.importer import count_lines
-from memoryctl.model import DEFAULT_KIND, parse_uuid, validate_meta_key
-
-
-def parse_params(pairs: list[str], flag: str = "--param") -> dict[str, Any]:
-    """``key=value``; the value is JSON when it parses as JSON (numbers, booleans), else a string."""
-    parsed: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep:
-            raise InputError(f"{flag} {pair!r} is not key=value", hint=f"e.g. {flag} sentiment=0.7")
-        try:
-            value: Any = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        parsed[validate_meta_key(key.strip())] = value
-    return parsed
+from memoryctl.model import DEFAULT_KIND
 
 
 def add(
@@ -52,21 +36,9 @@ def add(
 ) -> None:
     """Store one memory (PostgreSQL first, then Qdrant and Neo4j) and print its id."""
     c = ctx_of(ctx)
-    # The id is chosen here, so that a retry after a lost reply from the service is idempotent.
-    mid = parse_uuid(id_) if id_ else uuid.uuid4()
-    params = {
-        "id": str(mid),
-        "text": text,
-        "agent": c.agent(agent),
-        "kind": kind,
-        "at": at,
-        "metadata": parse_params(meta or [], "--meta") or None,
-        "entities": entity or None,
-        "relations": rel or None,
-    }
-    reply = c.call("add", params)
-    human: Any = lambda data: out.print(data["id"], markup=False, highlight=False)  # noqa: E731
-    raise typer.Exit(emit(reply, as_json, human))
+    flags = params.add(c.agent, text=text, agent=agent, kind=kind, at=at, entity=entity, rel=rel, meta=meta, id_=id_)
+    reply = c.call("add", flags)
+    raise typer.Exit(emit(reply, as_json, render.added))
 
 
 def import_(
@@ -117,18 +89,8 @@ def get(
 ) -> None:
     """Show one memory as stored in PostgreSQL (the source of truth)."""
     c = ctx_of(ctx)
-    params = {"id": str(parse_uuid(memory_id)), "agent": c.agent(agent) if agent else None}
-    reply = c.call("get", params)
-
-    def human(data: dict[str, Any]) -> None:
-        from rich.table import Table
-
-        table = Table(show_header=False)
-        for key, value in data.items():
-            table.add_row(key, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
-        out.print(table)
-
-    raise typer.Exit(emit(reply, as_json, human))
+    reply = c.call("get", params.get(c.agent, memory_id=memory_id, agent=agent))
+    raise typer.Exit(emit(reply, as_json, render.memory))
 
 
 def forget(
@@ -139,10 +101,8 @@ def forget(
 ) -> None:
     """Soft-delete memories: hidden from every query at once, purged later by reconcile."""
     c = ctx_of(ctx)
-    params = {"ids": [str(parse_uuid(i)) for i in memory_ids], "agent": c.agent(agent) if agent else None}
-    reply = c.call("forget", params)
-    human: Any = lambda data: out.print(f"forgotten: {len(data['forgotten'])}", markup=False)  # noqa: E731
-    raise typer.Exit(emit(reply, as_json, human))
+    reply = c.call("forget", params.forget(c.agent, memory_ids=memory_ids, agent=agent))
+    raise typer.Exit(emit(reply, as_json, render.forgotten))
 
 
 def sync(

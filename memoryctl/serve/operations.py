@@ -14,12 +14,13 @@ the ``warnings`` it writes to stderr in every output mode. Human renderings are 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from memoryctl.errors import ExitCode, InputError
+from memoryctl.serve.wire import Reply
 
 if TYPE_CHECKING:
     from memoryctl.client import MemoryClient, WriteOutcome
@@ -43,13 +44,6 @@ class Param:
     description: str
     required: bool = False
     items: JsonType | None = None  # element type of an array
-
-
-@dataclass(slots=True)
-class Reply:
-    data: Any
-    exit_code: int = int(ExitCode.OK)
-    warnings: list[str] = field(default_factory=list)
 
 
 Progress = Callable[[int], None]

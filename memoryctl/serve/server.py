@@ -44,8 +44,16 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from memoryctl.errors import ConfigError, ExitCode, MemoryctlError, NotFoundError, StoreError
-from memoryctl.serve.operations import OPERATIONS, Reply, run
-from memoryctl.serve.wire import EXIT_HEADER, WARNINGS_HEADER, json_default, load_token
+from memoryctl.serve.operations import OPERATIONS, run
+from memoryctl.serve.wire import (
+    CONFIG_DIFFERS,
+    CONFIG_HEADER,
+    EXIT_HEADER,
+    WARNINGS_HEADER,
+    Reply,
+    json_default,
+    load_token,
+)
 
 if TYPE_CHECKING:
     from memoryctl.client import MemoryClient
@@ -341,6 +349,7 @@ class Service:
         if op.upload:
             params: dict[str, Any] = {k: _query_value(v) for k, v in parse_qsl(url.query, keep_blank_values=True)}
             with _spooled(body, length) as upload:
+                self._same_config(headers)
                 reply = run(self.client, name, params, upload=upload)
         else:
             raw = body.read(length) if length else b"{}"
@@ -350,10 +359,25 @@ class Service:
                 raise HttpError(400, f"the body is not JSON: {exc}") from None
             if not isinstance(params, dict):
                 raise HttpError(400, "the body must be a JSON object of parameters")
+            self._same_config(headers)
             reply = run(self.client, name, params)
         if name == "health" and isinstance(reply.data, dict):
             reply.data.setdefault("components", {})["serve"] = {**self.status(), "latency_ms": 0.0}
         return 200, reply
+
+    def _same_config(self, headers: Any) -> None:
+        """Refuse (409, nothing run) a request whose sender read other configuration layers.
+
+        Checked once the body is read: a reply sent while the client still writes its body would
+        reach it as a broken pipe instead of the 409.
+        """
+        digest = headers.get(CONFIG_HEADER)
+        if digest is not None and digest != self.settings.layers_digest:
+            raise HttpError(
+                CONFIG_DIFFERS,
+                "memoryctl serve runs with another configuration than this command read",
+                hint="the command validates its own configuration and calls again without the digest",
+            )
 
     def _length(self, headers: Any, *, required: bool) -> int:
         raw = headers.get("Content-Length")

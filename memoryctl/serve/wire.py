@@ -1,24 +1,39 @@
 """What travels between the CLI and the service, known to both sides without importing each other.
 
-The reply headers that carry a command's exit code and warnings, the HTTP bearer token, and the
-JSON encoding of the values memoryctl answers with (datetimes, UUIDs, sets). Standard library only:
-the CLI imports it on every call.
+A ``Reply`` (what a command prints), the reply headers that carry a command's exit code and
+warnings, the HTTP bearer token, and the JSON encoding of the values memoryctl answers with
+(datetimes, UUIDs, sets). Standard library only: the CLI imports it on every call.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import uuid
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from memoryctl.errors import ExitCode
 
 if TYPE_CHECKING:
     from memoryctl.config import Settings
 
 EXIT_HEADER = "Memoryctl-Exit-Code"
 WARNINGS_HEADER = "Memoryctl-Warnings"
+# Sent by the CLI's fast path: the digest of the configuration layers it read (config_layers). The
+# service answers 409, running nothing, when its own differ; the CLI then validates them itself.
+CONFIG_HEADER = "Memoryctl-Config-Digest"
+CONFIG_DIFFERS = 409
+
+
+@dataclass(slots=True)
+class Reply:
+    """What a command prints: ``data`` (its ``--json`` document), its exit code, its stderr lines."""
+
+    data: Any
+    exit_code: int = int(ExitCode.OK)
+    warnings: list[str] = field(default_factory=list)
 
 
 def json_default(value: Any) -> Any:
@@ -40,6 +55,8 @@ def load_token(settings: Settings, *, create: bool) -> str | None:
         return path.read_text().strip() or None
     if not create:
         return None
+    import secrets  # only the service makes a token: not every CLI call needs hmac and base64
+
     path.parent.mkdir(parents=True, exist_ok=True)
     token = secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -226,3 +226,138 @@ def test_docs_examples_run_against_a_live_service(service: Service, capsys: pyte
     assert "Alice: the rollback finished at 14:05" in printed[1]
     assert "'name': 'Alice'" in printed[2]
     assert printed[3].startswith("400 ") and "limt" in printed[3]
+
+
+# ---- the console script's fast path (memoryctl.cli.fast) ----------------------------------------
+
+
+def fast_commands() -> list[list[str]]:
+    """The common operations the fast path answers, and input it must leave to the full CLI."""
+    at = "2026-11-01T10:00:00+00:00"
+    return [
+        ["add", "Alice: the rollback finished", "--id", U1, "--at", at, "--entity", "User:Alice", "--json"],
+        [
+            "add",
+            "Bob: canary missing",
+            f"--id={U2}",
+            "--at",
+            at,
+            "--meta",
+            "sentiment=-0.4",
+            "--rel",
+            "this -X-> User:Bob",
+        ],
+        ["--config", os.environ["MEMORYCTL_CONFIG"], "get", U1],
+        ["get", U1, "--json", "--agent", "support"],
+        ["get", MISSING],
+        ["query", "rollback", "--half-life", "off", "--json"],
+        ["query", "rollback", "--entity", "User:Alice", "--via", "AUTHORED", "--hops=2", "--half-life", "off"],
+        ["query", "--where", "sentiment < 0", "--since", "2026-10-01T00:00:00Z", "--limit", "3", "--json"],
+        ["query", "x", "--via", "AUTHORED"],  # the service's error: exit 2, no traceback
+        ["query", "x", "--direction", "sideways"],
+        ["forget", U2, MISSING, "--json"],
+        ["forget", U2],
+        # left to the full CLI: bad input, help, other commands
+        ["get", "not-a-uuid"],
+        ["get"],
+        ["get", U1, U2],
+        ["query", "x", "--hops", "7"],
+        ["query", "x", "--limit", "ten"],
+        ["query", "x", "--agent", "not an agent!"],
+        ["query", "x", "--bogus"],
+        ["query", "x", "--json=yes"],
+        ["add", "x", "--meta", "no-equals-sign"],
+        ["add", "x", "--id", "nope"],
+        ["forget"],
+        ["query", "--help"],
+        ["--profile", "cluster", "get", U1],
+        ["--version"],
+    ]
+
+
+FAST_ANSWERS = 12  # the first twelve commands above
+
+
+def _fast_or_full(argv: list[str]) -> tuple[int, bool]:
+    """What the console script does (``main.run`` without the exit): (exit code, fast path answered)."""
+    from memoryctl.cli import fast
+    from memoryctl.cli.main import guarded
+
+    answered = guarded(lambda: fast.run(argv))
+    return (_invoke(argv), False) if answered is None else (answered, True)
+
+
+def test_fast_path_prints_what_the_full_cli_prints(
+    service: Service, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def outputs(run: Any) -> list[tuple[int, str, str]]:
+        results = []
+        for argv in fast_commands():
+            code = run(argv)
+            captured = capsys.readouterr()
+            assert "Traceback" not in captured.out + captured.err, argv
+            results.append((code, _stable(captured.out), _stable(captured.err)))
+        return results
+
+    outputs(_invoke)  # sets the data up (the second add and forget differ the first time)
+    full = outputs(_invoke)
+    answered: list[bool] = []
+    fast = outputs(lambda argv: _record(answered, _fast_or_full(argv)))
+    assert answered == [True] * FAST_ANSWERS + [False] * (len(fast_commands()) - FAST_ANSWERS)
+    for argv, expected, got in zip(fast_commands(), full, fast, strict=True):
+        assert got == expected, argv
+    codes = [code for code, _, _ in fast]
+    assert codes[4] == 1 and codes[8] == 2 and codes[12:16] == [2, 2, 2, 2]
+    # other configuration layers than the service's: it runs nothing, the full CLI does the work
+    monkeypatch.setenv("MEMORYCTL_DELETE_GRACE", "7d")  # the default, but not in the service's layers
+    requests = service.status()["requests"]
+    assert _fast_or_full(["get", U1, "--json"]) == (0, False)
+    assert json.loads(capsys.readouterr().out)["id"] == U1
+    assert service.status()["requests"] == requests + 2  # refused with 409, then the full CLI's
+
+
+def _record(answered: list[bool], result: tuple[int, bool]) -> int:
+    answered.append(result[1])
+    return result[0]
+
+
+def test_fast_path_is_the_console_script_and_loads_no_typer_or_pydantic(service: Service, config: Path) -> None:
+    probe = (
+        "import json, sys\n"
+        "from memoryctl.cli.main import run\n"
+        "try:\n    run()\nexcept SystemExit as exc:\n    code = exc.code\n"
+        "heavy = {'typer', 'click', 'pydantic', 'psycopg', 'numpy', 'rich'}\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & heavy)\n"
+        "print(json.dumps({'code': code, 'heavy': heavy}))\n"
+    )
+    env = {**os.environ, "MEMORYCTL_CONFIG": str(config)}
+    add = ["add", "from the console script", "--id", U1, "--json"]
+    proc = subprocess.run([sys.executable, "-c", probe, *add], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    *printed, last = proc.stdout.splitlines()
+    assert json.loads("\n".join(printed))["id"] == U1
+    assert json.loads(last) == {"code": 0, "heavy": []}
+    assert service.status()["requests"] == 1
+
+
+def test_service_client_over_http_and_over_the_socket(service: Service, tmp_path: Path) -> None:
+    """The CLI's two transports: plain HTTP/1.0 on the Unix socket, http.client for ``serve.url``."""
+    from memoryctl.serve.client import ServiceClient, ServiceError
+
+    over_http = ServiceClient(url=f"http://{service.address_http}", token=service.token, timeout=30)
+    added = over_http.call("add", {"text": "over http from the CLI", "id": U1, "agent": "support"})
+    assert added is not None and added.data["id"] == U1 and added.exit_code == 0
+    over_socket = ServiceClient(socket_path=service.socket_path, timeout=30)
+    got = over_socket.call("get", {"id": U1})
+    assert got is not None and got.data["text"] == "over http from the CLI"
+    upload = tmp_path / "two.jsonl"
+    upload.write_text('{"text": "first line"}\n{"text": "second line"}\n')
+    imported = over_socket.call("import", {"agent": "support", "strict": False}, upload=upload)
+    assert imported is not None and imported.data["inserted"] == 2
+    with pytest.raises(ServiceError) as missing:
+        over_socket.call("get", {"id": MISSING})
+    assert missing.value.exit_code == 1 and MISSING in missing.value.message
+    with pytest.raises(ServiceError) as unauthorised:
+        ServiceClient(url=f"http://{service.address_http}", token="wrong", timeout=30).call("get", {"id": U1})
+    assert "token" in unauthorised.value.message
+    assert ServiceClient(socket_path=tmp_path / "nobody.sock", timeout=5).call("get", {"id": U1}) is None

@@ -517,7 +517,9 @@ def test_onnx_minilm_is_semantic_normalised_and_batch_independent() -> None:
         q = onnx.embed_query(query)
         docs = onnx.embed_documents([relevant, unrelated])
         assert _cos(q, docs[0]) > _cos(q, docs[1]) + 0.05, (query, _cos(q, docs[0]), _cos(q, docs[1]))
-    texts = [f"note {i}: the build of service {i % 3} failed at step {i}" for i in range(11)] + ["", "x " * 600]
+    # lengths out of order: a batch is sorted by length and split over the cores, then put back
+    texts = [f"note {i}: the build of service {i % 3} failed" + " again" * (i * 7 % 11) for i in range(11)]
+    texts += ["", "x " * 600]
     whole = onnx.embed_documents(texts)  # padding inside a batch must not change a text's vector
     single = np.stack([onnx.embed_documents([t])[0] for t in texts])
     assert whole.shape == (13, 384) and whole.dtype == np.float32
