@@ -436,7 +436,8 @@ def test_soft_deleted_never_returned(pg_dsn: str, neo4j_clean: dict[str, str], t
 def test_lexical_leg_counts_words_once_without_statistics(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
     """Right after an import, before autovacuum analyses the table, the planner had put the word
     counts inside the loop over the candidates (O(n^2): 4.7 s for 1,500 of them, past the 2 s store
-    timeout). The counts are a materialised CTE: planned once, whatever the statistics say."""
+    timeout). The matches and the word weights are materialised CTEs: computed once, whatever the
+    statistics say."""
     client, _ = world
     relational = client.engine.relational
     query, params = relational.lexical_sql(
@@ -447,4 +448,4 @@ def test_lexical_leg_counts_words_once_without_statistics(world: tuple[MemoryCli
         conn.execute("UPDATE pg_class SET reltuples = -1, relpages = 0 WHERE oid = 'memories'::regclass")
         plan = "\n".join(str(row["QUERY PLAN"]) for row in conn.execute(sql.SQL("EXPLAIN ") + query, params))
         conn.execute("ANALYZE memories")
-    assert "CTE df" in plan, plan
+    assert "CTE hits" in plan and "CTE idf" in plan, plan
