@@ -11,7 +11,8 @@ Limits, so that a client can neither exhaust the process nor hang it:
   growing backlog).
 - One request per connection (``Connection: close``): an idle client never pins a worker.
 - ``io_timeout_s`` on every socket read and write (a slow or stalled client is dropped);
-  ``max_body_mb`` caps a body (413 before reading it). Store calls have their own timeouts.
+  ``max_body_mb`` caps a body (413 before reading it; the rest is drained, bounded, so that the
+  client reads the 413 instead of a reset). Store calls have their own timeouts.
 - Errors are JSON (``{"error", "hint", "exit_code"}``) with 4xx/5xx statuses; a bug is logged
   here with its traceback and the client gets a 500 without one.
 - Shutdown (SIGTERM/SIGINT): stop accepting, let queued and running requests finish (bounded),
@@ -63,6 +64,7 @@ log = logging.getLogger("memoryctl.serve")
 
 API = "/v1"
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes with its NUL
+LINGER_S, LINGER_BYTES = 2.0, 64 << 20  # draining a refused body: see _Handler._linger
 
 
 class HttpError(Exception):
@@ -471,7 +473,30 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
         self.wfile.write(body)
+        if status >= 400:
+            self._linger()
         log.info("%s %s %d %.1f ms", method, self.path.split("?")[0], status, (time.perf_counter() - t0) * 1000)
+
+    def _linger(self) -> None:
+        """Read and drop what the client still sends after an error reply, within bounds.
+
+        A 401/404/413 is sent before the body is read. Closing a socket with unread data makes the
+        kernel reset the connection, and the reset can reach the client before it has read the
+        reply: it would report a broken pipe instead of the error meant for it. So half-close and
+        drain until the client closes (it has the reply by then), at most LINGER_S and LINGER_BYTES.
+        """
+        conn = self.connection
+        try:
+            conn.shutdown(socket.SHUT_WR)
+            deadline, left = time.monotonic() + LINGER_S, LINGER_BYTES
+            while left > 0 and (remaining := deadline - time.monotonic()) > 0:
+                conn.settimeout(remaining)
+                chunk = self.rfile.read1(min(left, 1 << 16))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:  # the client went away or the deadline passed: nothing more to do
+            pass
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug(format, *args)

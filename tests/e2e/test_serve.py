@@ -200,6 +200,7 @@ def test_http_token_errors_and_openapi(service: Service) -> None:
 
 def test_body_limit_and_binding_rules(config: Path, tmp_path: Path) -> None:
     from memoryctl.errors import ConfigError
+    from memoryctl.serve.client import ServiceClient, ServiceError
 
     settings = load_settings(config, serve={"max_body_mb": 0.001})
     for bind in ("0.0.0.0:8765", "[::]:8765", "example.org:80", "127.0.0.1"):
@@ -210,6 +211,17 @@ def test_body_limit_and_binding_rules(config: Path, tmp_path: Path) -> None:
     try:
         status, data = _http(svc, "/v1/import", b"x" * 5000, svc.token)
         assert status == 413 and "limit" in data["error"]
+        # Refused before the body is read, while the client is still sending megabytes of it: the
+        # error must still reach the client (not a reset connection or a broken pipe).
+        big = tmp_path / "big.jsonl"
+        big.write_bytes(b'{"text": "x"}\n' * 600_000)
+        status, data = _http(svc, "/v1/import", big.read_bytes(), svc.token)
+        assert status == 413 and "limit" in data["error"]
+        status, data = _http(svc, "/v1/import", big.read_bytes(), "wrong")
+        assert status == 401 and "token" in data["error"]
+        with pytest.raises(ServiceError) as refused:
+            ServiceClient(socket_path=svc.socket_path, timeout=30).call("import", {"agent": "a"}, upload=big)
+        assert "limit" in refused.value.message and refused.value.exit_code == 2
     finally:
         svc.shutdown(grace_s=5)
 
