@@ -146,7 +146,7 @@ class QuerySettings(BaseModel):
     # Recency is opt-in: with no half-life (or "off") a text query ranks by relevance alone. A
     # duration ("30d") prefers newer memories among comparably relevant ones (fusion.rank_score).
     # Off by default: where the evidence is spread over months (benchmarks/recall.py) the
-    # preference changed 14 of 833 outcomes, 8 better and 6 worse, and the default must never rank
+    # preference changed 14 of 833 outcomes, 7 better and 7 worse, and the default must never rank
     # worse than no recency.
     half_life: str | None = None
     # Per-agent half-lives, e.g. {"support-bot" = "7d"} or {"archive" = "off"}; an agent not

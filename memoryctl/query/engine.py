@@ -370,7 +370,7 @@ class QueryEngine:
         if stage.threshold is not None and "lexical" in legs and "vector" in legs:
             # The threshold is a floor on cosine similarity: only the vector leg's hits pass it.
             passed = {i for i, _ in legs["vector"]}
-            legs["lexical"] = [(i, v) for i, v in legs.get("lexical", []) if i in passed]
+            legs["lexical"] = [(i, v) for i, v in legs["lexical"] if i in passed]
         return legs
 
     def _start_lexical(

@@ -62,9 +62,10 @@ spread shrinks when the legs disagree, and a fixed band was a larger share of it
 The previous multiplier, ``score * 0.5 ** (age / half_life)``, let a five-day-older answer lose to
 anything newer, because cosine scores differ by a few hundredths while the decay halved every month.
 Even bounded, a 30-day preference was no gain where the evidence is spread over months: on
-benchmarks/recall.py it changed 14 of 833 outcomes, 8 better and 6 worse (general: recall@10
--0.004, hit@5 -0.008 against none), so it is not the default. Exactly equal scores go to the newer
-memory, then the lower id, with or without a half-life (``engine._order``).
+benchmarks/recall.py (dev, test, general, ci) it changed the outcome of 14 of 833 questions
+(recall@10 or the rank of the first evidence turn), 7 better and 7 worse (general: hit@5 0.550 ->
+0.542), so it is not the default. Exactly equal scores go to the newer memory, then the lower id,
+with or without a half-life (``engine._order``).
 
 **``or`` queries: reciprocal rank fusion (RRF)** across legs (text, graph, where): their scores
 are not on one scale (a hop count, a match) and RRF uses ranks only (k = 60, Cormack et al.
