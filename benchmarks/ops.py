@@ -58,11 +58,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memoryctl.config import load_settings
 from memoryctl.delivery import graph_memory, vector_point
-from memoryctl.model import EntityRef, Memory
+from memoryctl.model import EntityRef, Memory, parse_duration
 from memoryctl.ops.model_migration import Migrator
 from memoryctl.ops.models import parse_model_spec
 from memoryctl.ops.reconcile import Reconciler
-from memoryctl.query.spec import parse_duration
 from memoryctl.stack import Stack
 from memoryctl.stores.protocols import GraphStore
 from memoryctl.stores.vector_edge import EdgeVectorStore

@@ -9,8 +9,10 @@ Qdrant Edge, the SQL graph, the configured embedder) in a scratch data directory
 
 Methods (every one asks the engine, scoped to the conversation's agent, top 10):
 
-- ``default``: ``memoryctl query TEXT`` as a user runs it (hybrid, the configured half-life);
+- ``default``: ``memoryctl query TEXT`` as a user runs it (hybrid, the configured half-life: none
+  unless configured, so by default the same ranking as ``no-decay``);
 - ``no-decay``: ``--half-life off`` (hybrid, no recency preference);
+- ``recency``: ``--half-life 30d``, the opt-in bounded recency preference;
 - ``dense``: the vector leg alone (``--retrieval dense``), no recency;
 - ``lexical``: the lexical leg alone (PostgreSQL, ``--retrieval lexical``), no recency (these two
   keep the named-entity leg over the hydrated candidates: it is part of ranking, not a text leg);
@@ -49,6 +51,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +71,8 @@ from memoryctl.query.spec import GraphFilter, MemoryQuery  # noqa: E402
 from memoryctl.stores.protocols import EmbeddingModelInfo  # noqa: E402
 
 K = 10
-METHODS = ("default", "no-decay", "dense", "lexical", "hybrid", "graph", "bm25")
+METHODS = ("default", "no-decay", "recency", "dense", "lexical", "hybrid", "graph", "bm25")
+RECENCY = timedelta(days=30)  # the ``recency`` method's half-life, the one the README shows
 SPLITS = ("dev", "test", "general")
 
 
@@ -248,6 +252,7 @@ def methods(client: MemoryClient, convs: Sequence[Conversation], *, said: str = 
     return {
         "default": ask,
         "no-decay": lambda q: ask(q, decay=False),
+        "recency": lambda q: ask(q, half_life=RECENCY),
         "dense": lambda q: ask(q, decay=False, retrieval="dense"),
         "lexical": lambda q: ask(q, decay=False, retrieval="lexical"),
         "hybrid": lambda q: ask(q, decay=False, retrieval="hybrid"),

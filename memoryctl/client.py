@@ -26,7 +26,7 @@ from memoryctl.query.guard import Guard
 from memoryctl.query.plan import PlanOptions
 from memoryctl.query.relational import RelationalQueries
 from memoryctl.query.results import QueryResult
-from memoryctl.query.spec import MemoryQuery, parse_duration
+from memoryctl.query.spec import MemoryQuery
 from memoryctl.stack import Stack
 from memoryctl.stores.records import UpsertResult
 from memoryctl.stores.schema import apply_schema, schema_state
@@ -238,22 +238,17 @@ class MemoryClient:
         qs = self.settings.query
         return QueryEngine(
             self.stack.records,
-            RelationalQueries(self.stack.pool),
+            RelationalQueries(self.stack.pool, lexical_timeout_s=qs.lexical_timeout_s or qs.store_timeout_s),
             vectors=self.stack.vectors,
             graph=self.stack.graph,
             embedder=lambda: self.stack.embedder,
             guard=Guard(timeout_s=qs.store_timeout_s, failures=qs.breaker_failures, reset_s=qs.breaker_reset_s),
             unavailable=self.stack.unavailable,
-            default_half_life=self._half_life,
+            default_half_life=qs.half_life_for,
             recalls=self.stack.events,
             graph_name=self.stack.store_names["graph"],
             options=PlanOptions(qs.vector_first_min_fanout, qs.vector_first_max_k),
         )
-
-    def _half_life(self, agent_id: str | None) -> timedelta | None:
-        qs = self.settings.query
-        text = qs.agent_half_life.get(agent_id or "", qs.half_life)
-        return parse_duration(text) if text else None
 
     def query(self, q: MemoryQuery | None = None, /, **fields: Any) -> QueryResult:
         """Run one unified query: ``client.query(MemoryQuery(...))`` or ``client.query(text=..., ...)``."""

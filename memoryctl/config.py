@@ -20,6 +20,7 @@ lines of ``config_layers.environment``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -142,8 +143,14 @@ class VllmSettings(BaseModel):
 
 
 class QuerySettings(BaseModel):
-    half_life: str | None = "30d"
-    # Per-agent half-lives, e.g. {"support-bot" = "7d"}; an agent not listed uses half_life.
+    # Recency is opt-in: with no half-life (or "off") a text query ranks by relevance alone. A
+    # duration ("30d") prefers newer memories among comparably relevant ones (fusion.rank_score).
+    # Off by default: where the evidence is spread over months (benchmarks/recall.py) the
+    # preference changed 14 of 833 outcomes, 7 better and 7 worse, and the default must never rank
+    # worse than no recency.
+    half_life: str | None = None
+    # Per-agent half-lives, e.g. {"support-bot" = "7d"} or {"archive" = "off"}; an agent not
+    # listed uses half_life.
     agent_half_life: dict[str, str] = Field(default_factory=dict)
     store_timeout_s: float = Field(2.0, gt=0)
     breaker_failures: int = Field(3, ge=1)
@@ -152,6 +159,33 @@ class QuerySettings(BaseModel):
     # reaches at least this many memories; graph-first below. 0 = always graph-first.
     vector_first_min_fanout: int = Field(2000, ge=0)
     vector_first_max_k: int = Field(2000, ge=1)  # largest top-K the vector-first plan asks for
+    # PostgreSQL cancels the lexical leg's statement after this (default: store_timeout_s), so a
+    # leg the query stopped waiting for does not keep running and holding a pooled connection.
+    lexical_timeout_s: float | None = Field(None, gt=0)
+
+    def half_life_for(self, agent_id: str | None) -> timedelta | None:
+        """The agent's recency half-life: its own, else ``half_life``; None for "off" or none set."""
+        from memoryctl.model import parse_half_life
+
+        return parse_half_life(self.agent_half_life.get(agent_id or "", self.half_life))
+
+    @field_validator("half_life")
+    @classmethod
+    def _half_life(cls, v: str | None) -> str | None:
+        return None if v is None else _as_value_error(_half_life_text, v)
+
+    @field_validator("agent_half_life")
+    @classmethod
+    def _agent_half_lives(cls, v: dict[str, str]) -> dict[str, str]:
+        return {agent: _as_value_error(_half_life_text, text) for agent, text in v.items()}
+
+
+def _half_life_text(text: str) -> str:
+    """A half-life as configured: a duration or "off" (an error at load, not at every query)."""
+    from memoryctl.model import parse_half_life
+
+    parse_half_life(text)
+    return text
 
 
 class NightlySettings(BaseModel):

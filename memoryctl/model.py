@@ -16,7 +16,7 @@ import unicodedata
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memoryctl.errors import InputError
@@ -53,6 +53,9 @@ _META_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 # A NUL character as JSON writes it: ``\u0000`` after an even number of backslashes (a string that
 # merely contains the six characters backslash-u-0-0-0-0 is encoded with its backslash doubled).
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+HALF_LIFE_OFF = "off"  # --half-life off, [query] half_life = "off": no recency preference
 MAX_TEXT = 100_000
 MAX_NAME = 512
 DEFAULT_KIND = "note"
@@ -250,6 +253,25 @@ def parse_datetime(value: Any) -> datetime:
         except ValueError:
             raise InputError(f"{value!r} is not an ISO 8601 timestamp", hint="e.g. 2026-11-29T10:00:00Z") from None
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def is_duration(text: str) -> bool:
+    return bool(_DURATION.match(text or ""))
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30d``, ``12h``, ``15m``, ``2w``, ``90s``."""
+    m = _DURATION.match(text or "")
+    if not m:
+        raise InputError(f"{text!r} is not a duration", hint="use a number and a unit: 90s, 15m, 12h, 7d, 2w")
+    return timedelta(seconds=float(m[1]) * _UNITS[m[2]])
+
+
+def parse_half_life(text: str | None) -> timedelta | None:
+    """A recency half-life (``30d``), or None for ``off`` or none set: rank by relevance alone."""
+    if text is None or text.strip().lower() == HALF_LIFE_OFF:
+        return None
+    return parse_duration(text)
 
 
 @dataclass(slots=True)

@@ -21,7 +21,7 @@ from memoryctl.backup.pgbackrest import archiver_state, stanza_info
 from memoryctl.backup.snapshots import set_time, target_of
 from memoryctl.errors import ExitCode, MemoryctlError
 from memoryctl.metrics import Exposition
-from memoryctl.query.spec import parse_duration
+from memoryctl.model import parse_duration
 
 if TYPE_CHECKING:
     from memoryctl.stack import Stack

@@ -20,8 +20,8 @@ from memoryctl.cli.chart import bars
 from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import out
 from memoryctl.importer import memory_from_json
-from memoryctl.model import EntityRef, parse_datetime
-from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_duration, parse_since
+from memoryctl.model import EntityRef, parse_datetime, parse_duration
+from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_since
 
 SAMPLE = "demo.jsonl"
 AGENT = "demo"

@@ -17,7 +17,7 @@ from memoryctl.cli.context import ctx_of
 from memoryctl.cli.output import err, out, print_json
 from memoryctl.cli.progress import phase_bars, progress_bar
 from memoryctl.errors import ExitCode, UsageError
-from memoryctl.query.spec import parse_duration
+from memoryctl.model import parse_duration
 
 # The ops modules (psycopg, numpy) and rich's widgets are imported by the commands that use them:
 # every other command's start-up would pay for them.

@@ -32,7 +32,12 @@ def query(
     ] = "hybrid",
     half_life: Annotated[
         str | None,
-        typer.Option("--half-life", help="Recency half-life (tie-break among equal relevance); 'off'."),
+        typer.Option(
+            "--half-life",
+            help="Prefer newer memories among comparably relevant ones (within a twentieth of this"
+            " query's relevance spread), with this half-life, e.g. 30d; 'off' overrides a configured one."
+            " Default: [query] half_life, none (relevance alone).",
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output (the documented contract).")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="Show the plan, per-step timings and counts.")] = False,

@@ -32,11 +32,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from memoryctl.delivery import Deliverer, DeliveryReport
+from memoryctl.model import parse_duration
 from memoryctl.ops.needs import Stores
 from memoryctl.ops.pgstate import OpsState
 from memoryctl.ops.runs import recorded_run
 from memoryctl.ops.streams import paged_join, record_key, row_key
-from memoryctl.query.spec import parse_duration
 from memoryctl.stores import names
 from memoryctl.stores.protocols import GraphRecord, GraphStore, VectorRecord, VectorStore
 from memoryctl.stores.records import RecordStore

@@ -2,12 +2,14 @@
 
 Every store call goes through the query's ``QueryContext`` (timeout + breaker, one timed step).
 Text is searched by two legs in parallel under one scope, the vector search and the lexical
-search in PostgreSQL, fused into one relevance (``memoryctl.query.fusion``); when the vector store
-fails the lexical leg ranks alone, and when the graph fails the graph filter falls back to the
-``entities`` column (one hop, mentions only). Either way the result names the degraded store.
-PostgreSQL is the truth: hydration drops whatever a lagging secondary store still returns for a
-deleted or out-of-scope memory. Recency is a bounded preference among comparably relevant hits
-(``fusion.rank_score``); ``threshold`` is a floor on cosine similarity inside the vector search.
+search in PostgreSQL, fused into one relevance (``memoryctl.query.fusion``); when one leg fails
+(the vector store, or the lexical statement times out) the other ranks alone, and when the graph
+fails the graph filter falls back to the ``entities`` column (one hop, mentions only). Either way
+the result names what was degraded. PostgreSQL is the truth: hydration drops whatever a lagging
+secondary store still returns for a deleted or out-of-scope memory. Recency, when a half-life is
+set, is a bounded preference among comparably relevant hits (``fusion.rank_score``); without one
+(the default) relevance alone ranks. ``threshold`` is a floor on cosine similarity inside the
+vector search.
 """
 
 from __future__ import annotations
@@ -334,8 +336,9 @@ class QueryEngine:
     def _legs(
         self, stage: TextSearch, q: MemoryQuery, ctx: QueryContext, ids: Sequence[uuid.UUID] | None = None
     ) -> Legs:
-        """Each leg's ranked (id, raw score) list. When the vector store fails, the lexical leg
-        answers alone (asked for now if the query wanted the dense leg only)."""
+        """Each leg's ranked (id, raw score) list. A failed leg degrades the answer instead of
+        failing it: the other leg answers alone (asked for now if the query wanted only the failed
+        one). Only when neither can answer does the query fail."""
         if stage.filter is None:
             ctx.note("the where clauses contradict each other: nothing can match")
             return {}
@@ -356,11 +359,18 @@ class QueryEngine:
                 if lexical_call is None:
                     lexical_call = self._start_lexical(stage, q, ctx, among, name="fallback.lexical")
         if lexical_call is not None:
-            legs["lexical"] = lexical_call.wait()
-        if stage.threshold is not None and "vector" in legs:
+            try:
+                legs["lexical"] = lexical_call.wait()
+            except MemoryctlError as exc:
+                if "vector" in stage.legs and "vector" not in legs:
+                    raise  # the dense leg failed too: nothing to rank by
+                ctx.degrade(names.LEXICAL, f"lexical leg failed ({exc.message}); text ranked by the dense leg alone")
+                if "vector" not in legs:
+                    legs["vector"] = self._dense(stage, q, ctx, among, name="fallback.vector")
+        if stage.threshold is not None and "lexical" in legs and "vector" in legs:
             # The threshold is a floor on cosine similarity: only the vector leg's hits pass it.
             passed = {i for i, _ in legs["vector"]}
-            legs["lexical"] = [(i, v) for i, v in legs.get("lexical", []) if i in passed]
+            legs["lexical"] = [(i, v) for i, v in legs["lexical"] if i in passed]
         return legs
 
     def _start_lexical(
@@ -385,7 +395,13 @@ class QueryEngine:
         )
 
     def _dense(
-        self, stage: TextSearch, q: MemoryQuery, ctx: QueryContext, ids: Sequence[uuid.UUID] | None
+        self,
+        stage: TextSearch,
+        q: MemoryQuery,
+        ctx: QueryContext,
+        ids: Sequence[uuid.UUID] | None,
+        *,
+        name: str = "vector.search",
     ) -> list[tuple[uuid.UUID, float]]:
         assert stage.filter is not None
         flt = dataclasses.replace(stage.filter, ids=ids) if stage.among_candidates else stage.filter
@@ -409,7 +425,7 @@ class QueryEngine:
             "threshold": stage.threshold,
         }
         hits = ctx.call(
-            "vector.search",
+            name,
             store.name,
             detail,
             lambda: store.search(vector, flt, stage.depth, model_id=model_id, score_threshold=stage.threshold),
@@ -495,10 +511,12 @@ class QueryEngine:
             parts = dict(scores)
             if "rrf" in scores:  # or: fused ranks (ties newest first, below)
                 score = scores["rrf"]
-            elif "relevance" in scores:  # a text ranking: relevance first, recency within a band
-                assert newest is not None
-                parts["recency"] = recency(m.created_at, newest, q.half_life)
-                score = rank_score(scores["relevance"], parts["recency"], band)
+            elif "relevance" in scores:  # a text ranking: relevance first, recency (if asked) within a band
+                score = scores["relevance"]
+                if q.half_life is not None:
+                    assert newest is not None
+                    parts["recency"] = recency(m.created_at, newest, q.half_life)
+                    score = rank_score(score, parts["recency"], band)
             else:  # a shape that orders newest first: score 1.0, ties by time below
                 score = 1.0
             sources = [names.POSTGRES]
@@ -507,7 +525,7 @@ class QueryEngine:
             if "graph" in scores:
                 sources.append(graph_source)
             hits.append(Hit(m.id, score, parts, m, sources))
-        hits.sort(key=lambda h: (-h.score, -h.memory.created_at.timestamp()))
+        hits.sort(key=_order)
         hits = hits[: q.limit]
         self._relationships(hits, ctx, early)
         return hits
@@ -561,6 +579,13 @@ class QueryEngine:
             self.recalls.record_recalls(q.query_id, q.text, [(h.memory.agent_id, h.id, h.score) for h in hits])
         except MemoryctlError:
             pass
+
+
+def _order(hit: Hit) -> tuple[float, float, uuid.UUID]:
+    """Score first; an exactly equal score goes to the newer memory, then to the lower id. One rule
+    with and without a half-life (recency only ever adds to the newer one's score), so a tie never
+    depends on the order in which the stores listed it."""
+    return (-hit.score, -hit.memory.created_at.timestamp(), hit.id)
 
 
 def _graph_detail(q: MemoryQuery) -> dict[str, Any]:

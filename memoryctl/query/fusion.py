@@ -49,7 +49,9 @@ named person's own turn. Measured on benchmarks/recall.py (default, recall@10 / 
 question names some but not all of the candidates' entities; otherwise the relevance is left as
 the text legs made it.
 
-**Recency.** ``rank_score`` adds a bounded preference for newer memories to the relevance:
+**Recency (opt-in).** Without a half-life, the default, relevance alone ranks. With one
+(``--half-life 30d``, ``[query] half_life``), ``rank_score`` adds a bounded preference for newer
+memories to the relevance:
 ``relevance + RECENCY_WEIGHT * spread * 0.5 ** (age / half_life)``, where ``spread`` is the
 standard deviation of relevance over the candidates being ranked and the age is counted from the
 newest candidate (so the order does not depend on when the query runs). The recency term lies in
@@ -59,6 +61,11 @@ the query's own spread because relevance (a mean of soft-clipped z-scores) has n
 spread shrinks when the legs disagree, and a fixed band was a larger share of it exactly there.
 The previous multiplier, ``score * 0.5 ** (age / half_life)``, let a five-day-older answer lose to
 anything newer, because cosine scores differ by a few hundredths while the decay halved every month.
+Even bounded, a 30-day preference was no gain where the evidence is spread over months: on
+benchmarks/recall.py (dev, test, general, ci) it changed the outcome of 14 of 833 questions
+(recall@10 or the rank of the first evidence turn), 7 better and 7 worse (general: hit@5 0.550 ->
+0.542), so it is not the default. Exactly equal scores go to the newer memory, then the lower id,
+with or without a half-life (``engine._order``).
 
 **``or`` queries: reciprocal rank fusion (RRF)** across legs (text, graph, where): their scores
 are not on one scale (a hop count, a match) and RRF uses ranks only (k = 60, Cormack et al.
@@ -187,10 +194,8 @@ def with_named(relevances: Sequence[float], named: Sequence[bool]) -> list[float
     return [(legs * r + e) / (legs + 1) for r, e in zip(relevances, z, strict=True)]
 
 
-def recency(created_at: datetime, newest: datetime, half_life: timedelta | None) -> float:
-    """0.5 ** (age / half_life), the age counted from the newest candidate; 0 without a half-life."""
-    if half_life is None:
-        return 0.0
+def recency(created_at: datetime, newest: datetime, half_life: timedelta) -> float:
+    """0.5 ** (age / half_life), the age counted from the newest candidate."""
     age = max(0.0, (newest - created_at).total_seconds())
     return math.pow(0.5, age / half_life.total_seconds())
 

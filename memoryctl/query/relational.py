@@ -54,11 +54,19 @@ def scope_sql(q: MemoryQuery, *, with_where: bool = True) -> tuple[sql.Composabl
 
 
 class RelationalQueries:
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, *, lexical_timeout_s: float | None = None) -> None:
         self.pool = pool
+        self.lexical_timeout_s = lexical_timeout_s
 
-    def _rows(self, query: sql.Composed, params: Sequence[Any]) -> list[dict[str, Any]]:
+    def _rows(
+        self, query: sql.Composed, params: Sequence[Any], *, timeout_s: float | None = None
+    ) -> list[dict[str, Any]]:
+        """``query``'s rows; with ``timeout_s``, PostgreSQL cancels it after that long (this
+        transaction's statement timeout), instead of the connection's own."""
         with pg_errors(), self.pool.connection() as conn:
+            if timeout_s is not None:
+                ms = max(1, round(timeout_s * 1000))  # 0 would mean no timeout at all
+                conn.execute("SELECT set_config('statement_timeout', %s, true)", [f"{ms}ms"])
             return list(conn.execute(query, params))
 
     def filter(
@@ -102,7 +110,8 @@ class RelationalQueries:
         checked after a search of the whole scope (vector-first), so both plans rank alike.
         """
         query, params = self.lexical_sql(q, text, limit=limit, ids=ids, with_where=with_where)
-        return [(r["id"], float(r["score"])) for r in self._rows(query, params)]
+        rows = self._rows(query, params, timeout_s=self.lexical_timeout_s)
+        return [(r["id"], float(r["score"])) for r in rows]
 
     def lexical_sql(
         self, q: MemoryQuery, text: str, *, limit: int, ids: Sequence[uuid.UUID] | None, with_where: bool

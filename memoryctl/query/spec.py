@@ -17,7 +17,9 @@ from typing import Any, Literal
 from memoryctl.errors import InputError
 from memoryctl.model import (
     EntityRef,
+    is_duration,
     parse_datetime,
+    parse_duration,
     validate_agent_id,
     validate_kind,
     validate_meta_key,
@@ -33,24 +35,14 @@ CANONICAL_FIELDS = ("kind", "agent_id", "created_at")
 OPS: tuple[MetaOp, ...] = ("=", "!=", "<", "<=", ">", ">=", "in")
 MAX_LIMIT = 1000
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _WHERE = re.compile(
     r"^\s*(?P<field>[A-Za-z_][A-Za-z0-9_.]*)\s*(?P<op>!=|<=|>=|=|<|>|\bin\b)\s*(?P<value>.*?)\s*$", re.S
 )
 
 
-def parse_duration(text: str) -> timedelta:
-    """``30d``, ``12h``, ``15m``, ``2w``, ``90s``."""
-    m = _DURATION.match(text or "")
-    if not m:
-        raise InputError(f"{text!r} is not a duration", hint="use a number and a unit: 90s, 15m, 12h, 7d, 2w")
-    return timedelta(seconds=float(m[1]) * _UNITS[m[2]])
-
-
 def parse_since(text: str, *, now: datetime | None = None) -> datetime:
     """An ISO timestamp, or a duration meaning 'that long ago' (``7d`` = the last 7 days)."""
-    if _DURATION.match(text or ""):
+    if is_duration(text):
         return (now or datetime.now(UTC)) - parse_duration(text)
     return parse_datetime(text)
 
@@ -170,8 +162,8 @@ class MemoryQuery:
     combine: Combine = "and"
     limit: int = 10
     threshold: float | None = None
-    half_life: timedelta | None = None  # None: the agent's configured half-life
-    decay: bool = True  # False: rank without the recency preference
+    half_life: timedelta | None = None  # None: the agent's configured half-life (none by default)
+    decay: bool = True  # False: rank without the recency preference, whatever is configured
     retrieval: Retrieval = "hybrid"
     query_id: uuid.UUID = field(default_factory=uuid.uuid4)
 

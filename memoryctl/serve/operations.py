@@ -151,13 +151,18 @@ QUERY_PARAMS = (
     Param("limit", "integer", "Hits, 1-1000 (default 10)."),
     Param("threshold", "number", "Minimum cosine similarity."),
     Param("retrieval", "string", "hybrid (default: vector + lexical, fused) | dense | lexical."),
-    Param("half_life", "string", "Recency half-life (a bounded preference among equally relevant hits); 'off'."),
+    Param(
+        "half_life",
+        "string",
+        "Prefer newer memories among comparably relevant ones, e.g. 30d; 'off' overrides a configured"
+        " one. Default: [query] half_life, none (relevance alone).",
+    ),
 )
 
 
 def _query(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progress: Progress | None) -> Reply:
-    from memoryctl.model import EntityRef, parse_datetime
-    from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_duration, parse_since
+    from memoryctl.model import EntityRef, parse_datetime, parse_half_life
+    from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_since
 
     if p.get("via") and not p.get("entity"):
         raise InputError("--via needs --entity (the node to start from)")
@@ -188,11 +193,10 @@ def _query(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progr
         threshold=p.get("threshold"),
         retrieval=p.get("retrieval", "hybrid"),
     )
-    half_life = p.get("half_life")
-    if half_life == "off":
-        q.decay = False
-    elif half_life:
-        q.half_life = parse_duration(half_life)
+    if p.get("half_life"):
+        # "off" overrides a configured half-life; none given: the agent's configured one, if any.
+        q.half_life = parse_half_life(p["half_life"])
+        q.decay = q.half_life is not None
     result = client.query(q)
     reply = Reply(result.as_dict())
     if result.degraded:
@@ -208,8 +212,8 @@ def _get(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progres
 
 
 def _stats(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progress: Progress | None) -> Reply:
-    from memoryctl.model import parse_datetime
-    from memoryctl.query.spec import parse_duration, parse_since
+    from memoryctl.model import parse_datetime, parse_duration
+    from memoryctl.query.spec import parse_since
 
     bucket, metric, kind = p.get("bucket", "1d"), p.get("metric"), p.get("kind")
     width = parse_duration(bucket)

@@ -12,3 +12,6 @@ POSTGRES = "postgres"
 VECTORS = "qdrant"
 NEO4J = "neo4j"  # the cluster profile's graph
 SQL_GRAPH = "graph"  # the embedded profile's graph: node/edge tables in PostgreSQL
+# Not a store: the query's lexical leg (a PostgreSQL statement), named in ``degraded`` when it failed
+# while PostgreSQL itself still answered (the dense leg ranked, PostgreSQL hydrated).
+LEXICAL = "lexical"

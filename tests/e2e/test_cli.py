@@ -123,6 +123,26 @@ def test_stats_per_bucket_on_the_timescale_path(config: Path, capsys: pytest.Cap
     ]
 
 
+def test_the_default_query_is_the_no_decay_query(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No half-life unless one is configured: ``query TEXT`` prints, hit for hit and byte for
+    byte, what ``--half-life off`` prints; ``--half-life 30d`` turns the preference on."""
+    for n, at in enumerate(["2026-01-05T10:00:00Z", "2026-04-05T10:00:00Z", "2026-11-05T10:00:00Z"]):
+        assert cli(capsys, "add", f"rollback of the payments service, take {n}", "--at", at)[0] == 0
+    assert cli(capsys, "add", "rollback of the payments service, take 0", "--at", "2026-02-05T10:00:00Z")[0] == 0
+
+    def hits(*flags: str) -> str:
+        code, out, _ = cli(capsys, "query", "payments rollback", "--json", *flags)
+        assert code == 0
+        return json.dumps(json.loads(out)["hits"])
+
+    default = hits()
+    assert default == hits("--half-life", "off") and '"recency"' not in default
+    assert '"recency"' in hits("--half-life", "30d")
+    # The two equal texts tie exactly: the newer first, in both.
+    ties = [h["created_at"][:7] for h in json.loads(default) if h["text"].endswith("take 0")]
+    assert ties == ["2026-02", "2026-01"]
+
+
 @pytest.mark.parametrize(
     ("argv", "code", "needle"),
     [
@@ -169,6 +189,9 @@ def test_bad_config_is_exit_2(
     bad.write_text("profile = 'mainframe'\n")
     code, _, err = cli(capsys, "--config", str(bad), "health")
     assert code == 2 and "profile" in err
+    bad.write_text("[query]\nhalf_life = 'a month'\n")
+    code, _, err = cli(capsys, "--config", str(bad), "health")
+    assert code == 2 and "half_life" in err
     assert cli(capsys, "--config", str(tmp_path / "nope.toml"), "health")[0] == 2
 
 

@@ -5,11 +5,15 @@ every plan shape, agent isolation, soft deletes, and degraded answers."""
 from __future__ import annotations
 
 import math
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 from psycopg import sql
 
@@ -174,7 +178,8 @@ def test_graph_vector_time(world: tuple[MemoryClient, dict[str, Memory]]) -> Non
     steps = {s.name: s for s in r.steps}
     assert steps["graph.traverse"].rows_out == 4  # m1 m2 m4 m5: the time filter is pushed into Qdrant
     assert steps["vector.search"].detail["filter"]["ids"] == 4
-    assert all(h.scores["vector"] > 0 and 0 < h.scores["recency"] <= 1 for h in r.hits)
+    assert all(h.scores["vector"] > 0 and h.score == h.scores["relevance"] for h in r.hits)
+    assert not any("recency" in h.scores for h in r.hits)  # no half-life configured: relevance alone
     assert steps["lexical.search"].detail["ids"] == 4  # the lexical leg is scoped to the same candidates
     assert r.hits[0].relationships and r.hits[0].relationships[0]["type"] == "AUTHORED"
 
@@ -288,7 +293,8 @@ def test_the_speaker_named_in_the_question_separates_equal_texts(
     """Two people said the same words; the question names the one who said them first. The name
     is a word of every turn that person said (a third of this agent's memories): weighed among the
     memories that matched any word, nearly all of them on the name, it weighed next to nothing
-    and recency gave the newer copy the first place."""
+    and recency gave the newer copy the first place. Asked with a half-life: the older, named turn
+    still comes first."""
     client, _ = world
     chatter = [
         "The staging cluster is slow again",
@@ -319,7 +325,7 @@ def test_the_speaker_named_in_the_question_separates_equal_texts(
     ]
     client.add(turns, extract=False)
     question = "When Hana raised the GPU hours issue"
-    r = client.query(MemoryQuery(text=question, agent_id="a4"))
+    r = client.query(MemoryQuery(text=question, agent_id="a4", half_life=timedelta(days=30)))
     assert r.hits[0].id == turns[0].id, [(h.memory.text, h.memory.entities[0].name, h.score) for h in r.hits]
     # The name's weight in the lexical leg: its inverse document frequency over the agent's 26
     # memories, 9 of them Hana's (among the 10 that matched any word it was ln(1 + 1.5 / 9.5)).
@@ -394,6 +400,53 @@ def test_degraded_qdrant_unreachable(world: tuple[MemoryClient, dict[str, Memory
         assert names(data, broken.query(MemoryQuery(text="rollback payments", agent_id="a2"))) == ["x1"]
     finally:
         broken.close()
+
+
+def test_lexical_statement_timeout_degrades_to_the_dense_leg(
+    pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path
+) -> None:
+    """A real fault: an ACCESS EXCLUSIVE lock on ``memories`` (what a migration's ALTER TABLE
+    takes) holds the lexical statement until PostgreSQL cancels it (``[query] lexical_timeout_s``,
+    well under the 2 s store timeout). The dense leg answers alone and the answer names the lexical
+    leg; the lock goes once the next statement (hydration) queues behind it."""
+    data = dataset()
+    client = _client(pg_dsn, neo4j_clean, tmp_path, query={"lexical_timeout_s": 0.2})
+    try:
+        client.add(list(data.values()), extract=False)
+        dense = client.query(MemoryQuery(text="rollback payments", agent_id="a1", retrieval="dense"))
+        with psycopg.connect(pg_dsn) as locker:
+            locker.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
+            release = threading.Thread(target=_release_after_second_waiter, args=(locker, pg_dsn))
+            release.start()
+            r = client.query(MemoryQuery(text="rollback payments", agent_id="a1"))
+            release.join()
+        assert r.degraded == ["lexical"] and any("dense leg alone" in n for n in r.notes)
+        failed = next(st for st in r.steps if st.name == "lexical.search")
+        assert failed.status == "failed" and "statement timeout" in (failed.error or "")  # PostgreSQL cancelled it
+        assert ids_of(r) == ids_of(dense) and all("lexical" not in h.scores for h in r.hits)
+        healthy = client.query(MemoryQuery(text="rollback payments", agent_id="a1"))
+        assert healthy.degraded == [] and any("lexical" in h.scores for h in healthy.hits)
+    finally:
+        client.close()
+
+
+def _release_after_second_waiter(locker: psycopg.Connection[Any], dsn: str) -> None:
+    """Commit ``locker`` (releasing its lock) once a second statement waits for it: the first is
+    the lexical leg's, the next one comes only after the engine gave the lexical leg up. After 30 s
+    it commits anyway, and the test's assertions say what happened."""
+    first: tuple[object, object] | None = None
+    deadline = time.monotonic() + 30
+    with psycopg.connect(dsn, autocommit=True) as watch:
+        while time.monotonic() < deadline:
+            waiting = watch.execute(
+                "SELECT pid, query_start FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database()"
+            ).fetchall()
+            first = first or (waiting[0] if waiting else None)
+            if any(w != first for w in waiting):
+                break
+            time.sleep(0.01)
+    locker.commit()
 
 
 def test_soft_deleted_never_returned(pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path) -> None:

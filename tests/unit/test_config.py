@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,22 @@ def test_invalid_environment_value_names_the_field(toml: Path, monkeypatch: pyte
     monkeypatch.setenv("MEMORYCTL_POSTGRES__POOL_MAX", "many")
     with pytest.raises(ConfigError, match=r"postgres\.pool_max"):
         load_settings(toml)
+
+
+def test_recency_is_opt_in_and_checked_at_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No half-life unless one is configured: the default ranks by relevance alone, exactly as
+    ``--half-life off`` (issue 12). A configured one applies per agent; a typo fails at load."""
+    monkeypatch.delenv("MEMORYCTL_QUERY__HALF_LIFE", raising=False)
+    monkeypatch.delenv("MEMORYCTL_QUERY__AGENT_HALF_LIFE", raising=False)
+    defaults = load_settings(Path(os.devnull))
+    assert defaults.query.half_life is None and defaults.query.agent_half_life == {}
+    assert defaults.query.half_life_for("support") is None and defaults.query.half_life_for(None) is None
+    path = tmp_path / "memoryctl.toml"
+    path.write_text('[query]\nhalf_life = "30d"\nagent_half_life = { support = "7d", archive = "OFF" }\n')
+    query = load_settings(path).query
+    assert query.half_life_for("support") == timedelta(days=7)
+    assert query.half_life_for("archive") is None  # "off" overrides the global half-life
+    assert query.half_life_for("other") == timedelta(days=30)
+    path.write_text('[query]\nhalf_life = "30x"\n')
+    with pytest.raises(ConfigError, match=r"query\.half_life"):
+        load_settings(path)

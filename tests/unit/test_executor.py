@@ -147,6 +147,24 @@ def test_vector_store_down_falls_back_to_full_text(world: World) -> None:
     assert raw.hits == [] and any("raw vector" in n for n in raw.notes)
 
 
+def test_lexical_leg_failure_degrades_to_the_dense_leg(world: World) -> None:
+    s = Stack(world)
+    s.relational.calls.fail["lexical"] = StoreUnavailable("postgres", "canceling statement due to statement timeout")
+    r = s.engine.run(MemoryQuery(text="rollback payments", agent_id="a"))
+    assert r.degraded == ["lexical"] and any("dense leg alone" in n for n in r.notes)
+    failed = next(st for st in r.steps if st.name == "lexical.search")
+    assert failed.status == "failed" and "statement timeout" in (failed.error or "")
+    assert r.hits and all("vector" in h.scores and "lexical" not in h.scores for h in r.hits)
+    dense = s.engine.run(MemoryQuery(text="rollback payments", agent_id="a", retrieval="dense"))
+    assert [h.id for h in r.hits] == [h.id for h in dense.hits]  # ranked as the dense leg alone
+    alone = s.engine.run(MemoryQuery(text="rollback payments", agent_id="a", retrieval="lexical"))
+    assert alone.degraded == ["lexical"] and [h.id for h in alone.hits] == [h.id for h in dense.hits]
+    assert [st.name for st in alone.steps][:3] == ["lexical.search", "embed.query", "fallback.vector"]  # asked now
+    s.vectors.calls.fail["search"] = StoreUnavailable("qdrant", "refused")
+    with pytest.raises(StoreUnavailable, match="statement timeout"):  # neither leg: nothing to rank by
+        s.engine.run(MemoryQuery(text="rollback payments", agent_id="a"))
+
+
 def test_graph_down_falls_back_to_mentions(world: World) -> None:
     s = Stack(world)
     s.graph_up = False

@@ -88,13 +88,12 @@ def test_recency_only_reorders_comparably_relevant_memories(rel: list[float], ag
                 assert s1 > s2  # however old the first, however new the second
 
 
-def test_among_equally_relevant_the_newer_wins_and_no_half_life_is_no_preference() -> None:
+def test_among_equally_relevant_the_newer_wins() -> None:
     newest = datetime(2026, 11, 30, tzinfo=UTC)
     old = newest - timedelta(days=5)
     assert rank_score(1.0, recency(newest, newest, timedelta(days=30)), 1.0) > rank_score(
         1.0, recency(old, newest, timedelta(days=30)), 1.0
     )
-    assert recency(old, newest, None) == 0.0
     assert recency(newest, newest, timedelta(days=1)) == pytest.approx(1.0)
 
 

@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memoryctl.errors import InputError
-from memoryctl.model import EntityRef
+from memoryctl.model import EntityRef, parse_duration
 from memoryctl.query.fusion import rrf
 from memoryctl.query.guard import Guard
 from memoryctl.query.plan import pushdown
 from memoryctl.query.relational import where_sql
-from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_duration, parse_since
+from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_since
 
 
 @pytest.mark.parametrize(
