@@ -70,3 +70,21 @@ def _recorded(method: Callable[..., list[uuid.UUID]], into: list[list[uuid.UUID]
         return ids
 
     return run
+
+
+def test_rescore_experiment_reorders_the_first_stage_by_the_second_model(bench: ModuleType) -> None:
+    """``--rescore``: the second stage only reorders the engine's top N, by the second model's cosine
+    (``second``) or fused with the engine's score (``rescore``)."""
+    convs = bench.conversations.split("ci")
+    stage = bench.SecondStage("onnx", 20)
+    with bench.open_client("embedded") as client:
+        bench.load(client, convs)
+        fns = bench.methods(client, convs, second=stage)
+        for q in [q for c in convs for q in c.questions][:20]:
+            first = bench.first_stage(client, q, stage.depth)
+            alone, fused = fns["second"](q), fns["rescore"](q)
+            assert len(alone) == len(fused) == min(bench.K, len(first))
+            assert set(alone) | set(fused) <= {h.id for h in first}
+            qv = stage.embedder.embed_query(q.text)
+            cosines = [float(stage.vectors[i] @ qv) for i in alone]
+            assert cosines == sorted(cosines, reverse=True), q.text
