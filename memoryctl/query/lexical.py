@@ -1,0 +1,162 @@
+"""The lexical leg's statements: the question's words, their weights, and the ranked memories.
+
+The ranking (unchanged by this module's plan): a memory in scope scores the sum of the inverse
+document frequencies, ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the scope's N live memories, of
+the question's words it holds; ties newest first, then by id. The question's words lose the stop
+words of English and keep at most their first five letters as a prefix (``volunteering`` matches
+``volunteer``), a language-neutral stand-in for stemming.
+
+What it costs is bounded by what it returns, not by how many memories share a common word:
+
+- **Weights** come from ``lexical_terms`` (per-agent document frequencies kept by the writer,
+  ``stores/lexical_terms.py``) when the scope is an agent's (or every agent's) live memories: a
+  few index lookups. A scope narrowed by time or ``where`` clauses has its own frequencies,
+  counted over it as before (one count per word, over the GIN index).
+- **Candidates**: the memories holding a *rare* word (the words, rarest first, while their
+  document frequencies add up to at most ``RARE_BUDGET``) are all scored. A memory holding only
+  *common* words scores what its set of common words is worth, the same for every memory with that
+  set: so for each of the (at most ``2**MAX_COMMON - 1``) sets, only its newest ``limit`` memories
+  can be among the best ``limit``, read newest first from the (agent, created_at) index until
+  found. A memory found both ways keeps its full score (the larger). Exact: every memory the old
+  whole-scope scoring put in the top ``limit`` is a candidate here, with the same score.
+
+Below the budget, or when the graph's candidate ``ids`` bound the memories, or for every agent
+(no index orders them by time), all words are scored as rare words: as before, in the memories
+that hold any of them.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Any
+
+from psycopg import sql
+
+# Memories scored in full before the most frequent words are handled by word sets instead.
+# Scoring a memory costs ~2 µs a word; reading one while looking for a set's newest, ~1 µs.
+RARE_BUDGET = 5000
+# At most 2**3 - 1 = 7 newest-first reads; more common words than that are scored as rare ones.
+MAX_COMMON = 3
+
+# The question's words: each a tsquery lexeme (quote_literal doubles quotes; a word holding a
+# backslash, which quote_literal would turn into an E'' string, is dropped) and its key in
+# lexical_terms (memoryctl_lexical_terms, schema 0007).
+_WORDS = (
+    "SELECT DISTINCT CASE WHEN length(w) >= 5 THEN left(w, 5) ELSE w END AS key,"
+    " CASE WHEN length(w) >= 5 THEN quote_literal(left(w, 5)) || ':*' ELSE quote_literal(w) END AS tq"
+    " FROM unnest(tsvector_to_array(to_tsvector('simple', %s))) AS w"
+    " WHERE position(chr(92) in w) = 0 AND to_tsvector('english', w) <> ''::tsvector"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    tsquery: str  # 'rollb':* or 'bob'
+    df: int  # memories in scope holding it
+    weight: float
+
+
+def weight(n: int, df: int) -> float:
+    return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+
+def words_sql(
+    text: str, scope: sql.Composable, scope_params: list[Any], *, agent_id: str | None, scoped: bool
+) -> tuple[sql.Composed, list[Any]]:
+    """Each word of ``text`` with its document frequency and the scope's size.
+
+    ``scoped``: the scope is narrower than an agent's live memories (time, where clauses): counted.
+    """
+    if scoped:
+        df = sql.SQL("SELECT count(*) FROM memories WHERE tsv @@ words.tq::tsquery AND {}").format(scope)
+        n = sql.SQL("SELECT count(*) FROM memories WHERE {}").format(scope)
+        params = scope_params
+    else:
+        agent, params = (sql.SQL("agent_id = %s"), [agent_id]) if agent_id is not None else (sql.SQL("TRUE"), [])
+        df = sql.SQL("SELECT coalesce(sum(df), 0) FROM lexical_terms WHERE term = words.key AND {}").format(agent)
+        n = sql.SQL("SELECT coalesce(sum(df), 0) FROM lexical_terms WHERE term = '' AND {}").format(agent)
+    query = sql.SQL("WITH words AS MATERIALIZED ({}) SELECT tq, ({}) AS df, ({}) AS n FROM words").format(
+        sql.SQL(_WORDS), df, n
+    )
+    return query, [text, *params, *params]
+
+
+def weigh(rows: Sequence[dict[str, Any]]) -> list[Word]:
+    """The words in a fixed order (the scores add their weights in it, in SQL and here alike)."""
+    return sorted(
+        (Word(r["tq"], int(r["df"]), weight(int(r["n"]), int(r["df"]))) for r in rows), key=lambda w: w.tsquery
+    )
+
+
+def split(words: Sequence[Word], *, bounded: bool) -> tuple[list[Word], list[Word]]:
+    """(rare, common): the rarest words while their frequencies fit the budget; at most MAX_COMMON
+    common ones. ``bounded``: the candidates are bounded otherwise (ids), or cannot be read newest
+    first: every word is rare."""
+    if bounded:
+        return list(words), []
+    rare: list[Word] = []
+    total = 0
+    by_df = sorted(words, key=lambda w: (w.df, w.tsquery))
+    for i, w in enumerate(by_df):
+        total += w.df
+        if total > RARE_BUDGET and len(by_df) - i <= MAX_COMMON:
+            return rare, by_df[i:]
+        rare.append(w)
+    return rare, []
+
+
+def ranked_sql(
+    words: Sequence[Word],
+    common: Sequence[Word],
+    scope: sql.Composable,
+    scope_params: list[Any],
+    *,
+    limit: int,
+    ids: Sequence[uuid.UUID] | None,
+) -> tuple[sql.Composed, list[Any]]:
+    """The best ``limit`` memories: every holder of a rare word scored in full, plus the newest
+    ``limit`` holders of each set of common words (and of no rare one) at that set's score."""
+    parts: list[sql.Composable] = []
+    params: list[Any] = []
+    rare = [w for w in words if w not in common]
+    if rare:
+        chosen, chosen_params = (sql.SQL("id = ANY(%s)"), [list(ids)]) if ids is not None else (sql.SQL("TRUE"), [])
+        parts.append(
+            sql.SQL(
+                "SELECT m.id, m.created_at, (SELECT sum(x.w) FROM unnest(%s::tsquery[], %s::float8[]) AS x(tq, w)"
+                " WHERE m.tsv @@ x.tq) AS score FROM memories m WHERE m.tsv @@ %s::tsquery AND {} AND {}"
+            ).format(scope, chosen)
+        )
+        params += [[w.tsquery for w in words], [w.weight for w in words], " | ".join(w.tsquery for w in rare)]
+        params += [*scope_params, *chosen_params]
+    for size in range(1, len(common) + 1):
+        for held in combinations(common, size):
+            # ts_match_vq is the @@ operator's function: the GIN index is not offered, so the scan
+            # reads the scope newest first and stops at ``limit`` (every such set is frequent).
+            parts.append(
+                sql.SQL(
+                    "(SELECT id, created_at, %s::float8 AS score FROM memories WHERE ts_match_vq(tsv, %s::tsquery)"
+                    " AND {} ORDER BY created_at DESC, id LIMIT %s)"
+                ).format(scope)
+            )
+            query = " & ".join(w.tsquery if w in held else f"!{w.tsquery}" for w in words)
+            params += [_score(words, held), query, *scope_params, limit]
+    statement = sql.SQL(
+        "SELECT id, max(score) AS score, max(created_at) AS at FROM ({}) AS c"
+        " GROUP BY id ORDER BY score DESC, at DESC, id LIMIT %s"
+    ).format(sql.SQL(" UNION ALL ").join(parts))
+    return statement, [*params, limit]
+
+
+def _score(words: Sequence[Word], held: Sequence[Word]) -> float:
+    """What a memory holding exactly ``held`` scores, added up in the order SQL adds it up."""
+    total: float | None = None
+    for w in words:
+        if w in held:
+            total = w.weight if total is None else total + w.weight
+    assert total is not None
+    return total
