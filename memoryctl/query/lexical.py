@@ -27,10 +27,10 @@ that hold any of them.
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from itertools import combinations
 from typing import Any
 
@@ -57,11 +57,9 @@ _WORDS = (
 class Word:
     tsquery: str  # 'rollb':* or 'bob'
     df: int  # memories in scope holding it
-    weight: float
-
-
-def weight(n: int, df: int) -> float:
-    return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+    # ln(1 + (N - df + 0.5) / (df + 0.5)) in NUMERIC: sums of them are exact, so a memory scores
+    # the same whichever statement adds up its words, in whatever order.
+    weight: Decimal
 
 
 def words_sql(
@@ -79,17 +77,16 @@ def words_sql(
         agent, params = (sql.SQL("agent_id = %s"), [agent_id]) if agent_id is not None else (sql.SQL("TRUE"), [])
         df = sql.SQL("SELECT coalesce(sum(df), 0) FROM lexical_terms WHERE term = words.key AND {}").format(agent)
         n = sql.SQL("SELECT coalesce(sum(df), 0) FROM lexical_terms WHERE term = '' AND {}").format(agent)
-    query = sql.SQL("WITH words AS MATERIALIZED ({}) SELECT tq, ({}) AS df, ({}) AS n FROM words").format(
-        sql.SQL(_WORDS), df, n
-    )
+    query = sql.SQL(
+        "WITH words AS MATERIALIZED ({}) SELECT tq, df, ln(1.0 + ((n - df + 0.5) / (df + 0.5))) AS weight"
+        " FROM (SELECT tq, ({})::bigint AS df, ({})::bigint AS n FROM words) AS counted"
+    ).format(sql.SQL(_WORDS), df, n)
     return query, [text, *params, *params]
 
 
 def weigh(rows: Sequence[dict[str, Any]]) -> list[Word]:
-    """The words in a fixed order (the scores add their weights in it, in SQL and here alike)."""
-    return sorted(
-        (Word(r["tq"], int(r["df"]), weight(int(r["n"]), int(r["df"]))) for r in rows), key=lambda w: w.tsquery
-    )
+    """The words in a fixed order (the statement's parameters are then the same for the same words)."""
+    return sorted((Word(r["tq"], int(r["df"]), r["weight"]) for r in rows), key=lambda w: w.tsquery)
 
 
 def split(words: Sequence[Word], *, bounded: bool) -> tuple[list[Word], list[Word]]:
@@ -127,7 +124,7 @@ def ranked_sql(
         chosen, chosen_params = (sql.SQL("id = ANY(%s)"), [list(ids)]) if ids is not None else (sql.SQL("TRUE"), [])
         parts.append(
             sql.SQL(
-                "SELECT m.id, m.created_at, (SELECT sum(x.w) FROM unnest(%s::tsquery[], %s::float8[]) AS x(tq, w)"
+                "SELECT m.id, m.created_at, (SELECT sum(x.w) FROM unnest(%s::tsquery[], %s::numeric[]) AS x(tq, w)"
                 " WHERE m.tsv @@ x.tq) AS score FROM memories m WHERE m.tsv @@ %s::tsquery AND {} AND {}"
             ).format(scope, chosen)
         )
@@ -139,24 +136,14 @@ def ranked_sql(
             # reads the scope newest first and stops at ``limit`` (every such set is frequent).
             parts.append(
                 sql.SQL(
-                    "(SELECT id, created_at, %s::float8 AS score FROM memories WHERE ts_match_vq(tsv, %s::tsquery)"
+                    "(SELECT id, created_at, %s::numeric AS score FROM memories WHERE ts_match_vq(tsv, %s::tsquery)"
                     " AND {} ORDER BY created_at DESC, id LIMIT %s)"
                 ).format(scope)
             )
             query = " & ".join(w.tsquery if w in held else f"!{w.tsquery}" for w in words)
-            params += [_score(words, held), query, *scope_params, limit]
+            params += [sum((w.weight for w in held), Decimal(0)), query, *scope_params, limit]
     statement = sql.SQL(
         "SELECT id, max(score) AS score, max(created_at) AS at FROM ({}) AS c"
         " GROUP BY id ORDER BY score DESC, at DESC, id LIMIT %s"
     ).format(sql.SQL(" UNION ALL ").join(parts))
     return statement, [*params, limit]
-
-
-def _score(words: Sequence[Word], held: Sequence[Word]) -> float:
-    """What a memory holding exactly ``held`` scores, added up in the order SQL adds it up."""
-    total: float | None = None
-    for w in words:
-        if w in held:
-            total = w.weight if total is None else total + w.weight
-    assert total is not None
-    return total

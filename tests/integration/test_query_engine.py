@@ -8,6 +8,7 @@ import math
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -483,7 +484,7 @@ def test_lexical_common_word_sets_are_read_newest_first_without_statistics(
     the words: the common words' sets must still be read newest first from the agent's live
     memories (stopping at the limit), never gathered from the word index and sorted."""
     client, _ = world
-    words = [lexical.Word("'alice'", 90_000, 0.1), lexical.Word("'rollb':*", 60_000, 0.5)]
+    words = [lexical.Word("'alice'", 90_000, Decimal("0.1")), lexical.Word("'rollb':*", 60_000, Decimal("0.5"))]
     cond, params = scope_sql(MemoryQuery(text="Alice rollback", agent_id="a1"))
     query, params = lexical.ranked_sql(words, words, cond, params, limit=10, ids=None)
     with client.stack.pool.connection() as conn:
