@@ -30,6 +30,7 @@ spread. Traffic goes to a Unix socket on this machine only; every loop is bounde
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -80,6 +81,7 @@ class Vocabulary:
         return " ".join(words)
 
 
+@functools.cache
 def _zipf_cumulative(n: int) -> list[float]:
     total, out = 0.0, []
     for rank in range(1, n + 1):
@@ -100,7 +102,8 @@ def pseudo_words(n: int) -> tuple[str, ...]:
 # a word with every question: the lexical leg's worst case. ``zipf``: 20,000 words by Zipf's law, as
 # in natural text, questions drawn the same way: a few words in most memories (the first in ~60 %,
 # as "the" would be), most in a handful.
-VOCABULARIES = {"pathological": Vocabulary(tuple(WORDS)), "zipf": Vocabulary(pseudo_words(20_000), zipf=True)}
+PATHOLOGICAL = Vocabulary(tuple(WORDS))
+VOCABULARIES = {"pathological": PATHOLOGICAL, "zipf": Vocabulary(pseudo_words(20_000), zipf=True)}
 
 
 @dataclass
@@ -150,7 +153,7 @@ def workspace(embedder: str, keep: Path | None = None) -> Workspace:
     return Workspace(root, config)
 
 
-def seed(ws: Workspace, n: int, rng: random.Random, vocabulary: Vocabulary) -> None:
+def seed(ws: Workspace, n: int, rng: random.Random, vocabulary: Vocabulary = PATHOLOGICAL) -> None:
     """n memories through `memoryctl import` (in-process: the service is not running yet)."""
     path = ws.root / "seed.jsonl"
     with path.open("w") as f:
@@ -206,7 +209,7 @@ def load(
     max_requests: int,
     write_share: float,
     seed: int,
-    vocabulary: Vocabulary,
+    vocabulary: Vocabulary = PATHOLOGICAL,
 ) -> LoadResult:
     """``clients`` threads, each a loop bounded by time and count, mixing queries and writes."""
     result = LoadResult()
