@@ -144,7 +144,7 @@ class RecordStore:
                         " entities = EXCLUDED.entities, relations = EXCLUDED.relations",
                         rows,
                     )
-                lexical_terms.apply(conn, added=lexical_terms.terms_of(conn, result.changed), removed=before)
+                lexical_terms.apply(conn, added=result.changed, replaced=before)
                 self._enqueue(conn, result.changed, "upsert")
         return result
 
@@ -185,7 +185,7 @@ class RecordStore:
                 (list(ids), agent_id, agent_id),
             ).fetchall()
             done = [r["id"] for r in rows]
-            lexical_terms.apply(conn, added=(), removed=lexical_terms.terms_of(conn, done))
+            lexical_terms.apply(conn, removed=done)
             self._enqueue(conn, done, "upsert")
         return done
 
