@@ -10,8 +10,9 @@ What it costs is bounded by what it returns, not by how many memories share a co
 
 - **Weights** come from ``lexical_terms`` (per-agent document frequencies kept by the writer,
   ``stores/lexical_terms.py``) when the scope is an agent's (or every agent's) live memories: a
-  few index lookups. A scope narrowed by time or ``where`` clauses has its own frequencies,
-  counted over it as before (one count per word, over the GIN index).
+  few index lookups. A scope narrowed by time or ``where`` clauses has its own frequencies: when
+  it holds fewer memories than the agent, they are counted over it (one pass over its memories
+  that hold a word); when it holds as many, it is the same set and the statistics serve.
 - **Candidates**: the memories holding a *rare* word (the words, rarest first, while their
   document frequencies add up to at most ``RARE_BUDGET``) are all scored. A memory holding only
   *common* words scores what its set of common words is worth, the same for every memory with that
@@ -65,28 +66,43 @@ class Word:
 def words_sql(
     text: str, scope: sql.Composable, scope_params: list[Any], *, agent_id: str | None, scoped: bool
 ) -> tuple[sql.Composed, list[Any]]:
-    """Each word of ``text`` with its document frequency and the scope's size.
-
-    ``scoped``: the scope is narrower than an agent's live memories (time, where clauses): counted.
-    """
-    if scoped:
-        df = sql.SQL("SELECT count(*) FROM memories WHERE tsv @@ words.tq::tsquery AND {}").format(scope)
-        n = sql.SQL("SELECT count(*) FROM memories WHERE {}").format(scope)
-        params = scope_params
-    else:
-        agent, params = (sql.SQL("agent_id = %s"), [agent_id]) if agent_id is not None else (sql.SQL("TRUE"), [])
-        df = sql.SQL("SELECT coalesce(sum(df), 0) FROM lexical_terms WHERE term = words.key AND {}").format(agent)
-        n = sql.SQL("SELECT coalesce(sum(df), 0) FROM lexical_terms WHERE term = '' AND {}").format(agent)
+    """Each word of ``text`` with its weight from the statistics (``lexical_terms``): its document
+    frequency ``df`` among the agent's (or every agent's) ``n`` live memories; and ``scope_n``, the
+    size of the query's scope when it is ``scoped`` (time, where clauses): when that is less than
+    ``n``, the weights are the scope's own (``recount_sql``)."""
+    agent, agent_params = (sql.SQL("agent_id = %s"), [agent_id]) if agent_id is not None else (sql.SQL("TRUE"), [])
+    scope_n = sql.SQL("(SELECT count(*) FROM memories WHERE {})").format(scope) if scoped else sql.SQL("n")
     query = sql.SQL(
-        "WITH words AS MATERIALIZED ({}) SELECT tq, df, ln(1.0 + ((n - df + 0.5) / (df + 0.5))) AS weight"
-        " FROM (SELECT tq, ({})::bigint AS df, ({})::bigint AS n FROM words) AS counted"
-    ).format(sql.SQL(_WORDS), df, n)
-    return query, [text, *params, *params]
+        "WITH words AS MATERIALIZED ({}) SELECT tq, df, n, {} AS scope_n,"
+        " ln(1.0 + ((n - df + 0.5) / (df + 0.5))) AS weight FROM (SELECT tq,"
+        " (SELECT coalesce(sum(df), 0) FROM lexical_terms WHERE term = words.key AND {})::bigint AS df,"
+        " (SELECT coalesce(sum(df), 0) FROM lexical_terms WHERE term = '' AND {})::bigint AS n FROM words) AS counted"
+    ).format(sql.SQL(_WORDS), scope_n, agent, agent)
+    return query, [text, *(scope_params if scoped else []), *agent_params, *agent_params]
 
 
 def weigh(rows: Sequence[dict[str, Any]]) -> list[Word]:
     """The words in a fixed order (the statement's parameters are then the same for the same words)."""
     return sorted((Word(r["tq"], int(r["df"]), r["weight"]) for r in rows), key=lambda w: w.tsquery)
+
+
+def recount_sql(
+    words: Sequence[Word], scope: sql.Composable, scope_params: list[Any], *, n: int
+) -> tuple[sql.Composed, list[Any]]:
+    """The words' document frequencies and weights among the ``n`` memories of a narrower scope, in
+    ``words``' order: one pass over the memories in it that hold any of them."""
+    counts = sql.SQL(", ").join(sql.SQL("count(*) FILTER (WHERE tsv @@ %s::tsquery)") for _ in words)
+    query = sql.SQL(
+        "SELECT x.df, ln(1.0 + ((%s::bigint - x.df + 0.5) / (x.df + 0.5))) AS weight"
+        " FROM (SELECT ARRAY[{}] AS df FROM memories WHERE tsv @@ %s::tsquery AND {}) AS c,"
+        " unnest(c.df) WITH ORDINALITY AS x(df, i) ORDER BY x.i"
+    ).format(counts, scope)
+    any_word = " | ".join(w.tsquery for w in words)
+    return query, [n, *(w.tsquery for w in words), any_word, *scope_params]
+
+
+def reweigh(words: Sequence[Word], rows: Sequence[dict[str, Any]]) -> list[Word]:
+    return [Word(w.tsquery, int(r["df"]), r["weight"]) for w, r in zip(words, rows, strict=True)]
 
 
 def split(words: Sequence[Word], *, bounded: bool) -> tuple[list[Word], list[Word]]:
@@ -122,14 +138,14 @@ def ranked_sql(
     rare = [w for w in words if w not in common]
     if rare:
         chosen, chosen_params = (sql.SQL("id = ANY(%s)"), [list(ids)]) if ids is not None else (sql.SQL("TRUE"), [])
+        score = sql.SQL(" + ").join(sql.SQL("CASE WHEN tsv @@ %s::tsquery THEN %s::numeric ELSE 0 END") for _ in words)
         parts.append(
-            sql.SQL(
-                "SELECT m.id, m.created_at, (SELECT sum(x.w) FROM unnest(%s::tsquery[], %s::numeric[]) AS x(tq, w)"
-                " WHERE m.tsv @@ x.tq) AS score FROM memories m WHERE m.tsv @@ %s::tsquery AND {} AND {}"
-            ).format(scope, chosen)
+            sql.SQL("SELECT id, created_at, {} AS score FROM memories WHERE tsv @@ %s::tsquery AND {} AND {}").format(
+                score, scope, chosen
+            )
         )
-        params += [[w.tsquery for w in words], [w.weight for w in words], " | ".join(w.tsquery for w in rare)]
-        params += [*scope_params, *chosen_params]
+        params += [p for w in words for p in (w.tsquery, w.weight)]
+        params += [" | ".join(w.tsquery for w in rare), *scope_params, *chosen_params]
     for size in range(1, len(common) + 1):
         for held in combinations(common, size):
             # ts_match_vq is the @@ operator's function: the GIN index is not offered, so the scan

@@ -102,9 +102,13 @@ class RelationalQueries:
         cond, params = scope_sql(q, with_where=with_where)
         scoped = q.since is not None or q.until is not None or (with_where and bool(q.where))
         query, words_params = lexical.words_sql(text, cond, params, agent_id=q.agent_id, scoped=scoped)
-        words = lexical.weigh(self._rows(query, words_params))
+        rows = self._rows(query, words_params)
+        words = lexical.weigh(rows)
         if not words:
             return []
+        if rows[0]["scope_n"] != rows[0]["n"]:  # a narrower scope: its own weights
+            query, recount_params = lexical.recount_sql(words, cond, params, n=rows[0]["scope_n"])
+            words = lexical.reweigh(words, self._rows(query, recount_params))
         _, common = lexical.split(words, bounded=ids is not None or q.agent_id is None)
         query, ranked_params = lexical.ranked_sql(words, common, cond, params, limit=limit, ids=ids)
         return [(r["id"], float(r["score"])) for r in self._rows(query, ranked_params)]

@@ -436,18 +436,44 @@ def test_soft_deleted_never_returned(pg_dsn: str, neo4j_clean: dict[str, str], t
         client.close()
 
 
+# The oracle: the statement the lexical leg had before its statistics and word sets, which scored
+# every memory in scope that holds a word, with weights counted over the scope on every query.
+WHOLE_SCOPE = (
+    "WITH terms AS MATERIALIZED (SELECT t, to_tsquery('simple', t) AS tq FROM (SELECT DISTINCT"
+    " CASE WHEN length(w) >= 5 THEN quote_literal(left(w, 5)) || ':*' ELSE quote_literal(w) END AS t"
+    " FROM unnest(tsvector_to_array(to_tsvector('simple', %s))) AS w"
+    " WHERE position(chr(92) in w) = 0 AND to_tsvector('english', w) <> ''::tsvector) AS words),"
+    " cand AS MATERIALIZED (SELECT id, tsv, created_at FROM memories"
+    " WHERE tsv @@ (SELECT to_tsquery('simple', string_agg(t, ' | ')) FROM terms) AND {}),"
+    " hits AS MATERIALIZED (SELECT c.id, c.created_at, t.t FROM cand c JOIN terms t ON c.tsv @@ t.tq),"
+    " idf AS MATERIALIZED (SELECT t, ln(1.0 + ((SELECT count(*) FROM memories WHERE {}) - count(*) + 0.5)"
+    " / (count(*) + 0.5)) AS w FROM hits GROUP BY t)"
+    " SELECT h.id, sum(idf.w) AS score, max(h.created_at) AS at FROM hits h JOIN idf ON idf.t = h.t"
+    " GROUP BY h.id ORDER BY score DESC, at DESC, h.id LIMIT %s"
+)
+
+
+def scored_in_full(client: MemoryClient, q: MemoryQuery, limit: int) -> list[tuple[uuid.UUID, float]]:
+    cond, params = scope_sql(q)
+    with client.stack.pool.connection() as conn:
+        rows = conn.execute(sql.SQL(WHOLE_SCOPE).format(cond, cond), [q.text, *params, *params, limit])
+        return [(r["id"], float(r["score"])) for r in rows]
+
+
 def test_lexical_leg_ranks_common_word_sets_as_if_it_scored_every_memory(
     world: tuple[MemoryClient, dict[str, Memory]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With every word "common" (a budget of 0), each set of words is read newest first up to the
-    limit: the same memories with the same scores, in the same order, as scoring every memory that
-    holds any word -- with small limits that cut the sets short, in every kind of scope."""
+    limit; with every word "rare", every holder is scored: both give the same memories with the same
+    scores, in the same order, as the statement that scored every memory in scope holding a word --
+    with small limits that cut the sets short, in every kind of scope."""
     client, data = world
     relational = client.engine.relational
     cases = [
         MemoryQuery(text="the rollback of payments latency", agent_id="a1"),
         MemoryQuery(text="Alice rollback payments", agent_id="a1"),
-        MemoryQuery(text="Alice rollback", agent_id="a1", since=NOW - timedelta(days=7)),
+        MemoryQuery(text="Alice rollback", agent_id="a1", since=NOW - timedelta(days=7)),  # counted over the scope
+        MemoryQuery(text="Alice rollback", agent_id="a1", since=NOW - timedelta(days=365)),  # all of a1: statistics
         MemoryQuery(text="rollback payments errors", agent_id="a1", where=[Where.parse("sentiment < 0.7")]),
         MemoryQuery(text="nightly backup errors", agent_id="a1", until=NOW - timedelta(hours=20)),
     ]
@@ -467,6 +493,7 @@ def test_lexical_leg_ranks_common_word_sets_as_if_it_scored_every_memory(
 
     everything = ranked(10**9)
     assert set(common_sets) == {0} and all(everything)
+    assert everything == [scored_in_full(client, q, limit) for q in cases for limit in (1, 2, 3, 10)]
     common_sets.clear()
     assert ranked(0) == everything
     assert min(common_sets) >= 2 and max(common_sets) == lexical.MAX_COMMON
