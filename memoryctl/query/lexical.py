@@ -18,7 +18,7 @@ What it costs is bounded by what it returns, not by how many memories share a co
   *common* words scores what its set of common words is worth, the same for every memory with that
   set: so for each of the (at most ``2**MAX_COMMON - 1``) sets, only its newest ``limit`` memories
   can be among the best ``limit``, read newest first from the (agent, created_at) index until
-  found. A memory found both ways keeps its full score (the larger). Exact: every memory the old
+  found (skipping the holders of a rare word: they are scored already). Exact: every memory the
   whole-scope scoring put in the top ``limit`` is a candidate here, with the same score.
 
 Below the budget, or when the graph's candidate ``ids`` bound the memories, or for every agent
@@ -37,8 +37,8 @@ from typing import Any
 
 from psycopg import sql
 
-# Memories scored in full before the most frequent words are handled by word sets instead.
-# Scoring a memory costs ~2 µs a word; reading one while looking for a set's newest, ~1 µs.
+# Memories scored in full before the most frequent words are handled by word sets instead: a
+# check per word each, a few milliseconds for this many (docs/serve.md has the measurements).
 RARE_BUDGET = 5000
 # At most 2**3 - 1 = 7 newest-first reads; more common words than that are scored as rare ones.
 MAX_COMMON = 3
@@ -158,8 +158,8 @@ def ranked_sql(
             )
             query = " & ".join(w.tsquery if w in held else f"!{w.tsquery}" for w in words)
             params += [sum((w.weight for w in held), Decimal(0)), query, *scope_params, limit]
-    statement = sql.SQL(
-        "SELECT id, max(score) AS score, max(created_at) AS at FROM ({}) AS c"
-        " GROUP BY id ORDER BY score DESC, at DESC, id LIMIT %s"
-    ).format(sql.SQL(" UNION ALL ").join(parts))
+    # The parts are disjoint: a memory holds a rare word or exactly one set of common words.
+    statement = sql.SQL("SELECT id, score FROM ({}) AS c ORDER BY score DESC, created_at DESC, id LIMIT %s").format(
+        sql.SQL(" UNION ALL ").join(parts)
+    )
     return statement, [*params, limit]
