@@ -19,6 +19,8 @@ Usage::
     python benchmarks/serve.py load --clients 8 --seconds 10 --embedder hash
     python benchmarks/serve.py latency --n 2000 --queries 200
     python benchmarks/serve.py latency --n 100000 --queries 300 --data-dir /var/tmp/serve-100k  # kept
+    python benchmarks/serve.py latency --n 100000 --retrieval dense --data-dir /var/tmp/serve-100k
+    python benchmarks/serve.py latency --n 100000 --vocabulary zipf --data-dir /var/tmp/serve-100k-zipf
 
 Every figure is printed with the load average: on a shared 2-core host it explains most of the
 spread. Traffic goes to a Unix socket on this machine only; every loop is bounded. Figures, at
@@ -28,6 +30,7 @@ spread. Traffic goes to a Unix socket on this machine only; every loop is bounde
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -54,8 +57,53 @@ WORDS = (
 USERS = ("Alice", "Bob", "Carol", "Dan", "Erin")
 
 
-def sentence(rng: random.Random) -> str:
-    return f"{rng.choice(USERS)}: " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14)))
+@dataclass(frozen=True)
+class Vocabulary:
+    """The words memories and questions are made of: uniform over ``words``, or Zipf's law."""
+
+    words: tuple[str, ...]
+    zipf: bool = False
+
+    def _draw(self, rng: random.Random, k: int) -> list[str]:
+        if not self.zipf:
+            return [rng.choice(self.words) for _ in range(k)]
+        return rng.choices(self.words, cum_weights=_zipf_cumulative(len(self.words)), k=k)
+
+    def sentence(self, rng: random.Random) -> str:
+        return f"{rng.choice(USERS)}: " + " ".join(self._draw(rng, rng.randint(6, 14)))
+
+    def question(self, rng: random.Random) -> str:
+        if not self.zipf:
+            return " ".join(rng.sample(self.words, 3))
+        words: list[str] = []
+        while len(words) < 3:  # three different words, each drawn as a memory's words are
+            words += [w for w in self._draw(rng, 1) if w not in words]
+        return " ".join(words)
+
+
+@functools.cache
+def _zipf_cumulative(n: int) -> list[float]:
+    total, out = 0.0, []
+    for rank in range(1, n + 1):
+        total += 1.0 / rank
+        out.append(total)
+    return out
+
+
+def pseudo_words(n: int) -> tuple[str, ...]:
+    """``n`` different pronounceable words (fixed seed), two to four syllables: distinct prefixes."""
+    rng, found = random.Random(0), dict[str, None]()
+    while len(found) < n:
+        found.setdefault("".join(rng.choice("bdfgklmnprstvz") + rng.choice("aeiou") for _ in range(rng.randint(2, 4))))
+    return tuple(found)
+
+
+# The default: 23 words, each in about a third of the memories, so that nearly every memory shares
+# a word with every question: the lexical leg's worst case. ``zipf``: 20,000 words by Zipf's law, as
+# in natural text, questions drawn the same way: a few words in most memories (the first in ~60 %,
+# as "the" would be), most in a handful.
+PATHOLOGICAL = Vocabulary(tuple(WORDS))
+VOCABULARIES = {"pathological": PATHOLOGICAL, "zipf": Vocabulary(pseudo_words(20_000), zipf=True)}
 
 
 @dataclass
@@ -105,13 +153,16 @@ def workspace(embedder: str, keep: Path | None = None) -> Workspace:
     return Workspace(root, config)
 
 
-def seed(ws: Workspace, n: int, rng: random.Random) -> None:
+def seed(ws: Workspace, n: int, rng: random.Random, vocabulary: Vocabulary = PATHOLOGICAL) -> None:
     """n memories through `memoryctl import` (in-process: the service is not running yet)."""
     path = ws.root / "seed.jsonl"
     with path.open("w") as f:
         for _ in range(n):
             f.write(
-                json.dumps({"text": sentence(rng), "entities": [{"type": "User", "name": rng.choice(USERS)}]}) + "\n"
+                json.dumps(
+                    {"text": vocabulary.sentence(rng), "entities": [{"type": "User", "name": rng.choice(USERS)}]}
+                )
+                + "\n"
             )
     t0 = time.perf_counter()
     subprocess.run(
@@ -150,7 +201,16 @@ class LoadResult:
         return sum(len(v) for v in self.latencies.values()) + len(self.errors)
 
 
-def load(socket: Path, *, clients: int, seconds: float, max_requests: int, write_share: float, seed: int) -> LoadResult:
+def load(
+    socket: Path,
+    *,
+    clients: int,
+    seconds: float,
+    max_requests: int,
+    write_share: float,
+    seed: int,
+    vocabulary: Vocabulary = PATHOLOGICAL,
+) -> LoadResult:
     """``clients`` threads, each a loop bounded by time and count, mixing queries and writes."""
     result = LoadResult()
     lock = threading.Lock()
@@ -166,9 +226,9 @@ def load(socket: Path, *, clients: int, seconds: float, max_requests: int, write
             op = "add" if write else "query"
             mid = str(uuid.uuid4())
             params = (
-                {"id": mid, "text": sentence(rng), "entities": [f"User:{rng.choice(USERS)}"]}
+                {"id": mid, "text": vocabulary.sentence(rng), "entities": [f"User:{rng.choice(USERS)}"]}
                 if write
-                else {"text": " ".join(rng.sample(WORDS, 3)), "limit": 10}
+                else {"text": vocabulary.question(rng), "limit": 10}
             )
             t0 = time.perf_counter()
             try:
@@ -209,7 +269,7 @@ def lost_writes(config: Path, ids: list[str]) -> int:
 def run_load(args: argparse.Namespace) -> None:
     ws = workspace(args.embedder)
     try:
-        seed(ws, args.n, random.Random(args.seed))
+        seed(ws, args.n, random.Random(args.seed), VOCABULARIES[args.vocabulary])
         ws.start()
         res = load(
             ws.socket,
@@ -218,6 +278,7 @@ def run_load(args: argparse.Namespace) -> None:
             max_requests=args.max_requests,
             write_share=args.write_share,
             seed=args.seed,
+            vocabulary=VOCABULARIES[args.vocabulary],
         )
         load1 = os.getloadavg()[0]
         ws.stop()
@@ -284,12 +345,13 @@ def run_latency(args: argparse.Namespace) -> None:
     from memoryctl.query.spec import MemoryQuery
 
     rng = random.Random(args.seed)
-    queries = [" ".join(rng.sample(WORDS, 3)) for _ in range(args.queries)]
+    vocabulary = VOCABULARIES[args.vocabulary]
+    queries = [vocabulary.question(rng) for _ in range(args.queries)]
     ws = workspace(args.embedder, args.data_dir)
     rows: list[str] = []
     try:
         if not (ws.root / "data").exists():
-            seed(ws, args.n, rng)
+            seed(ws, args.n, rng, vocabulary)
         any_id = json.loads(
             subprocess.run(
                 [sys.executable, "-m", "memoryctl", "query", "--limit", "1", "--json", "--since", "3650d"],
@@ -302,29 +364,29 @@ def run_latency(args: argparse.Namespace) -> None:
         rows.append(cli_summary("cold get", timed_cli(ws, ["get", any_id, "--json"], args.cli_runs)))
         with MemoryClient(load_settings(ws.config)) as client:
             count = client.stack.records.count()
-            client.query(MemoryQuery(text="warm up", agent_id="bench"))
+            client.query(MemoryQuery(text="warm up", agent_id="bench", retrieval=args.retrieval))
             ms = []
             for q in queries:
                 t0 = time.perf_counter()
-                client.query(MemoryQuery(text=q, agent_id="bench"))
+                client.query(MemoryQuery(text=q, agent_id="bench", retrieval=args.retrieval))
                 ms.append((time.perf_counter() - t0) * 1000)
         rows.append(summary("in-process", ms))
         ws.start()
         svc = ServiceClient(socket_path=ws.socket, timeout=60)
-        svc.call("query", {"text": "warm up", "agent": "bench"})
+        svc.call("query", {"text": "warm up", "agent": "bench", "retrieval": args.retrieval})
         ms, replies = [], []
         for q in queries:
             t0 = time.perf_counter()
-            reply = svc.call("query", {"text": q, "agent": "bench"})
+            reply = svc.call("query", {"text": q, "agent": "bench", "retrieval": args.retrieval})
             ms.append((time.perf_counter() - t0) * 1000)
             if reply is not None and isinstance(reply.data, dict):
                 replies.append(reply.data)
         rows.append(summary("service", ms))
         rows.append("  steps (median ms): " + step_medians(replies))
-        query_argv = ["query", queries[0], "--json"]
+        query_argv = ["query", queries[0], "--json", "--retrieval", args.retrieval]
         rows.append(cli_summary("cli→service", timed_cli(ws, query_argv, args.cli_runs)))
         rows.append(cli_summary("full cli→svc", timed_cli(ws, query_argv, args.cli_runs, full=True)))
-        rows.append(cli_summary("table→svc", timed_cli(ws, query_argv[:2], args.cli_runs)))
+        rows.append(cli_summary("table→svc", timed_cli(ws, [*query_argv[:2], *query_argv[3:]], args.cli_runs)))
         rows.append(cli_summary("cli get→svc", timed_cli(ws, ["get", any_id, "--json"], args.cli_runs)))
         ws.stop()
     finally:
@@ -333,7 +395,8 @@ def run_latency(args: argparse.Namespace) -> None:
             shutil.rmtree(ws.root, ignore_errors=True)
     print(
         f"latency: {count} memories, embedder={args.embedder}, {args.queries} queries, "
-        f"{args.cli_runs} CLI runs, loadavg(1m) {os.getloadavg()[0]:.1f}"
+        f"{args.cli_runs} CLI runs, retrieval={args.retrieval}, vocabulary={args.vocabulary}, "
+        f"loadavg(1m) {os.getloadavg()[0]:.1f}"
     )
     for row in rows:
         print("  " + row)
@@ -353,9 +416,11 @@ def main() -> None:
     la.add_argument("--queries", type=int, default=200)
     la.add_argument("--cli-runs", type=int, default=20)
     la.add_argument("--data-dir", type=Path, help="keep the workspace here; reuse its data when it exists")
+    la.add_argument("--retrieval", choices=["hybrid", "dense", "lexical"], default="hybrid")
     for p in (lo, la):
         p.add_argument("--embedder", choices=["onnx", "local", "hash"], default="onnx")
         p.add_argument("--seed", type=int, default=7)
+        p.add_argument("--vocabulary", choices=sorted(VOCABULARIES), default="pathological")
     args = ap.parse_args()
     run_load(args) if args.mode == "load" else run_latency(args)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from psycopg import sql
 
+from memoryctl.query import lexical
 from memoryctl.query.spec import MemoryQuery, Where
 from memoryctl.stores.pg import Pool, pg_errors
 
@@ -94,54 +95,32 @@ class RelationalQueries:
         """The lexical leg: memories in scope whose text or entity names share words with ``text``.
 
         Scoped exactly like the vector search (agent, time, where, soft deletes, and the graph's
-        candidate ids), in the same SQL. The question's words lose the stop words of English and
-        keep at most their first five letters as a prefix (``volunteering`` matches
-        ``volunteer``), a language-neutral stand-in for stemming. Ranked BM25-style with term
-        presence: the sum of each matched word's inverse document frequency over the memories in
-        scope; ties newest first. A speaker's name, a word of every turn that person said, so
-        weighs what it tells: about ln 2 when two people talk, more among three. Counted among the
-        memories that match any word instead (most of which match on the name), it weighed next to
-        nothing, and the same words said by two people tied whoever the question named
-        (benchmarks/recall.py, general family: recall@10 0.507 -> 0.536). The scope's size is one
-        count over the same condition, an index scan beside the words' own.
+        candidate ids), in the same SQL; ranked and planned as ``query/lexical.py`` says. BM25-style
+        with term presence: the sum of each matched word's inverse document frequency over the
+        memories in scope. A speaker's name, a word of every turn that person said, so weighs what
+        it tells: about ln 2 when two people talk, more among three. Counted among the memories
+        that match any word instead (most of which match on the name), it weighed next to nothing,
+        and the same words said by two people tied whoever the question named
+        (benchmarks/recall.py, general family: recall@10 0.507 -> 0.536).
 
         The graph's candidate ``ids`` choose which memories are returned, not the word statistics:
         a memory scores the same whether the graph's candidates were known first (graph-first) or
         checked after a search of the whole scope (vector-first), so both plans rank alike.
         """
-        query, params = self.lexical_sql(q, text, limit=limit, ids=ids, with_where=with_where)
-        rows = self._rows(query, params, timeout_s=self.lexical_timeout_s)
-        return [(r["id"], float(r["score"])) for r in rows]
-
-    def lexical_sql(
-        self, q: MemoryQuery, text: str, *, limit: int, ids: Sequence[uuid.UUID] | None, with_where: bool
-    ) -> tuple[sql.Composed, list[Any]]:
-        """The lexical leg's statement and its parameters."""
         cond, params = scope_sql(q, with_where=with_where)
-        chosen, chosen_params = (sql.SQL("h.id = ANY(%s)"), [list(ids)]) if ids is not None else (sql.SQL("TRUE"), [])
-        # Each word becomes a quoted tsquery lexeme (quote_literal doubles quotes; a word holding a
-        # backslash, which quote_literal would turn into an E'' string, is dropped).
-        # Every intermediate result is computed exactly once, whatever the planner estimates: the
-        # candidates by one scan for any of the words (the GIN index on each chunk), each
-        # (candidate, word) match once (``hits``), one weight per word from those matches (the
-        # scope's size is an uncorrelated scalar subquery: an InitPlan, run once). Left to
-        # inline them, the planner put an aggregate on the inner side of a nested loop and re-ran it
-        # per candidate whenever it expected one row (a freshly loaded table, or the generic plan
-        # psycopg's prepared statement gets after five runs): quadratic, up to seconds.
-        query = sql.SQL(
-            "WITH terms AS MATERIALIZED (SELECT t, to_tsquery('simple', t) AS tq FROM (SELECT DISTINCT"
-            " CASE WHEN length(w) >= 5 THEN quote_literal(left(w, 5)) || ':*' ELSE quote_literal(w) END AS t"
-            " FROM unnest(tsvector_to_array(to_tsvector('simple', %s))) AS w"
-            " WHERE position(chr(92) in w) = 0 AND to_tsvector('english', w) <> ''::tsvector) AS words),"
-            " cand AS MATERIALIZED (SELECT id, tsv, created_at FROM memories"
-            " WHERE tsv @@ (SELECT to_tsquery('simple', string_agg(t, ' | ')) FROM terms) AND {}),"
-            " hits AS MATERIALIZED (SELECT c.id, c.created_at, t.t FROM cand c JOIN terms t ON c.tsv @@ t.tq),"
-            " idf AS MATERIALIZED (SELECT t, ln(1.0 + ((SELECT count(*) FROM memories WHERE {}) - count(*) + 0.5)"
-            " / (count(*) + 0.5)) AS w FROM hits GROUP BY t)"
-            " SELECT h.id, sum(idf.w) AS score, max(h.created_at) AS at FROM hits h JOIN idf ON idf.t = h.t"
-            " WHERE {} GROUP BY h.id ORDER BY score DESC, at DESC, h.id LIMIT %s"
-        ).format(cond, cond, chosen)
-        return query, [text, *params, *params, *chosen_params, limit]
+        scoped = q.since is not None or q.until is not None or (with_where and bool(q.where))
+        query, words_params = lexical.words_sql(text, cond, params, agent_id=q.agent_id, scoped=scoped)
+        rows = self._rows(query, words_params, timeout_s=self.lexical_timeout_s)
+        words = lexical.weigh(rows)
+        if not words:
+            return []
+        if rows[0]["scope_n"] != rows[0]["n"]:  # a narrower scope: its own weights
+            query, recount_params = lexical.recount_sql(words, cond, params, n=rows[0]["scope_n"])
+            words = lexical.reweigh(words, self._rows(query, recount_params, timeout_s=self.lexical_timeout_s))
+        _, common = lexical.split(words, bounded=ids is not None or q.agent_id is None)
+        query, ranked_params = lexical.ranked_sql(words, common, cond, params, limit=limit, ids=ids)
+        rows = self._rows(query, ranked_params, timeout_s=self.lexical_timeout_s)
+        return [(r["id"], float(r["score"])) for r in rows]
 
     def mentions(self, q: MemoryQuery, entity_type: str, entity_name: str, *, limit: int) -> list[uuid.UUID]:
         """Graph fallback (Neo4j down): memories that mention the entity — one hop, MENTIONS only."""

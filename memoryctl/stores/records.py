@@ -21,7 +21,7 @@ from psycopg import Connection
 from psycopg.types.json import Jsonb
 
 from memoryctl.model import EntityRef, Memory, node_from_json
-from memoryctl.stores import names
+from memoryctl.stores import lexical_terms, names
 from memoryctl.stores.pg import Pool, pg_errors
 
 TARGETS = ("vector", "graph")
@@ -132,6 +132,7 @@ class RecordStore:
                     result.updated.append(mid)
                 rows.append(self._row(m))
             if rows:
+                before = lexical_terms.terms_of(conn, result.updated)
                 with conn.cursor() as cur:
                     cur.executemany(
                         "INSERT INTO memories (id, agent_id, text, kind, created_at, updated_at, content_hash,"
@@ -143,6 +144,7 @@ class RecordStore:
                         " entities = EXCLUDED.entities, relations = EXCLUDED.relations",
                         rows,
                     )
+                lexical_terms.apply(conn, added=result.changed, replaced=before)
                 self._enqueue(conn, result.changed, "upsert")
         return result
 
@@ -183,6 +185,7 @@ class RecordStore:
                 (list(ids), agent_id, agent_id),
             ).fetchall()
             done = [r["id"] for r in rows]
+            lexical_terms.apply(conn, removed=done)
             self._enqueue(conn, done, "upsert")
         return done
 

@@ -176,14 +176,27 @@ def neo4j_state(client: MemoryClient) -> dict[str, Any]:
     }
 
 
+def words(client: MemoryClient) -> int:
+    """(agent, word) pairs of the live memories, recounted from their text (lexical_terms must match)."""
+    with client.stack.pool.connection() as conn:
+        row = conn.execute(
+            "SELECT count(DISTINCT (agent_id, term)) AS n FROM memories,"
+            " unnest(memoryctl_lexical_terms(tsv) || ''::text) AS term WHERE deleted_at IS NULL"
+        ).fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
 def state(client: MemoryClient) -> dict[str, Any]:
     return {"postgres": pg_state(client), "qdrant": qdrant_state(client), "neo4j": neo4j_state(client)}
 
 
-def expected_after_corpus(empty: dict[str, Any], memories: list[Memory]) -> dict[str, Any]:
-    """The exact state after the corpus is written: ``empty`` plus its rows, points, nodes and edges."""
+def expected_after_corpus(empty: dict[str, Any], memories: list[Memory], words: int) -> dict[str, Any]:
+    """The exact state after the corpus is written: ``empty`` plus its rows, points, nodes and edges
+    (``words``: the (agent, word) pairs of the lexical leg's statistics, counted by PostgreSQL)."""
     want = {"postgres": dict(empty["postgres"]), "qdrant": dict(empty["qdrant"]), "neo4j": dict(empty["neo4j"])}
-    want["postgres"] = {**empty["postgres"], "counts": {**empty["postgres"]["counts"], "memories": len(memories)}}
+    counts = {**empty["postgres"]["counts"], "memories": len(memories), "lexical_terms": words}
+    want["postgres"] = {**empty["postgres"], "counts": counts}
     [collection] = [k for k in empty["qdrant"] if k != "aliases"]
     want["qdrant"][collection] = {**empty["qdrant"][collection], "points": len(memories)}
     keys = {e.key(m.agent_id) for m in memories for e in m.all_entities()}
@@ -245,7 +258,7 @@ def world(pg_admin_dsn: str, neo4j_env: dict[str, str], tmp_path_factory: pytest
             memories = corpus()
             out = client.add(memories, extract=False)
             assert (out.inserted, out.pending) == (len(memories), {"qdrant": 0, "neo4j": 0}), out.as_dict()
-            yield World(client, memories, empty, expected_after_corpus(empty, memories))
+            yield World(client, memories, empty, expected_after_corpus(empty, memories, words(client)))
         finally:
             client.close()
 

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,9 @@ from psycopg import sql
 
 from memoryctl.client import MemoryClient
 from memoryctl.model import EntityRef, Memory, MemoryRef, Relation
+from memoryctl.query import lexical
 from memoryctl.query.fusion import RECENCY_WEIGHT, spread
+from memoryctl.query.relational import scope_sql
 from memoryctl.query.spec import GraphFilter, MemoryQuery, Where
 from tests.conftest import cluster_settings, fresh_database, wipe_neo4j
 
@@ -486,19 +489,89 @@ def test_soft_deleted_never_returned(pg_dsn: str, neo4j_clean: dict[str, str], t
         client.close()
 
 
-def test_lexical_leg_counts_words_once_without_statistics(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
-    """Right after an import, before autovacuum analyses the table, the planner had put the word
-    counts inside the loop over the candidates (O(n^2): 4.7 s for 1,500 of them, past the 2 s store
-    timeout). The matches and the word weights are materialised CTEs: computed once, whatever the
-    statistics say."""
-    client, _ = world
+# The oracle: the statement the lexical leg had before its statistics and word sets, which scored
+# every memory in scope that holds a word, with weights counted over the scope on every query.
+WHOLE_SCOPE = (
+    "WITH terms AS MATERIALIZED (SELECT t, to_tsquery('simple', t) AS tq FROM (SELECT DISTINCT"
+    " CASE WHEN length(w) >= 5 THEN quote_literal(left(w, 5)) || ':*' ELSE quote_literal(w) END AS t"
+    " FROM unnest(tsvector_to_array(to_tsvector('simple', %s))) AS w"
+    " WHERE position(chr(92) in w) = 0 AND to_tsvector('english', w) <> ''::tsvector) AS words),"
+    " cand AS MATERIALIZED (SELECT id, tsv, created_at FROM memories"
+    " WHERE tsv @@ (SELECT to_tsquery('simple', string_agg(t, ' | ')) FROM terms) AND {}),"
+    " hits AS MATERIALIZED (SELECT c.id, c.created_at, t.t FROM cand c JOIN terms t ON c.tsv @@ t.tq),"
+    " idf AS MATERIALIZED (SELECT t, ln(1.0 + ((SELECT count(*) FROM memories WHERE {}) - count(*) + 0.5)"
+    " / (count(*) + 0.5)) AS w FROM hits GROUP BY t)"
+    " SELECT h.id, sum(idf.w) AS score, max(h.created_at) AS at FROM hits h JOIN idf ON idf.t = h.t"
+    " GROUP BY h.id ORDER BY score DESC, at DESC, h.id LIMIT %s"
+)
+
+
+def scored_in_full(client: MemoryClient, q: MemoryQuery, limit: int) -> list[tuple[uuid.UUID, float]]:
+    cond, params = scope_sql(q)
+    with client.stack.pool.connection() as conn:
+        rows = conn.execute(sql.SQL(WHOLE_SCOPE).format(cond, cond), [q.text, *params, *params, limit])
+        return [(r["id"], float(r["score"])) for r in rows]
+
+
+def test_lexical_leg_ranks_common_word_sets_as_if_it_scored_every_memory(
+    world: tuple[MemoryClient, dict[str, Memory]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every word "common" (a budget of 0), each set of words is read newest first up to the
+    limit; with every word "rare", every holder is scored: both give the same memories with the same
+    scores, in the same order, as the statement that scored every memory in scope holding a word --
+    with small limits that cut the sets short, in every kind of scope."""
+    client, data = world
     relational = client.engine.relational
-    query, params = relational.lexical_sql(
-        MemoryQuery(text="rollback payments", agent_id="a1"), "rollback payments", limit=10, ids=None, with_where=True
-    )
+    cases = [
+        MemoryQuery(text="the rollback of payments latency", agent_id="a1"),
+        MemoryQuery(text="Alice rollback payments", agent_id="a1"),
+        MemoryQuery(text="Alice rollback", agent_id="a1", since=NOW - timedelta(days=7)),  # counted over the scope
+        MemoryQuery(text="Alice rollback", agent_id="a1", since=NOW - timedelta(days=365)),  # all of a1: statistics
+        MemoryQuery(text="rollback payments errors", agent_id="a1", where=[Where.parse("sentiment < 0.7")]),
+        MemoryQuery(text="nightly backup errors", agent_id="a1", until=NOW - timedelta(hours=20)),
+    ]
+    common_sets: list[int] = []
+    split = lexical.split
+
+    def recording_split(words: list[lexical.Word], *, bounded: bool) -> tuple[list[lexical.Word], list[lexical.Word]]:
+        rare, common = split(words, bounded=bounded)
+        common_sets.append(len(common))
+        return rare, common
+
+    monkeypatch.setattr(lexical, "split", recording_split)
+
+    def ranked(budget: int) -> list[list[tuple[uuid.UUID, float]]]:
+        monkeypatch.setattr(lexical, "RARE_BUDGET", budget)
+        return [relational.lexical(q, q.text or "", limit=limit) for q in cases for limit in (1, 2, 3, 10)]
+
+    everything = ranked(10**9)
+    assert set(common_sets) == {0} and all(everything)
+    assert everything == [scored_in_full(client, q, limit) for q in cases for limit in (1, 2, 3, 10)]
+    common_sets.clear()
+    assert ranked(0) == everything
+    assert min(common_sets) >= 2 and max(common_sets) == lexical.MAX_COMMON
+    # every agent at once, or the graph's candidates: every word is scored (nothing to read newest first)
+    common_sets.clear()
+    relational.lexical(MemoryQuery(text="Alice rollback", agent_id=None), "Alice rollback", limit=3)
+    relational.lexical(cases[1], "Alice rollback", limit=3, ids=[data["m1"].id])
+    assert common_sets == [0, 0]
+
+
+def test_lexical_common_word_sets_are_read_newest_first_without_statistics(
+    world: tuple[MemoryClient, dict[str, Memory]],
+) -> None:
+    """Right after an import, before autovacuum analyses the table, the planner knows nothing about
+    the words: the common words' sets must still be read newest first from the agent's live
+    memories (stopping at the limit), never gathered from the word index and sorted."""
+    client, _ = world
+    words = [lexical.Word("'alice'", 90_000, Decimal("0.1")), lexical.Word("'rollb':*", 60_000, Decimal("0.5"))]
+    cond, params = scope_sql(MemoryQuery(text="Alice rollback", agent_id="a1"))
+    query, params = lexical.ranked_sql(words, words, cond, params, limit=10, ids=None)
     with client.stack.pool.connection() as conn:
         conn.execute("DELETE FROM pg_statistic WHERE starelid = 'memories'::regclass")
         conn.execute("UPDATE pg_class SET reltuples = -1, relpages = 0 WHERE oid = 'memories'::regclass")
         plan = "\n".join(str(row["QUERY PLAN"]) for row in conn.execute(sql.SQL("EXPLAIN ") + query, params))
         conn.execute("ANALYZE memories")
-    assert "CTE hits" in plan and "CTE idf" in plan, plan
+    # on a hypertable one backward scan per chunk (of that chunk's memories_live_scope), in time order
+    assert plan.count("memories_live_scope on") >= 3 and "Index Scan Backward" in plan, plan
+    assert "memories_tsv" not in plan and "Seq Scan" not in plan, plan

@@ -376,3 +376,25 @@ def test_stats_from_the_aggregate_equal_the_table(both_paths: tuple[Pool, Pool])
                             assert got[3:] == pytest.approx(want[3:])
                     checked += sum(r["count"] for r in from_aggregate)
     assert checked > 20_000  # the comparison covered real rows, not empty buckets
+
+
+def test_lexical_terms_are_rebuilt_by_their_migration_on_both_paths(both_paths: tuple[Pool, Pool]) -> None:
+    """Schema 0007 counts the words of the memories already there (a hypertable or a plain table),
+    and running it again gives the same counts: deploys re-run migrations."""
+    (migration,) = available_migrations()[7].values()
+    recount = (
+        "SELECT agent_id, term, count(*)::bigint AS df FROM memories, unnest(memoryctl_lexical_terms(tsv) || ''::text)"
+        " AS term WHERE deleted_at IS NULL GROUP BY 1, 2 ORDER BY 1, 2"
+    )
+    for pool in both_paths:
+        with pool.connection() as conn:
+            ids = insert_memories(conn, seeded_specs(seed=3, n=400))
+            conn.execute("UPDATE memories SET text = 'rollback of ' || agent_id || ' ' || kind")
+            conn.execute("UPDATE memories SET deleted_at = now() WHERE id = ANY(%s)", (ids[::5],))
+        for _ in range(2):
+            with pool.connection() as conn:
+                conn.execute(migration.sql.encode())
+            kept = rows(pool, "SELECT agent_id, term, df FROM lexical_terms ORDER BY 1, 2")
+            assert kept == rows(pool, recount)
+        live = {r["agent_id"]: r["df"] for r in kept if r["term"] == ""}
+        assert sum(live.values()) == 320 and {r["term"] for r in kept} == {"", "rollb", "of", "a", "b", "note", "dialo"}

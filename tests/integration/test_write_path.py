@@ -175,3 +175,42 @@ def test_forget_hides_at_once_and_purge_removes_everywhere(cluster: MemoryClient
     assert cluster.stack.records.purge([drop]) == [drop]
     cluster.sync()
     assert counts(cluster) == {"postgres": 1, "qdrant": 1, "neo4j": 1}
+
+
+def lexical_terms(client: MemoryClient) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+    """(what the writer kept in lexical_terms, a recount from the live memories)."""
+    with client.stack.pool.connection() as conn:
+        kept = conn.execute("SELECT agent_id, term, df FROM lexical_terms WHERE df <> 0").fetchall()
+        counted = conn.execute(
+            "SELECT agent_id, term, count(*) AS df FROM memories,"
+            " unnest(memoryctl_lexical_terms(tsv) || ''::text) AS term WHERE deleted_at IS NULL GROUP BY 1, 2"
+        ).fetchall()
+    return {(r["agent_id"], r["term"]): r["df"] for r in kept}, {(r["agent_id"], r["term"]): r["df"] for r in counted}
+
+
+def test_lexical_terms_follow_every_write(cluster: MemoryClient) -> None:
+    """The lexical leg's word statistics equal a recount after inserts, re-imports, changed texts,
+    a memory moved to another agent, soft deletes and purges (each its own transaction)."""
+    ids = [uuid.uuid4() for _ in range(6)]
+    alice = [EntityRef("User", "Alice")]
+    texts = ["the rollback went fine", "rollbacks again", "deploy of payments", "Alice's lunch", "payments down", "ok"]
+    agents = ["a1"] * 4 + ["a2"] * 2
+    mems = [Memory(id=i, text=t, agent_id=a, entities=alice) for i, t, a in zip(ids, texts, agents, strict=True)]
+    cluster.add(mems, extract=False)
+    kept, counted = lexical_terms(cluster)
+    assert kept == counted and kept[("a1", "rollb")] == 2 and kept[("a1", "")] == 4 and kept[("a2", "alice")] == 2
+    cluster.add(mems, extract=False)  # unchanged: nothing counted twice
+    assert lexical_terms(cluster) == (counted, counted)
+    changed = [
+        Memory(id=ids[0], text="the deploy went fine", agent_id="a1", entities=alice),
+        Memory(id=ids[4], text="payments down", agent_id="a1", entities=alice),  # moved to a1
+    ]
+    cluster.add(changed, extract=False)
+    kept, counted = lexical_terms(cluster)
+    assert kept == counted and kept[("a1", "rollb")] == 1 and kept[("a1", "")] == 5 and kept[("a2", "")] == 1
+    cluster.forget([ids[1], ids[2]], agent_id="a1")
+    cluster.forget([ids[1]], agent_id="a1")  # already forgotten: nothing taken twice
+    kept, counted = lexical_terms(cluster)
+    assert kept == counted and ("a1", "rollb") not in kept and kept[("a1", "")] == 3
+    assert set(cluster.stack.records.purge([ids[1], ids[2]])) == {ids[1], ids[2]}  # already out of the counts
+    assert lexical_terms(cluster) == (counted, counted)
