@@ -127,13 +127,17 @@ class Deliverer:
     def _apply(self, target: str, items: Sequence[OutboxItem]) -> None:
         purge = sorted({i.memory_id for i in items if i.op == "purge"})
         upsert_ids = sorted({i.memory_id for i in items if i.op == "upsert"} - set(purge))
-        memories = self.records.get_many(upsert_ids)
+        found = self.records.get_many(upsert_ids)
+        # In id order, not the order PostgreSQL happened to return the rows in: a vector store lists
+        # equal-score points in the order they were written, so the same data must be written in
+        # the same order for the same query to give the same answer (and a benchmark the same figure).
+        memories = [found[mid] for mid in upsert_ids if mid in found]
         # A memory purged after its upsert was queued has no row any more: nothing to upsert.
-        gone = [mid for mid in upsert_ids if mid not in memories]
+        gone = [mid for mid in upsert_ids if mid not in found]
         if target == "vector":
-            self._vector(list(memories.values()), purge + gone)
+            self._vector(memories, purge + gone)
         else:
-            self._graph(list(memories.values()), purge + gone)
+            self._graph(memories, purge + gone)
 
     def _vector(self, memories: list[Memory], purge: list[uuid.UUID]) -> None:
         if self.vectors is None or self.embedder is None:

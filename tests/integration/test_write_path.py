@@ -214,3 +214,32 @@ def test_lexical_terms_follow_every_write(cluster: MemoryClient) -> None:
     assert kept == counted and ("a1", "rollb") not in kept and kept[("a1", "")] == 3
     assert set(cluster.stack.records.purge([ids[1], ids[2]])) == {ids[1], ids[2]}  # already out of the counts
     assert lexical_terms(cluster) == (counted, counted)
+
+
+def test_delivery_writes_each_batch_in_id_order(cluster: MemoryClient) -> None:
+    """A vector store lists equal-score points in write order; the same data written in the same
+    order answers the same query the same way, whatever order PostgreSQL returned the rows in."""
+    from memoryctl.delivery import Deliverer
+
+    class Recording:
+        def __init__(self, inner: object) -> None:
+            self.inner, self.written = inner, []  # type: list[uuid.UUID]
+
+        def upsert(self, points: list[object], **kw: object) -> None:
+            self.written += [p.id for p in points]  # type: ignore[attr-defined]
+            self.inner.upsert(points, **kw)  # type: ignore[attr-defined]
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+    ids = [uuid.uuid4() for _ in range(60)]  # inserted in this (random) order
+    cluster.add(
+        [Memory(id=i, agent_id="order", text=f"the same words {n % 3}") for n, i in enumerate(ids)], deliver=False
+    )
+    vectors = Recording(cluster.stack.require_vectors())
+    stack = cluster.stack
+    report = Deliverer(stack.records, vectors, None, stack.embedder).deliver(batch=25, targets=("vector",))  # type: ignore[arg-type]
+    assert report.delivered["vector"] == 60 and not report.failed
+    batches = [vectors.written[i : i + 25] for i in range(0, 60, 25)]
+    assert all(b == sorted(b) for b in batches), batches
+    assert sorted(vectors.written) == sorted(ids)
