@@ -7,13 +7,14 @@ too (``metadata -> %s``), so no identifier ever comes from the caller.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from psycopg import sql
+from psycopg import Connection, sql
 
 from memoryctl.query import lexical
 from memoryctl.query.spec import MemoryQuery, Where
@@ -59,15 +60,18 @@ class RelationalQueries:
         self.pool = pool
         self.lexical_timeout_s = lexical_timeout_s
 
-    def _rows(
-        self, query: sql.Composed, params: Sequence[Any], *, timeout_s: float | None = None
-    ) -> list[dict[str, Any]]:
-        """``query``'s rows; with ``timeout_s``, PostgreSQL cancels it after that long (this
-        transaction's statement timeout), instead of the connection's own."""
+    @contextlib.contextmanager
+    def _connection(self, timeout_s: float | None = None) -> Iterator[Connection[Any]]:
+        """A pooled connection in a transaction; with ``timeout_s``, PostgreSQL cancels each of its
+        statements after that long (the transaction's statement timeout), not the connection's own."""
         with pg_errors(), self.pool.connection() as conn:
             if timeout_s is not None:
                 ms = max(1, round(timeout_s * 1000))  # 0 would mean no timeout at all
                 conn.execute("SELECT set_config('statement_timeout', %s, true)", [f"{ms}ms"])
+            yield conn
+
+    def _rows(self, query: sql.Composed, params: Sequence[Any]) -> list[dict[str, Any]]:
+        with self._connection() as conn:
             return list(conn.execute(query, params))
 
     def filter(
@@ -109,18 +113,19 @@ class RelationalQueries:
         """
         cond, params = scope_sql(q, with_where=with_where)
         scoped = q.since is not None or q.until is not None or (with_where and bool(q.where))
-        query, words_params = lexical.words_sql(text, cond, params, agent_id=q.agent_id, scoped=scoped)
-        rows = self._rows(query, words_params, timeout_s=self.lexical_timeout_s)
-        words = lexical.weigh(rows)
-        if not words:
-            return []
-        if rows[0]["scope_n"] != rows[0]["n"]:  # a narrower scope: its own weights
-            query, recount_params = lexical.recount_sql(words, cond, params, n=rows[0]["scope_n"])
-            words = lexical.reweigh(words, self._rows(query, recount_params, timeout_s=self.lexical_timeout_s))
-        _, common = lexical.split(words, bounded=ids is not None or q.agent_id is None)
-        query, ranked_params = lexical.ranked_sql(words, common, cond, params, limit=limit, ids=ids)
-        rows = self._rows(query, ranked_params, timeout_s=self.lexical_timeout_s)
-        return [(r["id"], float(r["score"])) for r in rows]
+        # Its statements share one connection, and the timeout is set once for all of them.
+        with self._connection(self.lexical_timeout_s) as conn:
+            query, words_params = lexical.words_sql(text, cond, params, agent_id=q.agent_id, scoped=scoped)
+            rows = list(conn.execute(query, words_params))
+            words = lexical.weigh(rows)
+            if not words:
+                return []
+            if rows[0]["scope_n"] != rows[0]["n"]:  # a narrower scope: its own weights
+                query, recount_params = lexical.recount_sql(words, cond, params, n=rows[0]["scope_n"])
+                words = lexical.reweigh(words, list(conn.execute(query, recount_params)))
+            _, common = lexical.split(words, bounded=ids is not None or q.agent_id is None)
+            query, ranked_params = lexical.ranked_sql(words, common, cond, params, limit=limit, ids=ids)
+            return [(r["id"], float(r["score"])) for r in conn.execute(query, ranked_params)]
 
     def mentions(self, q: MemoryQuery, entity_type: str, entity_name: str, *, limit: int) -> list[uuid.UUID]:
         """Graph fallback (Neo4j down): memories that mention the entity — one hop, MENTIONS only."""
