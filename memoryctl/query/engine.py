@@ -53,6 +53,7 @@ from memoryctl.query.plan import (
 from memoryctl.query.ports import MemoryRows, RecallLog, RelationalReads
 from memoryctl.query.results import Hit, QueryResult
 from memoryctl.query.spec import MemoryQuery
+from memoryctl.query.turns import CONTEXT_TURNS, in_context
 from memoryctl.stores import names
 from memoryctl.stores.protocols import GraphStore, VectorStore
 
@@ -96,6 +97,7 @@ class QueryEngine:
         recalls: RecallLog | None = None,
         graph_name: str = names.NEO4J,
         options: PlanOptions | None = None,
+        context_turns: int = CONTEXT_TURNS,
     ) -> None:
         self.rows = rows
         self.relational = relational
@@ -108,6 +110,7 @@ class QueryEngine:
         self.recalls = recalls
         self.graph_name = graph_name
         self.options = options or PlanOptions()
+        self.context_turns = context_turns
         self._scope: dict[str | None, tuple[float, int]] = {}  # agent -> (monotonic time, points)
 
     # ---- entry --------------------------------------------------------------------------------
@@ -478,7 +481,7 @@ class QueryEngine:
     def _hydrate(self, q: MemoryQuery, ranked: Ranked, ctx: QueryContext) -> list[Hit]:
         if not ranked:
             return []
-        window = ranked[: max(depth(q), q.limit)]
+        window, before = self._context(q, ranked[: max(depth(q), q.limit)], ctx)
         ids = [i for i, _ in window]
         # Relationships need only ids: ask the graph for the likely hits (the first ``limit``)
         # while PostgreSQL hydrates, instead of after it. Both are single round trips of similar
@@ -503,7 +506,7 @@ class QueryEngine:
             and not (q.since and m.created_at < q.since)
             and not (q.until and m.created_at >= q.until)
         ]
-        live = self._entities_named(q, live)
+        live = self._in_context(self._entities_named(q, live), before)
         newest = max((m.created_at for m, _ in live), default=None)
         band = spread([s["relevance"] for _, s in live if "relevance" in s])
         hits: list[Hit] = []
@@ -529,6 +532,45 @@ class QueryEngine:
         hits = hits[: q.limit]
         self._relationships(hits, ctx, early)
         return hits
+
+    def _context(
+        self, q: MemoryQuery, window: Ranked, ctx: QueryContext
+    ) -> tuple[Ranked, dict[uuid.UUID, list[uuid.UUID]]]:
+        """For a text ranking: the candidates, with the memories written just after one of them
+        added at the floor of their relevance, and per memory the candidates written just before
+        it, its context (``query/turns.py``). The context's other memories are no candidates and
+        would score the floor anyway. No memory is added under a graph filter or a threshold,
+        which the neighbours were not checked against: there the context only reorders."""
+        if self.context_turns == 0 or q.text is None or not window or not all("relevance" in s for _, s in window):
+            return window, {}
+        ids = [i for i, _ in window]
+        following = ctx.call(
+            "postgres.context",
+            names.POSTGRES,
+            {"ids": len(ids), "turns": self.context_turns},
+            lambda: self.relational.following(q, ids, turns=self.context_turns),
+            rows_in=len(ids),
+        )
+        before: dict[uuid.UUID, list[uuid.UUID]] = {}
+        for mid, after in following.items():
+            for n in after:
+                before.setdefault(n, []).append(mid)
+        if q.graph is not None or q.threshold is not None:
+            return window, before
+        floor = min(s["relevance"] for _, s in window)
+        added = sorted(before.keys() - set(ids))
+        return [*window, *((n, {"relevance": floor}) for n in added)], before
+
+    @staticmethod
+    def _in_context(live: Scored, before: dict[uuid.UUID, list[uuid.UUID]]) -> Scored:
+        """The candidates that their context lifts get the passage's relevance (``turns.in_context``)
+        and ``context``, the same figure, in their scores."""
+        if not before:
+            return live
+        lifted = in_context({m.id: s["relevance"] for m, s in live}, before)
+        return [
+            (m, {**s, "relevance": lifted[m.id], "context": lifted[m.id]} if m.id in lifted else s) for m, s in live
+        ]
 
     @staticmethod
     def _entities_named(q: MemoryQuery, live: Scored) -> Scored:

@@ -42,6 +42,13 @@ class RelationalReads(Protocol):
         the lexical leg of hybrid retrieval, and the vector search's fallback."""
         ...
 
+    def following(
+        self, q: MemoryQuery, ids: Sequence[uuid.UUID], *, turns: int, with_where: bool = True
+    ) -> dict[uuid.UUID, list[uuid.UUID]]:
+        """Per memory of ``ids``: the ``turns`` live memories in scope of its agent written just
+        after it (the turns it is the conversational context of)."""
+        ...
+
     def mentions(self, q: MemoryQuery, entity_type: str, entity_name: str, *, limit: int) -> list[uuid.UUID]:
         """Memories in scope that mention the entity, newest first: the traversal's fallback."""
         ...
