@@ -13,6 +13,8 @@ Methods (every one asks the engine, scoped to the conversation's agent, top 10):
   unless configured, so by default the same ranking as ``no-decay``);
 - ``no-decay``: ``--half-life off`` (hybrid, no recency preference);
 - ``recency``: ``--half-life 30d``, the opt-in bounded recency preference;
+- ``no-context``: ``default`` with ``[query] context_turns = 0``: each turn ranked alone, without
+  the turns written just before it (``memoryctl/query/turns.py``);
 - ``dense``: the vector leg alone (``--retrieval dense``), no recency;
 - ``lexical``: the lexical leg alone (PostgreSQL, ``--retrieval lexical``), no recency (these two
   keep the named-entity leg over the hydrated candidates: it is part of ranking, not a text leg);
@@ -93,7 +95,7 @@ from memoryctl.query.spec import GraphFilter, MemoryQuery  # noqa: E402
 from memoryctl.stores.protocols import EmbeddingModelInfo  # noqa: E402
 
 K = 10
-METHODS = ("default", "no-decay", "recency", "dense", "lexical", "hybrid", "graph", "bm25")
+METHODS = ("default", "no-decay", "recency", "no-context", "dense", "lexical", "hybrid", "graph", "bm25")
 RECENCY = timedelta(days=30)  # the ``recency`` method's half-life, the one the README shows
 RESCORE_METHODS = ("rescore", "second")
 SPLITS = ("dev", "test", "general")
@@ -312,6 +314,14 @@ def methods(
     def ask(q: Question, **fields: Any) -> list[uuid.UUID]:
         return run(MemoryQuery(text=q.text, agent_id=q.agent_id, limit=K, **fields))
 
+    def alone(q: Question) -> list[uuid.UUID]:
+        """``default`` with ``[query] context_turns = 0``: every turn ranked without its context."""
+        turns, engine.context_turns = engine.context_turns, 0
+        try:
+            return ask(q)
+        finally:
+            engine.context_turns = turns
+
     def rescored(q: Question, *, fuse: bool) -> list[uuid.UUID]:
         assert second is not None
         first = first_stage(client, q, second.depth)
@@ -321,6 +331,7 @@ def methods(
         "default": ask,
         "no-decay": lambda q: ask(q, decay=False),
         "recency": lambda q: ask(q, half_life=RECENCY),
+        "no-context": alone,
         "dense": lambda q: ask(q, decay=False, retrieval="dense"),
         "lexical": lambda q: ask(q, decay=False, retrieval="lexical"),
         "hybrid": lambda q: ask(q, decay=False, retrieval="hybrid"),

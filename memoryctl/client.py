@@ -248,6 +248,7 @@ class MemoryClient:
             recalls=self.stack.events,
             graph_name=self.stack.store_names["graph"],
             options=PlanOptions(qs.vector_first_min_fanout, qs.vector_first_max_k),
+            context_turns=qs.context_turns,
         )
 
     def query(self, q: MemoryQuery | None = None, /, **fields: Any) -> QueryResult:

@@ -162,6 +162,9 @@ class QuerySettings(BaseModel):
     # PostgreSQL cancels the lexical leg's statement after this (default: store_timeout_s), so a
     # leg the query stopped waiting for does not keep running and holding a pooled connection.
     lexical_timeout_s: float | None = Field(None, gt=0)
+    # A text ranking reads each candidate with the memories of its agent written just before it
+    # (a dialogue turn with the turns it answers, query/turns.py); 0 ranks every memory alone.
+    context_turns: int = Field(2, ge=0, le=8)
 
     def half_life_for(self, agent_id: str | None) -> timedelta | None:
         """The agent's recency half-life: its own, else ``half_life``; None for "off" or none set."""

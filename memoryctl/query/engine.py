@@ -82,6 +82,15 @@ class _Ran:
         return self.plan.describe(candidates=self.candidates, kept=self.kept, fell_back=self.fell_back)
 
 
+@dataclasses.dataclass(slots=True)
+class _Turns:
+    """The candidates' conversational context: per memory, the candidates written just before it;
+    and the memories that joined the candidates as a candidate's following turns."""
+
+    before: dict[uuid.UUID, list[uuid.UUID]] = dataclasses.field(default_factory=dict)
+    added: set[uuid.UUID] = dataclasses.field(default_factory=set)
+
+
 class QueryEngine:
     def __init__(
         self,
@@ -481,7 +490,7 @@ class QueryEngine:
     def _hydrate(self, q: MemoryQuery, ranked: Ranked, ctx: QueryContext) -> list[Hit]:
         if not ranked:
             return []
-        window, before = self._context(q, ranked[: max(depth(q), q.limit)], ctx)
+        window, turns = self._context(q, ranked[: max(depth(q), q.limit)], ctx)
         ids = [i for i, _ in window]
         # Relationships need only ids: ask the graph for the likely hits (the first ``limit``)
         # while PostgreSQL hydrates, instead of after it. Both are single round trips of similar
@@ -506,7 +515,7 @@ class QueryEngine:
             and not (q.since and m.created_at < q.since)
             and not (q.until and m.created_at >= q.until)
         ]
-        live = self._in_context(self._entities_named(q, live), before)
+        live = self._in_context(self._entities_named(q, live), turns)
         newest = max((m.created_at for m, _ in live), default=None)
         band = spread([s["relevance"] for _, s in live if "relevance" in s])
         hits: list[Hit] = []
@@ -533,16 +542,15 @@ class QueryEngine:
         self._relationships(hits, ctx, early)
         return hits
 
-    def _context(
-        self, q: MemoryQuery, window: Ranked, ctx: QueryContext
-    ) -> tuple[Ranked, dict[uuid.UUID, list[uuid.UUID]]]:
+    def _context(self, q: MemoryQuery, window: Ranked, ctx: QueryContext) -> tuple[Ranked, _Turns]:
         """For a text ranking: the candidates, with the memories written just after one of them
         added at the floor of their relevance, and per memory the candidates written just before
         it, its context (``query/turns.py``). The context's other memories are no candidates and
         would score the floor anyway. No memory is added under a graph filter or a threshold,
         which the neighbours were not checked against: there the context only reorders."""
-        if self.context_turns == 0 or q.text is None or not window or not all("relevance" in s for _, s in window):
-            return window, {}
+        ranking = all("relevance" in s and "rrf" not in s for _, s in window)  # not ``or``'s ranks
+        if self.context_turns == 0 or q.text is None or not window or not ranking:
+            return window, _Turns()
         ids = [i for i, _ in window]
         following = ctx.call(
             "postgres.context",
@@ -551,25 +559,28 @@ class QueryEngine:
             lambda: self.relational.following(q, ids, turns=self.context_turns),
             rows_in=len(ids),
         )
-        before: dict[uuid.UUID, list[uuid.UUID]] = {}
+        turns = _Turns()
         for mid, after in following.items():
             for n in after:
-                before.setdefault(n, []).append(mid)
+                turns.before.setdefault(n, []).append(mid)
         if q.graph is not None or q.threshold is not None:
-            return window, before
+            return window, turns
+        turns.added = turns.before.keys() - set(ids)
         floor = min(s["relevance"] for _, s in window)
-        added = sorted(before.keys() - set(ids))
-        return [*window, *((n, {"relevance": floor}) for n in added)], before
+        return [*window, *((n, {"relevance": floor}) for n in sorted(turns.added))], turns
 
     @staticmethod
-    def _in_context(live: Scored, before: dict[uuid.UUID, list[uuid.UUID]]) -> Scored:
+    def _in_context(live: Scored, turns: _Turns) -> Scored:
         """The candidates that their context lifts get the passage's relevance (``turns.in_context``)
-        and ``context``, the same figure, in their scores."""
-        if not before:
+        and ``context``, the same figure, in their scores; an added memory that its context did
+        not lift is dropped (neither leg returned it)."""
+        if not turns.before:
             return live
-        lifted = in_context({m.id: s["relevance"] for m, s in live}, before)
+        lifted = in_context({m.id: s["relevance"] for m, s in live}, turns.before)
         return [
-            (m, {**s, "relevance": lifted[m.id], "context": lifted[m.id]} if m.id in lifted else s) for m, s in live
+            (m, {**s, "relevance": lifted[m.id], "context": lifted[m.id]} if m.id in lifted else s)
+            for m, s in live
+            if m.id in lifted or m.id not in turns.added
         ]
 
     @staticmethod

@@ -191,8 +191,13 @@ def test_relational_vector_pushdown(world: tuple[MemoryClient, dict[str, Memory]
     client, data = world
     r = client.query(MemoryQuery(text="latency problems", agent_id="a1", where=[Where.parse("kind = ticket")]))
     assert names(data, r) == ["m6"]
-    # nothing pulled up first: PostgreSQL's other step is the lexical leg, under the same where clause
-    assert [s.name for s in r.steps if s.store == "postgres"] == ["lexical.search", "postgres.hydrate"]
+    # nothing pulled up first: PostgreSQL's other steps are the lexical leg, under the same where
+    # clause, and the candidates' following turns under it too (the conversational context)
+    assert [s.name for s in r.steps if s.store == "postgres"] == [
+        "lexical.search",
+        "postgres.context",
+        "postgres.hydrate",
+    ]
     r = client.query(MemoryQuery(text="rollback", agent_id="a1", where=[Where.parse("sentiment < 0")]))
     assert set(names(data, r)) == {"m2", "m3", "m5"}
 
@@ -575,3 +580,32 @@ def test_lexical_common_word_sets_are_read_newest_first_without_statistics(
     # on a hypertable one backward scan per chunk (of that chunk's memories_live_scope), in time order
     assert plan.count("memories_live_scope on") >= 3 and "Index Scan Backward" in plan, plan
     assert "memories_tsv" not in plan and "Seq Scan" not in plan, plan
+
+
+def test_following_turns_are_the_next_live_memories_in_scope(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
+    """The conversational context's statement (``RelationalQueries.following``): per memory, the
+    next memories of its agent by ``created_at`` (ties by id), live and in the query's scope."""
+    client, _ = world
+    rel = client.engine.relational
+    agent = "ctx"
+    start = NOW - timedelta(days=3)
+    turns = [
+        Memory(agent_id=agent, text=f"turn {n}", created_at=start + timedelta(minutes=n), metadata={"n": n})
+        for n in range(6)
+    ]
+    twin = Memory(agent_id=agent, text="turn 2 twin", created_at=turns[2].created_at, metadata={"n": 2})
+    elsewhere = Memory(agent_id="ctx-other", text="turn 0 elsewhere", created_at=turns[0].created_at)
+    client.add([*turns, twin, elsewhere], extract=False)
+    client.forget([turns[3].id])
+    first, second = sorted([turns[2], twin], key=lambda m: str(m.id))
+    q = MemoryQuery(text="turn", agent_id=agent)
+    got = rel.following(q, [turns[0].id, turns[4].id, turns[5].id], turns=2)
+    # equal created_at: the lower id first; the deleted turn is skipped; the last has none
+    assert got == {turns[0].id: [turns[1].id, first.id], turns[4].id: [turns[5].id], turns[5].id: []}
+    assert set(rel.following(q, [turns[1].id], turns=3)[turns[1].id]) == {first.id, second.id, turns[4].id}
+    # the query's scope: a time range, where clauses; another agent's memory is never a neighbour
+    until = MemoryQuery(text="turn", agent_id=agent, until=turns[2].created_at)
+    assert rel.following(until, [turns[0].id], turns=3) == {turns[0].id: [turns[1].id]}
+    odd = MemoryQuery(text="turn", agent_id=agent, where=[Where.parse("n in [1, 5]")])
+    assert rel.following(odd, [turns[0].id], turns=3) == {turns[0].id: [turns[1].id, turns[5].id]}
+    assert rel.following(MemoryQuery(text="turn"), [elsewhere.id], turns=9) == {elsewhere.id: []}

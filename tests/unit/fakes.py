@@ -144,6 +144,23 @@ class FakeRelational:
         ]
         return sorted([s for s in scored if s[1] > 0], key=lambda s: -s[1])[:limit]
 
+    def following(
+        self, q: MemoryQuery, ids: Sequence[uuid.UUID], *, turns: int, with_where: bool = True
+    ) -> dict[uuid.UUID, list[uuid.UUID]]:
+        self.calls("following", ids=list(ids), turns=turns)
+        out: dict[uuid.UUID, list[uuid.UUID]] = {}
+        for i in ids:
+            c = self.world.memories[i]
+            later = [
+                m
+                for m in self.world.memories.values()
+                if in_scope(m, q, with_where=with_where)
+                and m.agent_id == c.agent_id
+                and (m.created_at, str(m.id)) > (c.created_at, str(c.id))
+            ]
+            out[i] = [m.id for m in sorted(later, key=lambda m: (m.created_at, str(m.id)))[:turns]]
+        return out
+
     def mentions(self, q: MemoryQuery, entity_type: str, entity_name: str, *, limit: int) -> list[uuid.UUID]:
         self.calls("mentions", entity=(entity_type, entity_name), limit=limit)
         rows = [

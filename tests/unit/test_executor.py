@@ -97,13 +97,15 @@ def test_vector_plan_is_one_search_then_hydration(world: World) -> None:
         "embed.query",
         "vector.search",
         "fuse",
+        "postgres.context",
         "graph.relationships",
         "postgres.hydrate",
     ]
     (search,) = s.vectors.calls.args("search")
     assert search["filter"].agent_id == "a" and search["filter"].meta[0].key == "sentiment"
     # nothing pulled up from PostgreSQL first: its one call is the lexical leg, scoped the same way
-    assert s.relational.calls.names() == ["lexical"]
+    # (then the candidates' conversational context, query/turns.py)
+    assert s.relational.calls.names() == ["lexical", "following"]
     (lexical,) = s.relational.calls.args("lexical")
     assert lexical["where"] == search_where(r) and lexical["ids"] is None
     assert r.plan == "vector+lexical(pushdown: agent, meta.sentiment <)" and r.degraded == []
@@ -116,8 +118,67 @@ def search_where(r: QueryResult) -> list[Where]:
 
 def test_answers_match_brute_force(world: World) -> None:
     s = Stack(world)
+    s.engine.context_turns = 0  # each memory ranked alone: the dense leg's own order
     q = MemoryQuery(text="rollback of payments", agent_id="a", decay=False, retrieval="dense")
     assert [h.id for h in s.engine.run(q).hits] == cosine_rank(world, q)
+
+
+def conversation(agent: str = "a") -> list[Memory]:
+    """Six turns a minute apart: the talk, a reply, its topic (which names neither), then chatter."""
+    lines = [
+        ("my talk got accepted at kubecon", ALICE),
+        ("amazing what is the subject", BOB),
+        ("cutting build times in half", ALICE),
+        ("lunch is pizza today", BOB),
+        ("the printer jammed", ALICE),
+        ("kubecon tickets are expensive", BOB),
+    ]
+    start = NOW - timedelta(days=1)
+    return [
+        Memory(text=t, agent_id=agent, created_at=start + timedelta(minutes=n), entities=[who])
+        for n, (t, who) in enumerate(lines)
+    ]
+
+
+def test_a_turn_is_read_with_the_turns_before_it() -> None:
+    world = World()
+    turns = conversation()
+    world.add(*turns)
+    s = Stack(world)
+    q = MemoryQuery(text="kubecon talk", agent_id="a", retrieval="lexical")
+    r = s.engine.run(q)
+    ranked = [h.memory.text for h in r.hits]
+    # neither leg returns the topic: it joins as the talk's next turn, lifted by the talk
+    assert "cutting build times in half" in ranked
+    topic = next(h for h in r.hits if h.memory.text == "cutting build times in half")
+    assert "lexical" not in topic.scores and topic.scores["context"] == topic.scores["relevance"]
+    # the turn that gives the context stays ahead of the turns it lifts; a memory more than two
+    # turns after any hit, which no leg returned, does not join
+    assert ranked.index("my talk got accepted at kubecon") < ranked.index("cutting build times in half")
+    assert "the printer jammed" not in ranked
+    (following,) = s.relational.calls.args("following")
+    assert following["turns"] == 2 and set(following["ids"]) == {turns[0].id, turns[5].id}
+    # off: each memory ranked alone, nothing joins, no extra statement
+    s.engine.context_turns = 0
+    alone = s.engine.run(q)
+    assert [h.memory.text for h in alone.hits] == [t for t in ranked if t in {turns[0].text, turns[5].text}]
+    assert "postgres.context" not in [st.name for st in alone.steps]
+
+
+def test_the_context_stays_in_the_query_scope() -> None:
+    world = World()
+    turns = conversation()
+    world.add(*turns, *conversation("other"))
+    s = Stack(world)
+    # a time range that ends before the topic: the turn after the talk is out of scope
+    until = turns[2].created_at
+    r = s.engine.run(MemoryQuery(text="kubecon talk", agent_id="a", until=until, retrieval="lexical"))
+    assert {h.memory.text for h in r.hits} <= {turns[0].text, turns[1].text}
+    assert all(h.memory.agent_id == "a" for h in r.hits)
+    # under a graph filter nothing joins (the neighbours were not checked against it): every hit
+    # is one of the graph's memories (Bob's turns), which the context only reorders
+    g = s.engine.run(MemoryQuery(text="kubecon subject", agent_id="a", graph=GraphFilter(BOB)))
+    assert {h.memory.text for h in g.hits} == {turns[1].text, turns[3].text, turns[5].text}
 
 
 def test_postgres_is_the_truth_at_hydration(world: World) -> None:
@@ -139,8 +200,9 @@ def test_vector_store_down_falls_back_to_full_text(world: World) -> None:
     assert texts(r)[:2] == ["alice rollback of payments finished", "alice started the rollback of payments"]
     failed = next(st for st in r.steps if st.name == "vector.search")
     assert failed.status == "failed" and "no answer" in (failed.error or "")
-    assert [st.name for st in r.steps][-3:] == ["fuse", "graph.relationships", "postgres.hydrate"]
-    assert all(set(h.scores) >= {"lexical", "relevance"} and "vector" not in h.scores for h in r.hits)
+    assert [st.name for st in r.steps][-4:] == ["fuse", "postgres.context", "graph.relationships", "postgres.hydrate"]
+    # every hit is the lexical leg's, or a turn written just after one of them that it lifted
+    assert all(set(h.scores) & {"lexical", "context"} and "vector" not in h.scores for h in r.hits)
     dense = s.engine.run(MemoryQuery(text="rollback payments", agent_id="a", retrieval="dense"))
     assert dense.hits and "fallback.lexical" in [st.name for st in dense.steps]  # asked for now
     raw = s.engine.run(MemoryQuery(vector=EMBEDDER.embed_query("rollback").tolist(), agent_id="a"))
