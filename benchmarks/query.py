@@ -288,9 +288,19 @@ class Env:
         self.client.close()
 
 
-def open_env(pg_dsn: str, neo4j_uri: str, neo4j_password: str | None, vec_dir: Path, *, timeout_s: float = 15.0) -> Env:
+def open_env(
+    pg_dsn: str,
+    neo4j_uri: str,
+    neo4j_password: str | None,
+    vec_dir: Path,
+    *,
+    timeout_s: float = 15.0,
+    retrieval: Retrieval = "dense",
+) -> Env:
     """A ``MemoryClient`` whose stack holds Qdrant Edge and Neo4j (the cluster profile would open a
-    Qdrant server; the composition is otherwise the client's own, engine included)."""
+    Qdrant server; the composition is otherwise the client's own, engine included). ``retrieval``
+    dense ranks like the other methods: each memory by its own cosine, without the conversational
+    context (``[query] context_turns = 0``); hybrid is the engine's default ranking."""
     settings = load_settings(
         Path(os.devnull),
         profile="cluster",
@@ -298,7 +308,7 @@ def open_env(pg_dsn: str, neo4j_uri: str, neo4j_password: str | None, vec_dir: P
         postgres={"dsn": pg_dsn, "connect_timeout_s": 5},
         neo4j={"uri": neo4j_uri, "password": neo4j_password or None, "timeout_s": timeout_s},
         embedder={"kind": "hash"},
-        query={"store_timeout_s": timeout_s},
+        query={"store_timeout_s": timeout_s, **({"context_turns": 0} if retrieval == "dense" else {})},
         # The metadata keys the relational+vector queries filter on, indexed as an operator would
         # (README, [qdrant] indexed_metadata); added to an existing collection on --reuse.
         qdrant={"indexed_metadata": INDEXED_METADATA},
@@ -403,7 +413,8 @@ def make_queries(
 
     ``retrieval`` dense (the default) ranks text by the vector leg alone, like the naive and
     unchunked methods, so that every method must give the same answer; hybrid (the engine's
-    default) adds the lexical leg, whose cost is the difference in (a) between the two runs.
+    default) adds the lexical leg and the conversational context (``open_env``), whose cost is the
+    difference in (a) between the two runs.
     """
     rng = np.random.default_rng(seed + 1)
     agent = ds.agent
@@ -869,7 +880,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         state_dir.mkdir(parents=True)
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
-    env = open_env(f"{base}/{db}", neo_uri, neo_pw, state_dir / "vectors")
+    env = open_env(f"{base}/{db}", neo_uri, neo_pw, state_dir / "vectors", retrieval=args.retrieval)
     ok = False
     try:
         if not args.reuse:

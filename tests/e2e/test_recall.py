@@ -6,7 +6,8 @@ and turns whose speaker is only an entity with terse queries). The floors sit a 
 the measured figures, so a change that makes ranking worse fails here, and the relations the
 design promises are asserted directly: fusing the legs beats either leg alone, reading a turn with
 the turns before it beats ranking it alone, the default ranks every question exactly as
-``--half-life off`` (recency is opt-in), and the opt-in recency preference costs no relevance. Figures on the full splits: benchmarks/recall.py.
+``--half-life off`` (recency is opt-in), and the opt-in recency preference costs no relevance.
+Figures on the full splits: benchmarks/recall.py.
 """
 
 from __future__ import annotations
