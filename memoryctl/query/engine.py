@@ -53,7 +53,7 @@ from memoryctl.query.plan import (
 from memoryctl.query.ports import MemoryRows, RecallLog, RelationalReads
 from memoryctl.query.results import Hit, QueryResult
 from memoryctl.query.spec import MemoryQuery
-from memoryctl.query.turns import CONTEXT_TURNS, in_context
+from memoryctl.query.turns import CONTEXT_TURNS, CONTEXT_WITHIN, in_context
 from memoryctl.stores import names
 from memoryctl.stores.protocols import GraphStore, VectorStore
 
@@ -555,8 +555,8 @@ class QueryEngine:
         following = ctx.call(
             "postgres.context",
             names.POSTGRES,
-            {"ids": len(ids), "turns": self.context_turns},
-            lambda: self.relational.following(q, ids, turns=self.context_turns),
+            {"ids": len(ids), "turns": self.context_turns, "within_s": CONTEXT_WITHIN.total_seconds()},
+            lambda: self.relational.following(q, ids, turns=self.context_turns, within=CONTEXT_WITHIN),
             rows_in=len(ids),
         )
         turns = _Turns()

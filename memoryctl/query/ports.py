@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from memoryctl.model import Memory
@@ -43,10 +43,10 @@ class RelationalReads(Protocol):
         ...
 
     def following(
-        self, q: MemoryQuery, ids: Sequence[uuid.UUID], *, turns: int, with_where: bool = True
+        self, q: MemoryQuery, ids: Sequence[uuid.UUID], *, turns: int, within: timedelta, with_where: bool = True
     ) -> dict[uuid.UUID, list[uuid.UUID]]:
-        """Per memory of ``ids``: the ``turns`` live memories in scope of its agent written just
-        after it (the turns it is the conversational context of)."""
+        """Per memory of ``ids``: the ``turns`` live memories in scope of its agent written next
+        after it, at most ``within`` later (the turns it is the conversational context of)."""
         ...
 
     def mentions(self, q: MemoryQuery, entity_type: str, entity_name: str, *, limit: int) -> list[uuid.UUID]:

@@ -11,7 +11,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg import Connection, sql
@@ -128,20 +128,22 @@ class RelationalQueries:
             return [(r["id"], float(r["score"])) for r in conn.execute(query, ranked_params)]
 
     def following(
-        self, q: MemoryQuery, ids: Sequence[uuid.UUID], *, turns: int, with_where: bool = True
+        self, q: MemoryQuery, ids: Sequence[uuid.UUID], *, turns: int, within: timedelta, with_where: bool = True
     ) -> dict[uuid.UUID, list[uuid.UUID]]:
-        """Per memory of ``ids``: the ``turns`` memories of its agent written just after it (ties in
-        ``created_at`` broken by id), among the live memories in the query's scope: the turns that
-        a candidate is the conversational context of (``query/turns.py``). One index range read per
-        memory (``memories_live_scope``: agent, created_at)."""
+        """Per memory of ``ids``: the ``turns`` memories of its agent written next after it, later
+        but at most ``within`` later (ties among them broken by id), among the live memories in
+        the query's scope: the turns that a candidate is the conversational context of
+        (``query/turns.py``). One index range read per memory (``memories_live_scope``: agent,
+        created_at)."""
         cond, params = scope_sql(q, with_where=with_where)
         query = sql.SQL(
             "SELECT c.id AS id, x.id AS near FROM memories c CROSS JOIN LATERAL"
-            " (SELECT id FROM memories WHERE {} AND agent_id = c.agent_id AND (created_at, id) > (c.created_at, c.id)"
+            " (SELECT id FROM memories WHERE {} AND agent_id = c.agent_id"
+            " AND created_at > c.created_at AND created_at <= c.created_at + %s"
             " ORDER BY created_at, id LIMIT %s) x WHERE c.id = ANY(%s)"
         ).format(cond)
         found: dict[uuid.UUID, list[uuid.UUID]] = {i: [] for i in ids}
-        for r in self._rows(query, [*params, turns, list(ids)]):
+        for r in self._rows(query, [*params, within, turns, list(ids)]):
             found[r["id"]].append(r["near"])
         return found
 

@@ -584,7 +584,8 @@ def test_lexical_common_word_sets_are_read_newest_first_without_statistics(
 
 def test_following_turns_are_the_next_live_memories_in_scope(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
     """The conversational context's statement (``RelationalQueries.following``): per memory, the
-    next memories of its agent by ``created_at`` (ties by id), live and in the query's scope."""
+    next memories of its agent, later by at most ``within`` (ties among them by id), live and in
+    the query's scope; a memory written at the same instant has no order and is none of them."""
     client, _ = world
     rel = client.engine.relational
     agent = "ctx"
@@ -594,18 +595,22 @@ def test_following_turns_are_the_next_live_memories_in_scope(world: tuple[Memory
         for n in range(6)
     ]
     twin = Memory(agent_id=agent, text="turn 2 twin", created_at=turns[2].created_at, metadata={"n": 2})
+    late = Memory(agent_id=agent, text="the next day", created_at=start + timedelta(days=1))
     elsewhere = Memory(agent_id="ctx-other", text="turn 0 elsewhere", created_at=turns[0].created_at)
-    client.add([*turns, twin, elsewhere], extract=False)
+    client.add([*turns, twin, late, elsewhere], extract=False)
     client.forget([turns[3].id])
     first, second = sorted([turns[2], twin], key=lambda m: str(m.id))
+    hour = timedelta(hours=1)
     q = MemoryQuery(text="turn", agent_id=agent)
-    got = rel.following(q, [turns[0].id, turns[4].id, turns[5].id], turns=2)
-    # equal created_at: the lower id first; the deleted turn is skipped; the last has none
-    assert got == {turns[0].id: [turns[1].id, first.id], turns[4].id: [turns[5].id], turns[5].id: []}
-    assert set(rel.following(q, [turns[1].id], turns=3)[turns[1].id]) == {first.id, second.id, turns[4].id}
+    got = rel.following(q, [turns[0].id, turns[2].id, turns[5].id], turns=2, within=hour)
+    # equal created_at: the lower id first; the deleted turn is skipped; the twin written at the
+    # same instant as turn 2 follows neither it nor is followed by it; the next day is too late
+    assert got == {turns[0].id: [turns[1].id, first.id], turns[2].id: [turns[4].id, turns[5].id], turns[5].id: []}
+    assert rel.following(q, [turns[1].id], turns=3, within=hour)[turns[1].id] == [first.id, second.id, turns[4].id]
+    assert rel.following(q, [turns[5].id], turns=2, within=timedelta(days=2)) == {turns[5].id: [late.id]}
     # the query's scope: a time range, where clauses; another agent's memory is never a neighbour
     until = MemoryQuery(text="turn", agent_id=agent, until=turns[2].created_at)
-    assert rel.following(until, [turns[0].id], turns=3) == {turns[0].id: [turns[1].id]}
+    assert rel.following(until, [turns[0].id], turns=3, within=hour) == {turns[0].id: [turns[1].id]}
     odd = MemoryQuery(text="turn", agent_id=agent, where=[Where.parse("n in [1, 5]")])
-    assert rel.following(odd, [turns[0].id], turns=3) == {turns[0].id: [turns[1].id, turns[5].id]}
-    assert rel.following(MemoryQuery(text="turn"), [elsewhere.id], turns=9) == {elsewhere.id: []}
+    assert rel.following(odd, [turns[0].id], turns=3, within=hour) == {turns[0].id: [turns[1].id, turns[5].id]}
+    assert rel.following(MemoryQuery(text="turn"), [elsewhere.id], turns=9, within=hour) == {elsewhere.id: []}

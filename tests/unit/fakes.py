@@ -14,7 +14,7 @@ import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -145,9 +145,9 @@ class FakeRelational:
         return sorted([s for s in scored if s[1] > 0], key=lambda s: -s[1])[:limit]
 
     def following(
-        self, q: MemoryQuery, ids: Sequence[uuid.UUID], *, turns: int, with_where: bool = True
+        self, q: MemoryQuery, ids: Sequence[uuid.UUID], *, turns: int, within: timedelta, with_where: bool = True
     ) -> dict[uuid.UUID, list[uuid.UUID]]:
-        self.calls("following", ids=list(ids), turns=turns)
+        self.calls("following", ids=list(ids), turns=turns, within=within)
         out: dict[uuid.UUID, list[uuid.UUID]] = {}
         for i in ids:
             c = self.world.memories[i]
@@ -156,7 +156,7 @@ class FakeRelational:
                 for m in self.world.memories.values()
                 if in_scope(m, q, with_where=with_where)
                 and m.agent_id == c.agent_id
-                and (m.created_at, str(m.id)) > (c.created_at, str(c.id))
+                and c.created_at < m.created_at <= c.created_at + within
             ]
             out[i] = [m.id for m in sorted(later, key=lambda m: (m.created_at, str(m.id)))[:turns]]
         return out
