@@ -60,6 +60,7 @@ only fits the dev conversations shows up. Deterministic: the same split gives th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -73,7 +74,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,16 @@ def memories(conv: Conversation, *, said: str = SAID) -> list[Memory]:
             )
         )
     return out
+
+
+def session_stamped(conv: Conversation) -> Conversation:
+    """``conv`` with every turn stamped with its session's first time: what a loader without
+    per-turn times writes (the turns of a session then have no order but their ids)."""
+    first: dict[int, datetime] = {}
+    for t in conv.turns:
+        first.setdefault(t.session, t.created_at)
+    turns = [dataclasses.replace(t, created_at=first[t.session]) for t in conv.turns]
+    return dataclasses.replace(conv, turns=turns)
 
 
 @contextmanager
@@ -476,6 +487,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--said", default=SAID, help="relationship type from speaker to turn")
     ap.add_argument("--embedder", help="embedder kind instead of the configured one (local, onnx, minilm)")
     ap.add_argument("--by-kind", action="store_true", help="also one table per question kind")
+    ap.add_argument(
+        "--session-stamped",
+        action="store_true",
+        help="every turn written with its session's time, as a loader without per-turn times would",
+    )
     ap.add_argument("--json", action="store_true")
     ap.add_argument(
         "--rescore",
@@ -515,6 +531,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with open_client(args.profile, args.embedder) as client:
         for split in splits:
             convs = conversations.split(split)
+            if args.session_stamped:
+                convs = [session_stamped(c) for c in convs]
             load_s = load(client, convs, said=args.said)
             fns = methods(client, convs, said=args.said, second=second)
             overall, by_kind = evaluate(convs, fns, names)
