@@ -334,12 +334,17 @@ class MemoryClient:
         return self.stack.runs.recent(command=command, limit=limit)
 
     def reconcile(
-        self, *, agent_id: str | None = None, repair: bool = False, progress: Callable[[int], None] | None = None
+        self,
+        *,
+        agent_id: str | None = None,
+        repair: bool = False,
+        progress: Callable[[int], None] | None = None,
+        stores: Sequence[str] = ("vector", "graph"),
     ) -> ReconcileReport:
-        """Compare PostgreSQL with the vector store and the graph; repair what is found with ``repair``."""
+        """Compare PostgreSQL with the vector store and/or the graph; repair what is found with ``repair``."""
         from memoryctl.ops.reconcile import reconcile
 
-        return reconcile(self.stack, agent_id=agent_id, repair=repair, progress=progress)
+        return reconcile(self.stack, agent_id=agent_id, repair=repair, progress=progress, stores=stores)
 
     def migrate_model(self, action: str, **options: Any) -> MigrationReport:
         """``migrate`` (``target=EmbedderSettings``), ``rollback``, ``cleanup`` (``grace=``) or

@@ -89,29 +89,53 @@ class Deliverer:
         batch: int = 256,
         max_batches: int | None = None,
         targets: Sequence[str] = ("vector", "graph"),
+        wait_held_s: float | None = None,
     ) -> DeliveryReport:
-        """Drain due outbox rows (all, or only those of ``memory_ids``), target by target."""
+        """Drain due outbox rows (all, or only those of ``memory_ids``), target by target.
+
+        Rows another delivery holds are skipped, so parallel drains never wait on each other. A
+        caller that must know whether its ``memory_ids`` landed (reconcile's repair: cron's own
+        reconcile or ``sync`` may be delivering the same ids) passes ``wait_held_s``: after the
+        skipping passes, one waiting pass outlasts the other delivery, then delivers what it left.
+        """
         report = DeliveryReport()
         start = time.perf_counter()
+        waits: list[float | None] = [None] if wait_held_s is None or memory_ids is None else [None, wait_held_s]
         for target in targets:
-            n = 0
-            while max_batches is None or n < max_batches:
-                n += 1
-                try:
-                    done = self._one_batch(target, batch, memory_ids)
-                except MemoryctlError as exc:
-                    report.failed[target] = exc.message
-                    break
-                if done == 0:
-                    break
+            for wait_s in waits:
+                done, error = self._drain(target, batch, max_batches, memory_ids, wait_s)
                 report.delivered[target] += done
+                if error is not None:
+                    report.failed[target] = error.message
+                    break
         report.seconds = time.perf_counter() - start
         return report
 
-    def _one_batch(self, target: str, limit: int, memory_ids: Sequence[uuid.UUID] | None) -> int:
+    def _drain(
+        self,
+        target: str,
+        batch: int,
+        max_batches: int | None,
+        memory_ids: Sequence[uuid.UUID] | None,
+        wait_s: float | None,
+    ) -> tuple[int, MemoryctlError | None]:
+        """Batches until none is left (or ``max_batches``): memories delivered, and the error that stopped it."""
+        total = n = 0
+        while max_batches is None or n < max_batches:
+            n += 1
+            try:
+                done = self._one_batch(target, batch, memory_ids, wait_s)
+            except MemoryctlError as exc:
+                return total, exc
+            if done == 0:
+                break
+            total += done
+        return total, None
+
+    def _one_batch(self, target: str, limit: int, memory_ids: Sequence[uuid.UUID] | None, wait_s: float | None) -> int:
         failure: MemoryctlError | None = None
         failed_items: list[OutboxItem] = []
-        with self.records.claim(target, limit=limit, memory_ids=memory_ids) as items:
+        with self.records.claim(target, limit=limit, memory_ids=memory_ids, wait_s=wait_s) as items:
             if not items:
                 return 0
             try:

@@ -98,7 +98,8 @@ def restore(
     catch_up: Annotated[
         bool,
         typer.Option(
-            help="Afterwards deliver the outbox and what changed since the snapshot (sync, reconcile --repair)."
+            help="Afterwards deliver the outbox and what changed since the snapshot (sync, then reconcile --repair"
+            " of the vector store)."
         ),
     ] = True,
     as_json: Annotated[bool, typer.Option("--json")] = False,
@@ -109,7 +110,8 @@ def restore(
     left = 0
     if catch_up:
         client.sync()  # writes that waited in the outbox while the collection was gone
-        report = client.reconcile(repair=True)  # and what the snapshot predates
+        # ... and what the snapshot predates: the vector store only (the graph is `rebuild graph`'s).
+        report = client.reconcile(repair=True, stores=("vector",))
         result["catch_up"] = {"repaired": sum(s.repaired for s in report.stores.values()), "left": report.unrepaired}
         left = report.unrepaired
     if as_json:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 class Stores(Protocol):
     settings: Settings
     unavailable: dict[str, str]  # store name -> why it could not be opened
+    store_names: dict[str, str]  # "vector"/"graph" -> the store's name in reports
 
     @property
     def pool(self) -> Pool: ...

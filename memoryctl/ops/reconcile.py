@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 CATEGORIES = ("orphan", "missing", "stale")
 TARGET_OF = {"vector": "vector", "graph": "graph"}
 SAMPLES = 10
+# How long a repair waits for outbox rows another delivery holds (cron's `sync` or reconcile
+# delivering the same ids) before it reports them as not repaired.
+HELD_WAIT_S = 120.0
 
 
 @dataclass(slots=True)
@@ -303,7 +306,7 @@ class Reconciler:
         self.records.enqueue(ids, "upsert")
         targets = [t for t in ("vector", "graph") if t in report.stores and (t != "vector" or vector_ok)]
         result = Deliverer(self.records, self.vectors, self.graph, self.embedder).deliver(
-            memory_ids=ids, targets=targets
+            memory_ids=ids, targets=targets, wait_held_s=HELD_WAIT_S
         )
         report.delivery.merge(result)
         for target, why in result.failed.items():
@@ -346,14 +349,17 @@ def reconcile(
     repair: bool = False,
     progress: Callable[[int], None] | None = None,
     page: int = 2000,
+    stores: Sequence[str] = ("vector", "graph"),
 ) -> ReconcileReport:
-    """Reconcile the stack's stores, recording the run in ``maintenance_runs``."""
-    vectors = stack.vectors()
-    graph = stack.graph()
-    skipped = {name: why for name, why in stack.unavailable.items() if name != names.POSTGRES}
+    """Reconcile the stack's stores (``stores``: which of "vector" and "graph"), recording the run in
+    ``maintenance_runs``."""
+    vectors = stack.vectors() if "vector" in stores else None
+    graph = stack.graph() if "graph" in stores else None
+    wanted = {stack.store_names[s] for s in stores}
+    skipped = {name: why for name, why in stack.unavailable.items() if name != names.POSTGRES and name in wanted}
     embedder = stack.embedder if vectors is not None else None
     with recorded_run(stack.runs, "reconcile") as rec:
-        rec.details = {"agent_id": agent_id, "repair": repair}
+        rec.details = {"agent_id": agent_id, "repair": repair, "stores": list(stores)}
         report = Reconciler(
             stack.records,
             vectors,

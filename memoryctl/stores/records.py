@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from psycopg import Connection
+import psycopg
+from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
+from memoryctl.errors import StoreError
 from memoryctl.model import EntityRef, Memory, node_from_json
 from memoryctl.stores import lexical_terms, names
 from memoryctl.stores.pg import Pool, pg_errors
@@ -245,23 +247,45 @@ class RecordStore:
     # ---- outbox -------------------------------------------------------------------------------
     @contextmanager
     def claim(
-        self, target: str, *, limit: int, memory_ids: Sequence[uuid.UUID] | None = None
+        self,
+        target: str,
+        *,
+        limit: int,
+        memory_ids: Sequence[uuid.UUID] | None = None,
+        wait_s: float | None = None,
     ) -> Iterator[list[OutboxItem]]:
         """Lock a batch of due outbox rows; they are deleted if the block finishes without error.
 
-        ``SKIP LOCKED`` lets several ``sync`` processes drain in parallel without double work.
+        ``SKIP LOCKED`` lets several ``sync`` processes drain in parallel without double work. With
+        ``wait_s`` the claim waits (up to that long) for rows another delivery holds instead: when
+        that delivery commits, the rows it delivered are gone and the ones it deferred are no longer
+        due (PostgreSQL re-checks the condition on the new row version), so what is claimed is
+        exactly what is still to do — a caller that must know whether *its* ids landed asks this.
         """
+        lock = sql.SQL("FOR UPDATE SKIP LOCKED" if wait_s is None else "FOR UPDATE")
         with pg_errors(), self.pool.connection() as conn, conn.transaction():
-            rows = conn.execute(
-                "SELECT id, memory_id, op, attempts FROM outbox WHERE target = %s AND next_attempt_at <= now()"
-                " AND (%s::uuid[] IS NULL OR memory_id = ANY(%s)) ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED",
-                (
-                    target,
-                    list(memory_ids) if memory_ids is not None else None,
-                    list(memory_ids) if memory_ids is not None else None,
-                    limit,
-                ),
-            ).fetchall()
+            if wait_s is not None:
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{int(wait_s * 1000)}ms",))
+            try:
+                rows = conn.execute(
+                    sql.SQL(
+                        "SELECT id, memory_id, op, attempts FROM outbox WHERE target = %s AND next_attempt_at <= now()"
+                        " AND (%s::uuid[] IS NULL OR memory_id = ANY(%s)) ORDER BY id LIMIT %s {lock}"
+                    ).format(lock=lock),
+                    (
+                        target,
+                        list(memory_ids) if memory_ids is not None else None,
+                        list(memory_ids) if memory_ids is not None else None,
+                        limit,
+                    ),
+                ).fetchall()
+            except psycopg.errors.LockNotAvailable:
+                raise StoreError(
+                    names.POSTGRES,
+                    f"{target} outbox rows held by another delivery for more than {wait_s:g} s",
+                    hint="a long `sync`, import or `memoryctl serve` is delivering them; nothing is lost — "
+                    "run the command again when it has finished",
+                ) from None
             items = [OutboxItem(r["id"], r["memory_id"], r["op"], r["attempts"]) for r in rows]
             yield items
             if items:

@@ -243,3 +243,62 @@ def test_delivery_writes_each_batch_in_id_order(cluster: MemoryClient) -> None:
     batches = [vectors.written[i : i + 25] for i in range(0, 60, 25)]
     assert all(b == sorted(b) for b in batches), batches
     assert sorted(vectors.written) == sorted(ids)
+
+
+def _lock_waiters(dsn: str) -> int:
+    """Backends waiting for a row lock on the outbox (a delivery waiting for another one)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM outbox%'"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_delivery_of_named_ids_waits_for_rows_another_delivery_holds(cluster: MemoryClient, pg_dsn: str) -> None:
+    """Reconcile's repair asks whether *its* ids landed; cron's reconcile or sync may hold outbox rows
+    of the same ids. Skipping them made a restore report drift that was being delivered right then
+    (a flaky restore drill): the waiting pass outlasts the holder and sees the truth."""
+    import threading
+    import time
+
+    from memoryctl.delivery import Deliverer, DeliveryReport
+
+    stack = cluster.stack
+    mems = [Memory(id=uuid.uuid4(), agent_id="held", text=f"held memory {i}") for i in range(12)]
+    ids = [m.id for m in mems]
+    cluster.add(mems, deliver=False)  # one graph row per id in the outbox: "the other delivery's"
+    graph = stack.require_graph()
+    deliverer = Deliverer(stack.records, None, graph, None)
+
+    with psycopg.connect(pg_dsn) as holder:
+        held = holder.execute(
+            "SELECT id FROM outbox WHERE target = 'graph' AND memory_id = ANY(%s) FOR UPDATE", (ids,)
+        ).fetchall()
+        assert len(held) == 12
+        stack.records.enqueue(ids, "upsert")  # the repair's own rows for the same ids
+
+        skipping = deliverer.deliver(memory_ids=ids, targets=["graph"])
+        assert skipping.delivered["graph"] == 12 and not skipping.failed  # its own rows went through ...
+        assert stack.records.pending_count(ids)["graph"] == 12  # ... but the held ones look pending
+
+        timed_out = deliverer.deliver(memory_ids=ids, targets=["graph"], wait_held_s=0.3)
+        assert "held by another delivery for more than 0.3 s" in timed_out.failed["graph"]
+        assert stack.records.pending_count(ids)["graph"] == 12  # nothing lost
+
+        stack.records.enqueue(ids[:4], "upsert")  # more of the repair's own rows, then it waits
+        result: list[DeliveryReport] = []
+        waiting = threading.Thread(
+            target=lambda: result.append(deliverer.deliver(memory_ids=ids, targets=["graph"], wait_held_s=60))
+        )
+        waiting.start()
+        deadline = time.monotonic() + 30
+        while _lock_waiters(pg_dsn) == 0 and waiting.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert waiting.is_alive(), "the delivery returned without waiting for the held rows"
+        # The other delivery finishes: it removes the rows it delivered.
+        holder.execute("DELETE FROM outbox WHERE id = ANY(%s)", ([r[0] for r in held],))
+        holder.commit()
+    waiting.join(timeout=60)
+    assert result and not result[0].failed and result[0].delivered["graph"] == 4
+    assert stack.records.pending_count(ids).get("graph", 0) == 0
+    assert {r.id for page in graph.scroll(agent_id="held", batch=100) for r in page} == set(ids)
