@@ -257,7 +257,7 @@ class RecordStore:
         """Lock a batch of due outbox rows; they are deleted if the block finishes without error.
 
         ``SKIP LOCKED`` lets several ``sync`` processes drain in parallel without double work. With
-        ``wait_s`` the claim waits (up to that long) for rows another delivery holds instead: when
+        ``wait_s`` the claim waits (up to that long for each row) for rows another delivery holds instead: when
         that delivery commits, the rows it delivered are gone and the ones it deferred are no longer
         due (PostgreSQL re-checks the condition on the new row version), so what is claimed is
         exactly what is still to do — a caller that must know whether *its* ids landed asks this.
@@ -265,7 +265,8 @@ class RecordStore:
         lock = sql.SQL("FOR UPDATE SKIP LOCKED" if wait_s is None else "FOR UPDATE")
         with pg_errors(), self.pool.connection() as conn, conn.transaction():
             if wait_s is not None:
-                conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{int(wait_s * 1000)}ms",))
+                ms = max(1, round(wait_s * 1000))  # 0 would mean no timeout at all
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{ms}ms",))
             try:
                 rows = conn.execute(
                     sql.SQL(
