@@ -18,7 +18,7 @@ from psycopg import Connection, sql
 
 from memoryctl.query import lexical
 from memoryctl.query.spec import MemoryQuery, Where
-from memoryctl.stores.pg import Pool, pg_errors
+from memoryctl.stores.pg import Pool, pg_errors, set_local_timeout
 
 _CMP = {"=": "=", "!=": "<>", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
@@ -66,8 +66,7 @@ class RelationalQueries:
         statements after that long (the transaction's statement timeout), not the connection's own."""
         with pg_errors(), self.pool.connection() as conn:
             if timeout_s is not None:
-                ms = max(1, round(timeout_s * 1000))  # 0 would mean no timeout at all
-                conn.execute("SELECT set_config('statement_timeout', %s, true)", [f"{ms}ms"])
+                set_local_timeout(conn, "statement_timeout", timeout_s)
             yield conn
 
     def _rows(self, query: sql.Composed, params: Sequence[Any]) -> list[dict[str, Any]]:

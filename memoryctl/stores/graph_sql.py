@@ -35,6 +35,7 @@ from memoryctl.stores.graph_semantics import (
     relationship,
     relationship_sort_key,
 )
+from memoryctl.stores.pg import set_local_timeout
 from memoryctl.stores.protocols import GraphMemory, GraphRecord, GraphTraversal
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -157,9 +158,7 @@ class SqlGraphStore:
             with self._pool.connection(timeout=self._timeout_s) as conn:
                 # Tuple rows whatever the pool's row factory (the record store's pool uses dict rows).
                 with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-                    cur.execute(
-                        "SELECT set_config('statement_timeout', %s, true)", (f"{int(self._timeout_s * 1000)}ms",)
-                    )
+                    set_local_timeout(cur, "statement_timeout", self._timeout_s)
                     return fn(cur)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise self._fail(exc) from exc

@@ -12,7 +12,7 @@ import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 import psycopg
@@ -107,6 +107,16 @@ def pool_from_settings(settings: PostgresSettings, dsn: str | None = None) -> Po
         connect_timeout_s=settings.connect_timeout_s,
         statement_timeout_ms=settings.statement_timeout_ms,
     )
+
+
+def set_local_timeout(
+    conn: psycopg.Connection[Any] | psycopg.Cursor[Any],
+    setting: Literal["statement_timeout", "lock_timeout"],
+    seconds: float,
+) -> None:
+    """PostgreSQL's ``setting`` for the rest of the current transaction only (the pooled connection
+    keeps its own); at least a millisecond, because 0 would mean no timeout at all."""
+    conn.execute("SELECT set_config(%s, %s, true)", (setting, f"{max(1, round(seconds * 1000))}ms"))
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ from psycopg.types.json import Jsonb
 from memoryctl.errors import StoreError
 from memoryctl.model import EntityRef, Memory, node_from_json
 from memoryctl.stores import lexical_terms, names
-from memoryctl.stores.pg import Pool, pg_errors
+from memoryctl.stores.pg import Pool, pg_errors, set_local_timeout
 
 TARGETS = ("vector", "graph")
 
@@ -265,8 +265,7 @@ class RecordStore:
         lock = sql.SQL("FOR UPDATE SKIP LOCKED" if wait_s is None else "FOR UPDATE")
         with pg_errors(), self.pool.connection() as conn, conn.transaction():
             if wait_s is not None:
-                ms = max(1, round(wait_s * 1000))  # 0 would mean no timeout at all
-                conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{ms}ms",))
+                set_local_timeout(conn, "lock_timeout", wait_s)
             try:
                 rows = conn.execute(
                     sql.SQL(
