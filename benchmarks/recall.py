@@ -96,7 +96,7 @@ from memoryctl.query.spec import GraphFilter, MemoryQuery  # noqa: E402
 from memoryctl.stores.protocols import EmbeddingModelInfo  # noqa: E402
 
 K = 10
-METHODS = ("default", "no-decay", "recency", "no-context", "dense", "lexical", "hybrid", "graph", "bm25")
+METHODS = ("default", "no-decay", "recency", "no-context", "with-names", "dense", "lexical", "hybrid", "graph", "bm25")
 RECENCY = timedelta(days=30)  # the ``recency`` method's half-life, the one the README shows
 RESCORE_METHODS = ("rescore", "second")
 SPLITS = ("dev", "test", "general")
@@ -333,6 +333,15 @@ def methods(
         finally:
             engine.context_turns = turns
 
+    def named(q: Question) -> list[uuid.UUID]:
+        """``default`` with ``[query] dense_without_names = false``: the dense leg embeds the
+        whole question, the names of entities it says included (``memoryctl/query/named.py``)."""
+        engine.names_out_of_dense = False
+        try:
+            return ask(q)
+        finally:
+            engine.names_out_of_dense = True
+
     def rescored(q: Question, *, fuse: bool) -> list[uuid.UUID]:
         assert second is not None
         first = first_stage(client, q, second.depth)
@@ -343,6 +352,7 @@ def methods(
         "no-decay": lambda q: ask(q, decay=False),
         "recency": lambda q: ask(q, half_life=RECENCY),
         "no-context": alone,
+        "with-names": named,
         "dense": lambda q: ask(q, decay=False, retrieval="dense"),
         "lexical": lambda q: ask(q, decay=False, retrieval="lexical"),
         "hybrid": lambda q: ask(q, decay=False, retrieval="hybrid"),

@@ -249,6 +249,7 @@ class MemoryClient:
             graph_name=self.stack.store_names["graph"],
             options=PlanOptions(qs.vector_first_min_fanout, qs.vector_first_max_k),
             context_turns=qs.context_turns,
+            names_out_of_dense=qs.dense_without_names,
         )
 
     def query(self, q: MemoryQuery | None = None, /, **fields: Any) -> QueryResult:

@@ -112,7 +112,7 @@ class OpsState:
                     " coalesce(metadata ->> 'conversation_id', agent_id) AS conversation_id"
                     " FROM memories WHERE kind = %s AND deleted_at IS NULL"
                     " AND (%s::timestamptz IS NULL OR created_at > %s)"
-                    " ORDER BY agent_id, coalesce(metadata ->> 'conversation_id', ''), created_at, id",
+                    " ORDER BY agent_id, coalesce(metadata ->> 'conversation_id', ''), created_at, seq, id",
                     (kind, since, since),
                 )
             )

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from memoryctl.errors import MemoryctlError, StoreUnavailable
+from memoryctl.query import named
 from memoryctl.query.context import QueryContext, Running
 from memoryctl.query.fusion import (
     RRF_K,
@@ -107,6 +108,7 @@ class QueryEngine:
         graph_name: str = names.NEO4J,
         options: PlanOptions | None = None,
         context_turns: int = CONTEXT_TURNS,
+        names_out_of_dense: bool = True,
     ) -> None:
         self.rows = rows
         self.relational = relational
@@ -120,6 +122,7 @@ class QueryEngine:
         self.graph_name = graph_name
         self.options = options or PlanOptions()
         self.context_turns = context_turns
+        self.names_out_of_dense = names_out_of_dense
         self._scope: dict[str | None, tuple[float, int]] = {}  # agent -> (monotonic time, points)
 
     # ---- entry --------------------------------------------------------------------------------
@@ -456,12 +459,31 @@ class QueryEngine:
         return ranked
 
     def _embed(self, q: MemoryQuery, embedder: Embedder, ctx: QueryContext) -> list[float]:
-        """Not under the store timeout: a local model's first call loads it (seconds, once per
-        process), and the http embedder enforces its own timeout and retries."""
+        """The question without the names of entities it says (``query/named.py``). Not under the
+        store timeout: a local model's first call loads it (seconds, once per process), and the
+        http embedder enforces its own timeout and retries."""
         assert q.text is not None
-        with ctx.step("embed.query", "embedder", {"model": embedder.info.model_id}):
-            vector: list[float] = embedder.embed_query(q.text).tolist()
+        text = self._dense_text(q, q.text, ctx)
+        detail: dict[str, Any] = {"model": embedder.info.model_id}
+        if text != q.text:
+            detail["text"] = text
+        with ctx.step("embed.query", "embedder", detail):
+            vector: list[float] = embedder.embed_query(text).tolist()
             return vector
+
+    def _dense_text(self, q: MemoryQuery, text: str, ctx: QueryContext) -> str:
+        """What the dense leg embeds: ``text`` without the entity names it says, when anything else
+        is left. A failed lookup costs the answer nothing but this: the whole question is embedded."""
+        if not self.names_out_of_dense:
+            return text
+        try:
+            said = ctx.call(
+                "postgres.names", names.POSTGRES, {"agent": q.agent_id}, lambda: self.relational.names_said(q, text)
+            )
+        except MemoryctlError as exc:
+            ctx.note(f"entity names not looked up ({exc.message}): the dense leg embedded the whole question")
+            return text
+        return named.without(text, said) or text
 
     def _pg_filter(
         self,

@@ -49,6 +49,11 @@ class RelationalReads(Protocol):
         after it, at most ``within`` later (the turns it is the conversational context of)."""
         ...
 
+    def names_said(self, q: MemoryQuery, text: str) -> list[str]:
+        """Names of the scope's entities that ``text`` says as whole words, lower-cased
+        (``query/named.py``): what the dense leg leaves out of the question."""
+        ...
+
     def mentions(self, q: MemoryQuery, entity_type: str, entity_name: str, *, limit: int) -> list[uuid.UUID]:
         """Memories in scope that mention the entity, newest first: the traversal's fallback."""
         ...

@@ -16,7 +16,7 @@ from typing import Any
 
 from psycopg import Connection, sql
 
-from memoryctl.query import lexical
+from memoryctl.query import lexical, named
 from memoryctl.query.spec import MemoryQuery, Where
 from memoryctl.stores.pg import Pool, pg_errors, set_local_timeout
 
@@ -129,22 +129,40 @@ class RelationalQueries:
     def following(
         self, q: MemoryQuery, ids: Sequence[uuid.UUID], *, turns: int, within: timedelta, with_where: bool = True
     ) -> dict[uuid.UUID, list[uuid.UUID]]:
-        """Per memory of ``ids``: the ``turns`` memories of its agent written next after it, later
-        but at most ``within`` later (ties among them broken by id), among the live memories in
-        the query's scope: the turns that a candidate is the conversational context of
-        (``query/turns.py``). One index range read per memory (``memories_live_scope``: agent,
-        created_at)."""
+        """Per memory of ``ids``: the ``turns`` memories of its agent written next after it, in
+        ``(created_at, seq)`` order (time, then the order of writing: schema 0008) and at most
+        ``within`` later, among the live memories in the query's scope: the turns that a
+        candidate is the conversational context of (``query/turns.py``). Memories written at the
+        same instant follow one another in write order; two of them without a write order
+        (written before schema 0008) follow neither way. One index range read per memory
+        (``memories_live_scope``: agent, created_at)."""
         cond, params = scope_sql(q, with_where=with_where)
         query = sql.SQL(
             "SELECT c.id AS id, x.id AS near FROM memories c CROSS JOIN LATERAL"
             " (SELECT id FROM memories WHERE {} AND agent_id = c.agent_id"
-            " AND created_at > c.created_at AND created_at <= c.created_at + %s"
-            " ORDER BY created_at, id LIMIT %s) x WHERE c.id = ANY(%s)"
+            " AND created_at >= c.created_at AND created_at <= c.created_at + %s"
+            " AND (created_at, seq) > (c.created_at, c.seq)"
+            " ORDER BY created_at, seq, id LIMIT %s) x WHERE c.id = ANY(%s)"
         ).format(cond)
         found: dict[uuid.UUID, list[uuid.UUID]] = {i: [] for i in ids}
         for r in self._rows(query, [*params, within, turns, list(ids)]):
             found[r["id"]].append(r["near"])
         return found
+
+    def names_said(self, q: MemoryQuery, text: str) -> list[str]:
+        """The names of entities the agent's live memories carry (every agent's without one) that
+        ``text`` says as whole words, lower-cased (``query/named.py``): primary-key lookups in
+        ``lexical_terms`` (schema 0009), whatever the number of memories."""
+        said = named.grams(text)
+        if not said:
+            return []
+        agent, params = (sql.SQL("agent_id = %s"), [q.agent_id]) if q.agent_id is not None else (sql.SQL("TRUE"), [])
+        query = sql.SQL(
+            "SELECT DISTINCT substr(term, %s) AS name FROM lexical_terms WHERE term = ANY(%s) AND df > 0 AND {}"
+            " ORDER BY 1"
+        ).format(agent)
+        terms = [named.TERM_PREFIX + g for g in said]
+        return [r["name"] for r in self._rows(query, [len(named.TERM_PREFIX) + 1, terms, *params])]
 
     def mentions(self, q: MemoryQuery, entity_type: str, entity_name: str, *, limit: int) -> list[uuid.UUID]:
         """Graph fallback (Neo4j down): memories that mention the entity — one hop, MENTIONS only."""

@@ -1,4 +1,5 @@
-"""The lexical leg's word statistics (table ``lexical_terms``, schema 0007), kept by the writer.
+"""The lexical leg's word statistics (table ``lexical_terms``, schema 0007), kept by the writer,
+and the names of the agent's entities (schema 0009: what ``query/named.py`` looks up).
 
 Every transaction that changes which live memories hold which words (insert, update of a live
 memory, soft delete) changes the per-agent document frequencies by the difference, in the same
@@ -19,11 +20,12 @@ from typing import Any
 
 from psycopg import Connection
 
-_TERMS_OF = "SELECT agent_id, unnest(memoryctl_lexical_terms(tsv) || ''::text) AS term FROM memories WHERE id = ANY(%s)"
+# A memory's terms (schema 0009): its words, its entities' names ('entity ' + name) and ''.
+_TERMS_OF = "SELECT agent_id, unnest(memoryctl_memory_terms(tsv, entities)) AS term FROM memories WHERE id = ANY(%s)"
 
 
 def terms_of(conn: Connection[Any], ids: Sequence[uuid.UUID]) -> list[tuple[str, str]]:
-    """(agent, word) for each word of these memories, and (agent, "") once per memory."""
+    """(agent, term) for each word and entity name of these memories, and (agent, "") once per memory."""
     if not ids:
         return []
     return [(r["agent_id"], r["term"]) for r in conn.execute(_TERMS_OF, (list(ids),))]
@@ -43,7 +45,7 @@ def apply(
     conn.execute(
         "INSERT INTO lexical_terms (agent_id, term, df)"
         " SELECT agent_id, term, sum(d) FROM ("
-        " SELECT agent_id, unnest(memoryctl_lexical_terms(tsv) || ''::text) AS term,"
+        " SELECT agent_id, unnest(memoryctl_memory_terms(tsv, entities)) AS term,"
         " CASE WHEN id = ANY(%s) THEN 1 ELSE -1 END AS d FROM memories WHERE id = ANY(%s)"
         " UNION ALL SELECT a, t, -1 FROM unnest(%s::text[], %s::text[]) AS x(a, t)) AS delta"
         " GROUP BY agent_id, term HAVING sum(d) <> 0 ORDER BY agent_id, term"

@@ -192,9 +192,11 @@ def test_relational_vector_pushdown(world: tuple[MemoryClient, dict[str, Memory]
     r = client.query(MemoryQuery(text="latency problems", agent_id="a1", where=[Where.parse("kind = ticket")]))
     assert names(data, r) == ["m6"]
     # nothing pulled up first: PostgreSQL's other steps are the lexical leg, under the same where
-    # clause, and the candidates' following turns under it too (the conversational context)
+    # clause, the entity names the question says (query/named.py: none here, a few key lookups)
+    # and the candidates' following turns under the where clause too (the conversational context)
     assert [s.name for s in r.steps if s.store == "postgres"] == [
         "lexical.search",
+        "postgres.names",
         "postgres.context",
         "postgres.hydrate",
     ]
@@ -584,8 +586,10 @@ def test_lexical_common_word_sets_are_read_newest_first_without_statistics(
 
 def test_following_turns_are_the_next_live_memories_in_scope(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
     """The conversational context's statement (``RelationalQueries.following``): per memory, the
-    next memories of its agent, later by at most ``within`` (ties among them by id), live and in
-    the query's scope; a memory written at the same instant has no order and is none of them."""
+    next memories of its agent in (time, write order), later by at most ``within``, live and in
+    the query's scope. Memories written at the same instant follow each other in the order they
+    were written (schema 0008), whatever their ids; without a write order (memories written
+    before 0008) neither follows the other."""
     client, _ = world
     rel = client.engine.relational
     agent = "ctx"
@@ -594,19 +598,32 @@ def test_following_turns_are_the_next_live_memories_in_scope(world: tuple[Memory
         Memory(agent_id=agent, text=f"turn {n}", created_at=start + timedelta(minutes=n), metadata={"n": n})
         for n in range(6)
     ]
-    twin = Memory(agent_id=agent, text="turn 2 twin", created_at=turns[2].created_at, metadata={"n": 2})
+    # same instant as turn 2, written after it: ids in both orders, so the id cannot be what orders
+    twins = [
+        Memory(id=uuid.UUID(int=n), agent_id=agent, text=f"turn 2 twin {n}", created_at=turns[2].created_at)
+        for n in (2**127 + 1, 1)
+    ]
     late = Memory(agent_id=agent, text="the next day", created_at=start + timedelta(days=1))
     elsewhere = Memory(agent_id="ctx-other", text="turn 0 elsewhere", created_at=turns[0].created_at)
-    client.add([*turns, twin, late, elsewhere], extract=False)
+    client.add([*turns, *twins, late, elsewhere], extract=False)
     client.forget([turns[3].id])
-    first, second = sorted([turns[2], twin], key=lambda m: str(m.id))
     hour = timedelta(hours=1)
     q = MemoryQuery(text="turn", agent_id=agent)
-    got = rel.following(q, [turns[0].id, turns[2].id, turns[5].id], turns=2, within=hour)
-    # equal created_at: the lower id first; the deleted turn is skipped; the twin written at the
-    # same instant as turn 2 follows neither it nor is followed by it; the next day is too late
-    assert got == {turns[0].id: [turns[1].id, first.id], turns[2].id: [turns[4].id, turns[5].id], turns[5].id: []}
-    assert rel.following(q, [turns[1].id], turns=3, within=hour)[turns[1].id] == [first.id, second.id, turns[4].id]
+    got = rel.following(q, [turns[0].id, turns[2].id, twins[0].id, turns[5].id], turns=2, within=hour)
+    # turn 2 and its twins share an instant: the write order; the deleted turn 3 is skipped; the
+    # next day is too late
+    assert got == {
+        turns[0].id: [turns[1].id, turns[2].id],
+        turns[2].id: [twins[0].id, twins[1].id],
+        twins[0].id: [twins[1].id, turns[4].id],
+        turns[5].id: [],
+    }
+    assert rel.following(q, [turns[1].id], turns=4, within=hour)[turns[1].id] == [
+        turns[2].id,
+        twins[0].id,
+        twins[1].id,
+        turns[4].id,
+    ]
     assert rel.following(q, [turns[5].id], turns=2, within=timedelta(days=2)) == {turns[5].id: [late.id]}
     # the query's scope: a time range, where clauses; another agent's memory is never a neighbour
     until = MemoryQuery(text="turn", agent_id=agent, until=turns[2].created_at)
@@ -614,3 +631,40 @@ def test_following_turns_are_the_next_live_memories_in_scope(world: tuple[Memory
     odd = MemoryQuery(text="turn", agent_id=agent, where=[Where.parse("n in [1, 5]")])
     assert rel.following(odd, [turns[0].id], turns=3, within=hour) == {turns[0].id: [turns[1].id, turns[5].id]}
     assert rel.following(MemoryQuery(text="turn"), [elsewhere.id], turns=9, within=hour) == {elsewhere.id: []}
+    # written before schema 0008 (no write order): memories of one instant follow neither way
+    with client.stack.pool.connection() as conn:
+        conn.execute("UPDATE memories SET seq = NULL WHERE id = ANY(%s)", ([twins[0].id, twins[1].id],))
+    assert rel.following(q, [turns[2].id, twins[0].id], turns=2, within=hour) == {
+        turns[2].id: [turns[4].id, turns[5].id],
+        twins[0].id: [turns[4].id, turns[5].id],
+    }
+
+
+def test_names_said_are_the_scopes_entity_names_in_the_question(world: tuple[MemoryClient, dict[str, Memory]]) -> None:
+    """``RelationalReads.names_said`` (schema 0009): the names of entities the agent's live
+    memories carry that the question says as whole words, lower-cased, multi-word names and
+    punctuation included; a forgotten memory's entity, another agent's, or a name inside a word is
+    none of them. The engine embeds the question without them (``embed.query``'s text)."""
+    client, _ = world
+    rel = client.engine.relational
+    agent = "names"
+    kept = [
+        Memory(agent_id=agent, text="renewal signed", entities=[EntityRef("Customer", "Acme  Corp.")]),
+        Memory(agent_id=agent, text="thanks Bob", entities=[EntityRef("Speaker", "Fatima")]),
+        Memory(agent_id=agent, text="no canary scares me", entities=[EntityRef("Speaker", "Bob")]),
+    ]
+    gone = Memory(agent_id=agent, text="old news", entities=[EntityRef("Place", "Lisbon")])
+    other = Memory(agent_id="names-other", text="hi", entities=[EntityRef("Speaker", "Hana")])
+    client.add([*kept, gone, other], extract=False)
+    client.forget([gone.id])
+    q = MemoryQuery(text="x", agent_id=agent)
+    said = "Did Bob's team and Fatima talk about ACME corp, Lisbon, Hana or Bobby?"
+    assert rel.names_said(q, said) == ["acme corp", "bob", "fatima"]
+    assert rel.names_said(MemoryQuery(text="x"), said) == ["acme corp", "bob", "fatima", "hana"]  # every agent
+    assert rel.names_said(q, "?!") == []
+    r = client.query(MemoryQuery(text="the risks Bob raised", agent_id=agent))
+    step = next(st for st in r.steps if st.name == "embed.query")
+    ranked = [h.memory.text for h in r.hits]
+    assert step.detail["text"] == "the risks raised" and ranked.index("no canary scares me") < ranked.index(
+        "thanks Bob"
+    )

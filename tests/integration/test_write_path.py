@@ -183,14 +183,15 @@ def lexical_terms(client: MemoryClient) -> tuple[dict[tuple[str, str], int], dic
         kept = conn.execute("SELECT agent_id, term, df FROM lexical_terms WHERE df <> 0").fetchall()
         counted = conn.execute(
             "SELECT agent_id, term, count(*) AS df FROM memories,"
-            " unnest(memoryctl_lexical_terms(tsv) || ''::text) AS term WHERE deleted_at IS NULL GROUP BY 1, 2"
+            " unnest(memoryctl_memory_terms(tsv, entities)) AS term WHERE deleted_at IS NULL GROUP BY 1, 2"
         ).fetchall()
     return {(r["agent_id"], r["term"]): r["df"] for r in kept}, {(r["agent_id"], r["term"]): r["df"] for r in counted}
 
 
 def test_lexical_terms_follow_every_write(cluster: MemoryClient) -> None:
-    """The lexical leg's word statistics equal a recount after inserts, re-imports, changed texts,
-    a memory moved to another agent, soft deletes and purges (each its own transaction)."""
+    """The lexical leg's word statistics and the agents' entity names (schema 0009) equal a
+    recount after inserts, re-imports, changed texts and entities, a memory moved to another
+    agent, soft deletes and purges (each its own transaction)."""
     ids = [uuid.uuid4() for _ in range(6)]
     alice = [EntityRef("User", "Alice")]
     texts = ["the rollback went fine", "rollbacks again", "deploy of payments", "Alice's lunch", "payments down", "ok"]
@@ -199,19 +200,22 @@ def test_lexical_terms_follow_every_write(cluster: MemoryClient) -> None:
     cluster.add(mems, extract=False)
     kept, counted = lexical_terms(cluster)
     assert kept == counted and kept[("a1", "rollb")] == 2 and kept[("a1", "")] == 4 and kept[("a2", "alice")] == 2
+    assert kept[("a1", "entity alice")] == 4 and kept[("a2", "entity alice")] == 2
     cluster.add(mems, extract=False)  # unchanged: nothing counted twice
     assert lexical_terms(cluster) == (counted, counted)
     changed = [
-        Memory(id=ids[0], text="the deploy went fine", agent_id="a1", entities=alice),
+        Memory(id=ids[0], text="the deploy went fine", agent_id="a1", entities=[EntityRef("Customer", " Acme  Corp.")]),
         Memory(id=ids[4], text="payments down", agent_id="a1", entities=alice),  # moved to a1
     ]
     cluster.add(changed, extract=False)
     kept, counted = lexical_terms(cluster)
     assert kept == counted and kept[("a1", "rollb")] == 1 and kept[("a1", "")] == 5 and kept[("a2", "")] == 1
+    assert kept[("a1", "entity alice")] == 4 and kept[("a1", "entity acme corp")] == 1
     cluster.forget([ids[1], ids[2]], agent_id="a1")
     cluster.forget([ids[1]], agent_id="a1")  # already forgotten: nothing taken twice
     kept, counted = lexical_terms(cluster)
     assert kept == counted and ("a1", "rollb") not in kept and kept[("a1", "")] == 3
+    assert kept[("a1", "entity alice")] == 2
     assert set(cluster.stack.records.purge([ids[1], ids[2]])) == {ids[1], ids[2]}  # already out of the counts
     assert lexical_terms(cluster) == (counted, counted)
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from memoryctl.embed.hashing import HashEmbedder
 from memoryctl.model import Memory
+from memoryctl.query import named
 from memoryctl.query.spec import MemoryQuery, Where
 from memoryctl.stores import names
 from memoryctl.stores.protocols import GraphTraversal, MetaCondition, VectorFilter, VectorHit
@@ -148,6 +149,8 @@ class FakeRelational:
         self, q: MemoryQuery, ids: Sequence[uuid.UUID], *, turns: int, within: timedelta, with_where: bool = True
     ) -> dict[uuid.UUID, list[uuid.UUID]]:
         self.calls("following", ids=list(ids), turns=turns, within=within)
+        # the write order (schema 0008's seq): the world's dict keeps insertion order
+        seq = {mid: n for n, mid in enumerate(self.world.memories)}
         out: dict[uuid.UUID, list[uuid.UUID]] = {}
         for i in ids:
             c = self.world.memories[i]
@@ -156,10 +159,22 @@ class FakeRelational:
                 for m in self.world.memories.values()
                 if in_scope(m, q, with_where=with_where)
                 and m.agent_id == c.agent_id
-                and c.created_at < m.created_at <= c.created_at + within
+                and (c.created_at, seq[c.id]) < (m.created_at, seq[m.id])
+                and m.created_at <= c.created_at + within
             ]
-            out[i] = [m.id for m in sorted(later, key=lambda m: (m.created_at, str(m.id)))[:turns]]
+            out[i] = [m.id for m in sorted(later, key=lambda m: (m.created_at, seq[m.id]))[:turns]]
         return out
+
+    def names_said(self, q: MemoryQuery, text: str) -> list[str]:
+        self.calls("names_said", text=text)
+        said = set(named.grams(text))
+        known = {
+            " ".join(named.words(e.name))
+            for m in self.world.memories.values()
+            if m.deleted_at is None and (q.agent_id is None or m.agent_id == q.agent_id)
+            for e in m.entities
+        }
+        return sorted(said & known)
 
     def mentions(self, q: MemoryQuery, entity_type: str, entity_name: str, *, limit: int) -> list[uuid.UUID]:
         self.calls("mentions", entity=(entity_type, entity_name), limit=limit)
@@ -217,7 +232,7 @@ class FakeVectors:
         score_threshold: float | None = None,
         inactive_ok: bool = False,
     ) -> list[VectorHit]:
-        self.calls("search", filter=flt, limit=limit, model_id=model_id, threshold=score_threshold)
+        self.calls("search", vector=list(vector), filter=flt, limit=limit, model_id=model_id, threshold=score_threshold)
         query = np.asarray(vector, dtype=np.float32)
         hits = []
         for m in self.world.memories.values():

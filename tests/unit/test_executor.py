@@ -92,8 +92,10 @@ def test_vector_plan_is_one_search_then_hydration(world: World) -> None:
     assert texts(r) == ["alice started the rollback of payments"]
     # relationships are fetched from the graph while PostgreSQL hydrates
     # the lexical leg runs in PostgreSQL while the query is embedded and the vector store searched
+    # (after the entity names it says are looked up, query/named.py)
     assert [st.name for st in r.steps] == [
         "lexical.search",
+        "postgres.names",
         "embed.query",
         "vector.search",
         "fuse",
@@ -105,7 +107,8 @@ def test_vector_plan_is_one_search_then_hydration(world: World) -> None:
     assert search["filter"].agent_id == "a" and search["filter"].meta[0].key == "sentiment"
     # nothing pulled up from PostgreSQL first: its one call is the lexical leg, scoped the same way
     # (then the candidates' conversational context, query/turns.py)
-    assert s.relational.calls.names() == ["lexical", "following"]
+    # (the lexical leg runs in a thread of its own: its call is recorded in either order)
+    assert sorted(s.relational.calls.names()) == ["following", "lexical", "names_said"]
     (lexical,) = s.relational.calls.args("lexical")
     assert lexical["where"] == search_where(r) and lexical["ids"] is None
     assert r.plan == "vector+lexical(pushdown: agent, meta.sentiment <)" and r.degraded == []
@@ -221,7 +224,8 @@ def test_lexical_leg_failure_degrades_to_the_dense_leg(world: World) -> None:
     assert [h.id for h in r.hits] == [h.id for h in dense.hits]  # ranked as the dense leg alone
     alone = s.engine.run(MemoryQuery(text="rollback payments", agent_id="a", retrieval="lexical"))
     assert alone.degraded == ["lexical"] and [h.id for h in alone.hits] == [h.id for h in dense.hits]
-    assert [st.name for st in alone.steps][:3] == ["lexical.search", "embed.query", "fallback.vector"]  # asked now
+    # asked now
+    assert [st.name for st in alone.steps][:4] == ["lexical.search", "postgres.names", "embed.query", "fallback.vector"]
     s.vectors.calls.fail["search"] = StoreUnavailable("qdrant", "refused")
     with pytest.raises(StoreUnavailable, match="statement timeout"):  # neither leg: nothing to rank by
         s.engine.run(MemoryQuery(text="rollback payments", agent_id="a"))
@@ -340,3 +344,41 @@ def _copy(q: MemoryQuery) -> MemoryQuery:
     return MemoryQuery(
         text=q.text, agent_id=q.agent_id, graph=q.graph, since=q.since, combine=q.combine, query_id=uuid.uuid4()
     )
+
+
+def test_the_dense_leg_embeds_the_question_without_the_names_it_says() -> None:
+    """query/named.py: the names of entities the scope's memories carry are left out of what the
+    dense leg embeds (the entity and lexical legs match them); other words, and a question that is
+    only a name, are embedded as asked; a failed lookup embeds the whole question."""
+    world = World()
+    bob = EntityRef("Speaker", "Bob")
+    world.add(
+        memory("thanks bob", who=EntityRef("Speaker", "Fatima")),
+        memory("no automated rollback scares me", who=bob, hours=2),
+        memory("acme corp renewed", who=EntityRef("Customer", "Acme Corp"), agent="b"),
+    )
+    s = Stack(world)
+
+    def embedded(text: str, agent: str = "a") -> tuple[str, list[float]]:
+        r = s.engine.run(MemoryQuery(text=text, agent_id=agent, retrieval="dense"))
+        step = next(st for st in r.steps if st.name == "embed.query")
+        (search,) = s.vectors.calls.args("search")
+        s.vectors.calls.log.clear()
+        return step.detail.get("text", text), search["vector"]
+
+    text, vector = embedded("All the risks Bob raised")
+    assert text == "All the risks raised" and vector == EMBEDDER.embed_query(text).tolist()
+    # a name of another agent's entity is an ordinary word here; a name alone is kept
+    assert embedded("Acme Corp renewal")[0] == "Acme Corp renewal"
+    assert embedded("Acme Corp renewal", agent="b")[0] == "renewal"
+    assert embedded("Bob?")[0] == "Bob?"
+    # off: the whole question, no lookup
+    s.engine.names_out_of_dense = False
+    assert embedded("All the risks Bob raised")[0] == "All the risks Bob raised"
+    s.relational.calls.log.clear()
+    assert embedded("All the risks Bob raised")[0] == "All the risks Bob raised"
+    assert "names_said" not in s.relational.calls.names()
+    s.engine.names_out_of_dense = True
+    s.relational.calls.fail["names_said"] = StoreUnavailable("postgres", "canceling statement due to statement timeout")
+    r = s.engine.run(MemoryQuery(text="All the risks Bob raised", agent_id="a", retrieval="dense"))
+    assert r.hits and any("whole question" in n for n in r.notes) and r.degraded == []
