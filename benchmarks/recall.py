@@ -15,6 +15,8 @@ Methods (every one asks the engine, scoped to the conversation's agent, top 10):
 - ``recency``: ``--half-life 30d``, the opt-in bounded recency preference;
 - ``no-context``: ``default`` with ``[query] context_turns = 0``: each turn ranked alone, without
   the turns written just before it (``memoryctl/query/turns.py``);
+- ``with-names``: ``default`` with ``[query] dense_without_names = false``: the dense leg embeds the
+  whole question, the names of the entities it says included (``memoryctl/query/named.py``);
 - ``dense``: the vector leg alone (``--retrieval dense``), no recency;
 - ``lexical``: the lexical leg alone (PostgreSQL, ``--retrieval lexical``), no recency (these two
   keep the named-entity leg over the hydrated candidates: it is part of ranking, not a text leg);
@@ -37,7 +39,8 @@ Quality uses each turn's second-model vector computed once per conversation (the
 per-query stage would compute); the stage's own latency (query and N candidates embedded, as a
 reranker without stored vectors must) is timed separately and printed per depth.
 
-Measured (2 cores, load average 3-8 from other sessions, default embedder onnx; recall@10 / hit@1 /
+Measured in session 4, before the conversational context and the names left the dense leg (2
+cores, load average 3-8 from other sessions, default embedder onnx; recall@10 / hit@1 /
 MRR, ``default`` -> ``rescore``): with ``local`` (e5) dev .711/.432/.539 -> .747/.427/.551, test
 .742/.403/.539 -> .764/.465/.578, general .617/.365/.444 -> .619/.309/.412, the stage 270-360 ms
 p50 at top 20 and 520-750 ms at top 50. With ``minilm`` (the default's own model, unquantised,
@@ -127,7 +130,9 @@ def memories(conv: Conversation, *, said: str = SAID) -> list[Memory]:
 
 def session_stamped(conv: Conversation) -> Conversation:
     """``conv`` with every turn stamped with its session's first time: what a loader without
-    per-turn times writes (the turns of a session then have no order but their ids)."""
+    per-turn times writes (the turns of a session are then ordered only by the order they are
+    written in, schema 0008; ``load`` writes them in the conversation's order, as such a loader
+    would)."""
     first: dict[int, datetime] = {}
     for t in conv.turns:
         first.setdefault(t.session, t.created_at)

@@ -5,7 +5,8 @@ nothing alone: "it's about how we cut build times in half" answers "subject of R
 talk" only after "my talk got accepted at KubeCon" and "amazing, what's the topic?". Neither text
 leg can see that: the words and the meaning are in the turns before it. So a text ranking reads
 each candidate with its context, the ``CONTEXT_TURNS`` memories of the same agent written just
-before it (in scope, live, in ``created_at`` order: a conversation is written in order), and
+before it (in scope, live, in ``created_at`` order and then write order: a conversation is
+written in order), and
 gives it the relevance of the passage when that is higher than its own:
 
     score = max(own, (own + best of the context) / 2)
@@ -39,10 +40,12 @@ from datetime import timedelta
 # after it join the candidates); ``[query] context_turns``, 0 turns the context off.
 CONTEXT_TURNS = 2
 # How much earlier a context turn may have been written: the next turn of a conversation, not the
-# first turn of the next one days later. Memories written at the same instant have no order between
-# them and give each other no context: a loader that stamps every turn of a session with the
-# session's time (the ids then decide the order, at random) made the context cost general 0.037
-# recall@10 on benchmarks/recall.py; with this rule such a session ranks as without context.
+# first turn of the next one days later. Memories written at the same instant are ordered by the
+# order they were written in (schema 0008's ``seq``): a loader that stamps every turn of a session
+# with the session's time writes them in the conversation's order, and on benchmarks/recall.py
+# (``--session-stamped``) such sessions rank exactly as with a time per turn. Before the write order
+# the ids decided, at random (the context then cost general 0.037 recall@10), and then no order at
+# all (the context gave such sessions nothing); memories written before 0008 keep that rule.
 CONTEXT_WITHIN = timedelta(hours=1)
 
 

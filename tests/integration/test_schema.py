@@ -379,11 +379,12 @@ def test_stats_from_the_aggregate_equal_the_table(both_paths: tuple[Pool, Pool])
 
 
 def test_lexical_terms_are_rebuilt_by_their_migration_on_both_paths(both_paths: tuple[Pool, Pool]) -> None:
-    """Schema 0007 counts the words of the memories already there (a hypertable or a plain table),
-    and running it again gives the same counts: deploys re-run migrations."""
-    (migration,) = available_migrations()[7].values()
+    """Schema 0009 (after 0007) counts the words and the entity names of the memories already there
+    (a hypertable or a plain table), and running it again gives the same counts: deploys re-run
+    migrations."""
+    (migration,) = available_migrations()[9].values()
     recount = (
-        "SELECT agent_id, term, count(*)::bigint AS df FROM memories, unnest(memoryctl_lexical_terms(tsv) || ''::text)"
+        "SELECT agent_id, term, count(*)::bigint AS df FROM memories, unnest(memoryctl_memory_terms(tsv, entities))"
         " AS term WHERE deleted_at IS NULL GROUP BY 1, 2 ORDER BY 1, 2"
     )
     for pool in both_paths:
@@ -391,10 +392,26 @@ def test_lexical_terms_are_rebuilt_by_their_migration_on_both_paths(both_paths: 
             ids = insert_memories(conn, seeded_specs(seed=3, n=400))
             conn.execute("UPDATE memories SET text = 'rollback of ' || agent_id || ' ' || kind")
             conn.execute("UPDATE memories SET deleted_at = now() WHERE id = ANY(%s)", (ids[::5],))
+            conn.execute(
+                'UPDATE memories SET entities = \'[{"type": "Customer", "name": "Acme  Corp."}]\' WHERE id = ANY(%s)',
+                (ids[:40],),
+            )
         for _ in range(2):
             with pool.connection() as conn:
                 conn.execute(migration.sql.encode())
             kept = rows(pool, "SELECT agent_id, term, df FROM lexical_terms ORDER BY 1, 2")
             assert kept == rows(pool, recount)
         live = {r["agent_id"]: r["df"] for r in kept if r["term"] == ""}
-        assert sum(live.values()) == 320 and {r["term"] for r in kept} == {"", "rollb", "of", "a", "b", "note", "dialo"}
+        assert sum(live.values()) == 320 and {r["term"] for r in kept} == {
+            "",
+            "rollb",
+            "of",
+            "a",
+            "b",
+            "note",
+            "dialo",
+            "acme",
+            "corp",
+            "entity acme corp",
+        }
+        assert sum(r["df"] for r in kept if r["term"] == "entity acme corp") == 32  # 40 less the forgotten
