@@ -177,11 +177,12 @@ def neo4j_state(client: MemoryClient) -> dict[str, Any]:
 
 
 def words(client: MemoryClient) -> int:
-    """(agent, word) pairs of the live memories, recounted from their text (lexical_terms must match)."""
+    """(agent, term) pairs of the live memories, recounted from their text and their entities' names
+    (lexical_terms must match: schema 0009)."""
     with client.stack.pool.connection() as conn:
         row = conn.execute(
             "SELECT count(DISTINCT (agent_id, term)) AS n FROM memories,"
-            " unnest(memoryctl_lexical_terms(tsv) || ''::text) AS term WHERE deleted_at IS NULL"
+            " unnest(memoryctl_memory_terms(tsv, entities)) AS term WHERE deleted_at IS NULL"
         ).fetchone()
     assert row is not None
     return int(row["n"])
