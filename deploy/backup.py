@@ -1,10 +1,11 @@
 """Backups: pgBackRest for PostgreSQL, and the place Qdrant's snapshots are shipped to.
 
 PostgreSQL is the source of truth, so it gets continuous WAL archiving plus full/differential base
-backups (pgBackRest from Debian) into a repository on the **backup node**, never the database's
-(:mod:`deploy.opsnode`). The two pgBackRest sides talk TLS over the mesh (port 8432, firewalled to
-the mesh), each admitting the other by the common name of a certificate from a CA generated on the
-controller (:mod:`deploy.pki`): no SSH keys between nodes. The repository is encrypted
+backups (pgBackRest from Debian's archive) into a repository on the **backup node**, never the
+database's (:mod:`deploy.opsnode`), at the release's exact version on both ends, held there by an
+apt pin (the two sides refuse each other across versions). They talk TLS over the mesh (port 8432,
+firewalled to the mesh), each admitting the other by the common name of a certificate from a CA
+generated on the controller (:mod:`deploy.pki`): no SSH keys between nodes. The repository is encrypted
 (aes-256-cbc) with a passphrase generated on the controller like every other secret; it can live
 on the backup node's disk (``repository: {type: posix}``, the default) or in an S3-compatible
 bucket such as Hetzner Object Storage (``type: s3``; docs/backup.md). Backups run on the
@@ -27,9 +28,22 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
-from deploy.common import barrier, component, has_role, inventory, keep_running, secrets, sudoers, template
+from deploy import aptsources
+from deploy.common import (
+    after_mesh,
+    barrier,
+    component,
+    has_role,
+    inventory,
+    keep_running,
+    secrets,
+    service_account,
+    sudoers,
+    template,
+)
 from deploy.facts import PgbackrestStanza, PostgresSetting
 from deploy.opsnode import ops_node
+from deploy.osrelease import release
 from deploy.pki import CertificateAuthority
 from deploy.postgres import AS_POSTGRES, major
 
@@ -157,8 +171,19 @@ def _config(side: str, peer: str, **extra: Any) -> Any:
 
 
 def _server(changes: list[Any]) -> None:
-    """pgBackRest's TLS server: the Debian package's unit (as postgres), which it leaves stopped."""
-    keep_running("pgbackrest", changes)
+    """pgBackRest's TLS server: the Debian package's unit (as postgres), which it leaves stopped;
+    it binds the mesh address, so it starts after the tunnel."""
+    dropin = after_mesh("pgbackrest", "pgBackRest's TLS server")
+    systemd.daemon_reload(name="Reload systemd units (pgbackrest drop-in)", _if=dropin.did_change)
+    keep_running("pgbackrest", [*changes, dropin])
+
+
+def install_pgbackrest() -> None:
+    """pgBackRest at the release's exact version, held there, on both ends from the same source
+    (Debian's archive): its two sides refuse to talk across versions ("greeting key 'version'")."""
+    version = release().pgbackrest
+    aptsources.pin("pgbackrest", ["pgbackrest"], version)
+    apt.packages(name=f"pgBackRest {version}, rsync", packages=[f"pgbackrest={version}", "rsync"], no_recommends=True)
 
 
 @deploy("Backups")
@@ -180,7 +205,7 @@ def database_side() -> None:
     """WAL archiving into the repository, the TLS server the repository backs up through, and the
     Qdrant snapshot job of memoryctl (it runs where memoryctl runs)."""
     node = backup_node()
-    apt.packages(name="pgBackRest, rsync", packages=["pgbackrest", "rsync"], no_recommends=True)
+    install_pgbackrest()
     changes = _tls_files(node)
     changes.append(_config("database", node))
     _server(changes)
@@ -220,21 +245,11 @@ def database_side() -> None:
 def repository_side() -> None:
     """The repository (encrypted), the scheduled backups and the snapshot drop box."""
     db_node = inventory().group("db")[0]
-    server.group(name="Group postgres (pgBackRest's user)", group="postgres", system=True)
-    server.user(
-        name="User postgres (pgBackRest's user)",
-        user="postgres",
-        group="postgres",
-        system=True,
-        home=REPO_PATH,
-        shell="/bin/sh",
-        create_home=False,
-    )
-    apt.packages(name="pgBackRest, rsync", packages=["pgbackrest", "rsync"], no_recommends=True)
     settings = component("backup")
     repo = repository()
-    if repo["type"] == "posix":
-        files.directory(name="pgBackRest repository", path=repo["path"], user="postgres", group="postgres", mode="750")
+    # pgBackRest's user on the repository side (the db node's comes with PostgreSQL).
+    service_account("postgres", REPO_PATH, {repo["path"]: "750"} if repo["type"] == "posix" else {}, shell="/bin/sh")
+    install_pgbackrest()
     changes = _tls_files(db_node)
     changes.append(
         _config(
@@ -290,4 +305,6 @@ def snapshot_box(db_node: str) -> None:
         group="root",
         mode="600",
     )
-    keep_running("rsync", [conf, secret])  # the package's unit waits for /etc/rsyncd.conf
+    dropin = after_mesh("rsync", "rsync's daemon")
+    systemd.daemon_reload(name="Reload systemd units (rsync drop-in)", _if=dropin.did_change)
+    keep_running("rsync", [conf, secret, dropin])  # the package's unit waits for /etc/rsyncd.conf

@@ -13,7 +13,17 @@ from pyinfra.operations import apt, server, systemd
 from deploy.common import component, sudoers, template
 from deploy.settings import resolve_path
 
-PACKAGES = ["sudo", "openssh-server", "systemd-timesyncd", "unattended-upgrades", "cron", "logrotate"]
+# curl, ca-certificates: release archives and apt keys are fetched by URL on the node.
+PACKAGES = [
+    "sudo",
+    "openssh-server",
+    "systemd-timesyncd",
+    "unattended-upgrades",
+    "cron",
+    "logrotate",
+    "curl",
+    "ca-certificates",
+]
 
 
 class AdminKeyError(ValueError):

@@ -7,13 +7,15 @@ root, so ``render()`` in the unit tests produces byte for byte what a node recei
 
 from __future__ import annotations
 
+import hashlib
 from functools import cache
+from io import StringIO
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host
 from pyinfra.facts.systemd import SystemdStatus
-from pyinfra.operations import apt, files, gpg, server, systemd
+from pyinfra.operations import files, server, systemd
 
 from deploy.settings import REPO, ClusterInventory, Secrets, load_inventory
 
@@ -76,22 +78,64 @@ def has_role(role: str) -> bool:
     return role in host.data.roles
 
 
-def apt_repository(name: str, key_url: str, uri: str, suite: str, components: str = "main") -> Any:
-    """A third-party apt repository, trusted for itself only: its key dearmored into
-    ``/etc/apt/keyrings/<name>.gpg`` (pyinfra's gpg operation, never ``apt-key``, whose keys every
-    repository could sign with) and the source line restricted to it with ``signed-by``.
-    Lists are refreshed only when the repository was just added, so a re-run stays a no-op.
-    Returns the repository operation (``did_change`` = it was just added).
-    """
-    keyring = f"/etc/apt/keyrings/{name}.gpg"
-    apt.packages(name="Tools for apt keys", packages=["ca-certificates", "curl", "gnupg"], no_recommends=True)
-    files.directory(name="apt keyrings directory", path="/etc/apt/keyrings", mode="755")
-    gpg.key(name=f"{name} apt key (dearmored keyring)", src=key_url, dest=keyring, dearmor=True, mode="0644")
-    repo = apt.repo(
-        name=f"{name} apt repository", src=f"deb [signed-by={keyring}] {uri} {suite} {components}", filename=name
+def after_mesh(service: str, label: str) -> Any:
+    """A drop-in ordering ``service`` after the WireGuard interface: it binds the node's mesh address,
+    which exists only once ``wg-quick@<iface>`` is up (at boot too). Returns the template operation
+    (callers reload systemd when it changed)."""
+    return template(
+        "wireguard/after-mesh.conf.j2",
+        f"/etc/systemd/system/{service}.service.d/memoryctl.conf",
+        service=label,
+        interface=host.data.mesh.get("interface", "wg0"),
     )
-    apt.update(name=f"Refresh apt lists ({name} added)", _if=repo.did_change)
-    return repo
+
+
+def service_account(
+    name: str, home: str, directories: dict[str, str] | None = None, shell: str = "/usr/sbin/nologin"
+) -> None:
+    """A system user and group ``name`` (no login shell by default, ``home`` not created by useradd)
+    and its directories, owned by it (``{path: mode}``; default: ``home`` itself at 750)."""
+    server.group(name=f"Group {name}", group=name, system=True)
+    server.user(
+        name=f"User {name}",
+        user=name,
+        group=name,
+        system=True,
+        home=home,
+        shell=shell,
+        create_home=False,
+    )
+    for path, mode in (directories if directories is not None else {home: "750"}).items():
+        files.directory(name=f"Directory {path}", path=path, user=name, group=name, mode=mode)
+
+
+SECRET_DIR = "/run/memoryctl-deploy"
+
+
+def with_secret_file(name: str, content: str, command: str, user: str) -> Any:
+    """Run ``command`` as ``user`` with a secret it reads from a file (``{file}`` in the command).
+
+    The file is uploaded (SFTP: no command line carries it), 0600 and owned by ``user``, in a
+    directory under /run (gone at the next boot), and removed by the same shell as the command,
+    whatever its exit status. sudo logs every command line it runs into the auth log / journal, so
+    a secret must never be an argument; the secrets-in-logs deploy test greps for every one.
+    """
+    path = f"{SECRET_DIR}/{name.split()[0].lower()}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    files.directory(name="Deploy secrets directory (tmpfs)", path=SECRET_DIR, mode="755")
+    files.put(
+        name=f"Secret file {path} (0600, removed after use)",
+        src=StringIO(content),
+        dest=path,
+        user=user,
+        group=user,
+        mode="600",
+    )
+    return server.shell(
+        name=name,
+        commands=[f"{command.format(file=path)}; rc=$?; rm -f {path}; exit $rc"],
+        _sudo=True,
+        _sudo_user=user,
+    )
 
 
 # A service start is tried three times, 5 s apart: systemd can fail to set up a unit's cgroup for a

@@ -10,6 +10,7 @@ NVIDIA kernel driver is loaded. pyinfra gathers them before any operation runs; 
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 from pyinfra.api.facts import FactBase
@@ -88,6 +89,26 @@ class NvidiaDriver(FactBase[str | None]):
 
     def process(self, output: list[str]) -> str | None:
         return output[0] if output else None
+
+
+# A CUDA context and one kernel on the GPU: what vLLM needs of the driver (NVML alone is not it).
+CUDA_CHECK = (
+    'import torch; torch.cuda.init(); x = torch.ones(8, device="cuda"); '
+    'print("ok", torch.cuda.get_device_name(0), "CUDA", torch.version.cuda, float((x + x).sum()))'
+)
+
+
+class CudaDevice(FactBase[str | None]):
+    """``ok <device> CUDA <version> ...`` when ``python`` (vLLM's venv) opens a CUDA context and runs a
+    kernel; the error it printed otherwise; None while that Python or its torch is not installed."""
+
+    def command(self, python: str) -> str:
+        check = shlex.quote(CUDA_CHECK)
+        has_torch = f'test -x {python} && {python} -c "import torch" 2>/dev/null'
+        return f"{has_torch} && {python} -c {check} 2>&1 | tail -n 1 || true"
+
+    def process(self, output: list[str]) -> str | None:
+        return output[-1] if output else None
 
 
 class PgbackrestStanza(FactBase[dict[str, Any] | None]):

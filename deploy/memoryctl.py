@@ -22,10 +22,10 @@ from typing import Any
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import apt, files, pip, server, systemd
+from pyinfra.operations import apt, files, pip, systemd
 
 from deploy import backup
-from deploy.common import component, keep_running, secrets, sudoers, template
+from deploy.common import component, keep_running, secrets, service_account, sudoers, template
 from deploy.qdrant import collection_layout
 from deploy.vllm import served_models
 from deploy.wheelhouse import controller_wheelhouse, install_offline
@@ -58,18 +58,7 @@ def memoryctl() -> None:
         packages=["python3-venv", "cron", "logrotate", "util-linux"],
         no_recommends=True,
     )
-    server.group(name=f"Group {USER}", group=USER, system=True)
-    server.user(
-        name=f"User {USER}",
-        user=USER,
-        group=USER,
-        system=True,
-        home=DATA_DIR,
-        shell="/usr/sbin/nologin",
-        create_home=False,
-    )
-    files.directory(name="Data directory", path=DATA_DIR, user=USER, group=USER, mode="750")
-    files.directory(name="Log directory", path=LOG_DIR, user=USER, group=USER, mode="750")
+    service_account(USER, DATA_DIR, {DATA_DIR: "750", LOG_DIR: "750"})
     files.directory(name="Config directory", path="/etc/memoryctl", user="root", group=USER, mode="750")
 
     installed = install()

@@ -26,9 +26,9 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.postgres import PostgresRoles
 from pyinfra.facts.server import Users
-from pyinfra.operations import apt, files, server
+from pyinfra.operations import apt, files, server, systemd
 
-from deploy.common import TEMPLATES, component, has_role, inventory, keep_running, secrets, template
+from deploy.common import TEMPLATES, after_mesh, component, has_role, inventory, keep_running, secrets, template
 from deploy.opsnode import ops_node
 
 NODE_EXPORTER_PORT = 9100
@@ -92,15 +92,37 @@ def monitoring() -> None:
         prometheus()
 
 
-def _defaults_file(src: str, dest: str, service: str, **context: Any) -> None:
-    """A Debian ``/etc/default`` file for a packaged exporter/server, which restarts when it changes."""
+def _defaults_file(src: str, dest: str, service: str, changes: list[Any], **context: Any) -> None:
+    """A Debian ``/etc/default`` file for a packaged exporter/server, which restarts when it (or one
+    of ``changes``) changed."""
     rendered = template(src, dest, mode="644", **context)
-    _running(service, [rendered])
+    _running(service, [*changes, rendered])
 
 
 def _running(service: str, changes: list[Any]) -> None:
-    # Debian's packages start their service with its defaults on install: a change always restarts.
-    keep_running(service, changes, package_starts_it=True)
+    """Debian's packages start their service with its defaults on install: a change always restarts.
+    Each binds the mesh address, so it starts after the tunnel (at boot too)."""
+    dropin = after_mesh(service, service)
+    systemd.daemon_reload(name=f"Reload systemd units ({service} drop-in)", _if=dropin.did_change)
+    keep_running(service, [*changes, dropin], package_starts_it=True)
+
+
+def _checked_server(
+    service: str, defaults_src: str, config: Any, check: str, port: int, changes: list[Any], **defaults: Any
+) -> None:
+    """A packaged server of the monitoring node (Prometheus, Alertmanager): its config checked with
+    its own tool whenever it changed, its ``/etc/default`` file (mesh address, port, ``defaults``),
+    and a restart when any of them changed."""
+    server.shell(name=f"Check the {service} config", commands=[check], _if=config.did_change)
+    _defaults_file(
+        defaults_src,
+        f"/etc/default/{service}",
+        service,
+        [*changes, config],
+        mesh_address=host.data.mesh_address,
+        port=port,
+        **defaults,
+    )
 
 
 def exporters() -> None:
@@ -117,6 +139,7 @@ def exporters() -> None:
         "node-exporter/default.j2",
         "/etc/default/prometheus-node-exporter",
         "prometheus-node-exporter",
+        [],
         mesh_address=host.data.mesh_address,
         port=NODE_EXPORTER_PORT,
         textfile_dir=TEXTFILE_DIR,
@@ -162,6 +185,7 @@ def postgres_exporter() -> None:
         "prometheus/postgres-exporter.default.j2",
         "/etc/default/prometheus-postgres-exporter",
         "prometheus-postgres-exporter",
+        [],
         mesh_address=host.data.mesh_address,
         port=POSTGRES_EXPORTER_PORT,
     )
@@ -209,21 +233,15 @@ def prometheus() -> None:
         qdrant_key_file=QDRANT_KEY_FILE,
         mode="644",
     )
-    server.shell(
-        name="Check the Prometheus config",
-        commands=["promtool check config /etc/prometheus/prometheus.yml"],
-        _if=config.did_change,
-    )
-    defaults = template(
+    _checked_server(
+        "prometheus",
         "prometheus/prometheus.default.j2",
-        "/etc/default/prometheus",
-        mesh_address=host.data.mesh_address,
-        port=PROMETHEUS_PORT,
+        config,
+        "promtool check config /etc/prometheus/prometheus.yml",
+        PROMETHEUS_PORT,
+        [rules, key],
         retention=settings.get("retention", "30d"),
-        mode="644",
     )
-    _running("prometheus", [rules, key, config, defaults])
-
     alertmanager = template(
         "alertmanager/alertmanager.yml.j2",
         "/etc/prometheus/alertmanager.yml",
@@ -233,16 +251,11 @@ def prometheus() -> None:
         mode="640",
         create_remote_dir=False,
     )
-    server.shell(
-        name="Check the Alertmanager config",
-        commands=["amtool check-config /etc/prometheus/alertmanager.yml"],
-        _if=alertmanager.did_change,
-    )
-    defaults = template(
+    _checked_server(
+        "prometheus-alertmanager",
         "alertmanager/default.j2",
-        "/etc/default/prometheus-alertmanager",
-        mesh_address=host.data.mesh_address,
-        port=ALERTMANAGER_PORT,
-        mode="644",
+        alertmanager,
+        "amtool check-config /etc/prometheus/alertmanager.yml",
+        ALERTMANAGER_PORT,
+        [],
     )
-    _running("prometheus-alertmanager", [alertmanager, defaults])

@@ -1,41 +1,37 @@
-"""Neo4j Community, bound to the mesh: from its apt repository, or from a release-style archive.
+"""Neo4j Community from its release tarball, bound to the mesh.
 
-- ``source: null`` (Hetzner): Neo4j's apt repository (dearmored keyring, ``signed-by``), the
-  ``neo4j`` package pinned to :data:`deploy.versions.NEO4J`, Java 17 from Debian. The package brings
-  its user, directories and unit.
-- ``source: {file|artefact|url}`` (the local nodes: ``scripts/neo4j-artefact`` assembles it from
-  Maven Central): unpacked into ``/opt/neo4j/<version>`` (keyed on the version, see
-  :mod:`deploy.artefacts`), linked as ``/usr/share/neo4j`` where the package would put it, with the
-  package's user, directories and an equivalent unit. The same ``neo4j console`` / ``neo4j-admin``
-  command lines run it.
-
-Either way ``/etc/neo4j/neo4j.conf`` is rendered whole from one template (listen addresses on the
-mesh, heap, page cache), a drop-in orders the service after the mesh, and the initial password of
-the ``neo4j`` user is set from the controller's secrets while the system database does not exist
-yet — checked on every run, so a run that failed after the install still sets it before the first
-start. ``enabled: false`` installs nothing.
+``components.neo4j.source`` is the tarball's URL and sha256 (:mod:`deploy.artefacts`): Neo4j's
+official ``neo4j-community-<version>-unix.tar.gz`` in production; on the local nodes the archive
+``scripts/neo4j-artefact`` assembles from Maven Central in the same layout
+(``neo4j-community-<version>/{bin,lib}``), served by the controller's stand-in. Either way it is
+unpacked into ``/opt/neo4j/<version>`` (keyed on the version), linked as ``/usr/share/neo4j``,
+and run by one unit as the ``neo4j`` user on the release's Java (:mod:`deploy.osrelease`) with
+``NEO4J_HOME`` = the install and ``NEO4J_CONF=/etc/neo4j``; every writable directory is named in
+``/etc/neo4j/neo4j.conf`` (under ``/var/lib/neo4j`` and ``/var/log/neo4j``), rendered whole from
+one template (listen addresses on the mesh, heap, page cache). A drop-in orders the service after
+the mesh. The initial password of the ``neo4j`` user is set from the controller's secrets while
+the system database does not exist yet — checked on every run, so a run that failed after the
+install still sets it before the first start — read from a file, never a command line.
+``enabled: false`` installs nothing.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from pyinfra import host
-from pyinfra.api import HiddenValue, StringCommand, deploy
+from pyinfra.api import deploy
 from pyinfra.facts.files import Directory
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations import apt, files, systemd
 
 from deploy import versions
-from deploy.artefacts import Artefact, install_archive, resolve
-from deploy.common import apt_repository, component, keep_running, secrets, template
+from deploy.artefacts import ArtefactSourceError, install_archive, resolve
+from deploy.common import after_mesh, component, keep_running, secrets, service_account, template, with_secret_file
+from deploy.osrelease import release
 
-KEY_URL = "https://debian.neo4j.com/neotechnology.gpg.key"
-REPO_URI = "https://debian.neo4j.com"
-INSTALL_DIR = "/usr/share/neo4j"  # the Debian package's, reproduced by the archive install
+PREFIX = "/opt/neo4j"
+INSTALL_DIR = "/usr/share/neo4j"  # a link to the installed version
 HOME = "/var/lib/neo4j"
 CONF_DIR = "/etc/neo4j"
 LOG_DIR = "/var/log/neo4j"
-JAVA = "openjdk-17-jre-headless"
 
 
 def conf_context(version: str) -> dict[str, object]:
@@ -46,73 +42,50 @@ def conf_context(version: str) -> dict[str, object]:
         "pagecache": settings.get("pagecache", "2g"),
         "jvm_additional": list(settings.get("jvm_additional", [])),
         "home": HOME,
+        "log_dir": LOG_DIR,
         "install_dir": INSTALL_DIR,
         "conf_dir": CONF_DIR,
         "version": version,
     }
 
 
+def admin_command(args: str) -> str:
+    """``neo4j-admin ARGS`` as the service runs Neo4j (same home and config)."""
+    return f"NEO4J_CONF={CONF_DIR} NEO4J_HOME={INSTALL_DIR} {INSTALL_DIR}/bin/neo4j-admin {args}"
+
+
 @deploy("Neo4j")
 def neo4j() -> None:
     settings = component("neo4j")
     if not settings.get("enabled", True):
-        host.noop("neo4j: disabled in the inventory, nothing to install")
+        host.noop("neo4j: disabled in the inventory")
         return
     version = versions.version("neo4j", settings)
     context = conf_context(version)
     artefact = resolve("neo4j", settings.get("source"), version=version)
     if artefact is None:
-        apt_repository("neo4j", settings.get("key_url", KEY_URL), settings.get("repo_uri", REPO_URI), "stable", "5")
-        pin = versions.NEO4J_APT.format(version=version)
-        installed = [
-            apt.packages(name=f"Neo4j {version} and Java 17", packages=[JAVA, f"neo4j={pin}"], no_recommends=True)
-        ]
-    else:
-        installed = archive_install(artefact, version, context)
-    dropin = template(
-        "wireguard/after-mesh.conf.j2",
-        "/etc/systemd/system/neo4j.service.d/memoryctl.conf",
-        service="Neo4j",
-        interface=host.data.mesh.get("interface", "wg0"),
+        raise ArtefactSourceError("neo4j.source: give the release tarball's url and sha256 (docs/deploy.md)")
+    apt.packages(
+        name="Java, tools to unpack release archives", packages=[release().java, "tar", "gzip"], no_recommends=True
     )
-    systemd.daemon_reload(name="Reload systemd units (neo4j drop-in)", _if=dropin.did_change)
+    service_account(
+        "neo4j", HOME, {HOME: "750", **{f"{HOME}/{sub}": "750" for sub in ("data", "plugins", "import", "run")}}
+    )
+    files.directory(name=f"Directory {LOG_DIR}", path=LOG_DIR, user="neo4j", group="neo4j", mode="750")
+    files.directory(name="Config directory", path=CONF_DIR, user="root", group="neo4j", mode="750")
+    files.directory(name="Install prefix", path=PREFIX, mode="755")
+    install_archive(artefact, f"{PREFIX}/{version}", strip=1)
+    link = files.link(name=f"{INSTALL_DIR} is Neo4j {version}", path=INSTALL_DIR, target=f"{PREFIX}/{version}")
+    unit = template("neo4j/neo4j.service.j2", "/etc/systemd/system/neo4j.service", **context)
+    dropin = after_mesh("neo4j", "Neo4j")
+    systemd.daemon_reload(name="Reload systemd units (neo4j)", _if=lambda: unit.did_change() or dropin.did_change())
     conf = template("neo4j/neo4j.conf.j2", f"{CONF_DIR}/neo4j.conf", user="root", group="neo4j", mode="640", **context)
     if not host.get_fact(Directory, path=f"{HOME}/data/databases/system"):
         # Only before the first start does the password take effect (the system database records it).
-        server.shell(
-            name="Initial neo4j password (the system database does not exist yet)",
-            commands=[
-                StringCommand(
-                    f"NEO4J_CONF={CONF_DIR} NEO4J_HOME={HOME} {INSTALL_DIR}/bin/neo4j-admin dbms set-initial-password",
-                    StringCommand("'", HiddenValue(secrets().token("neo4j/password")), "'", _separator=""),
-                )
-            ],
-            _sudo=True,
-            _sudo_user="neo4j",
+        with_secret_file(
+            "Initial neo4j password (the system database does not exist yet)",
+            secrets().token("neo4j/password"),
+            admin_command('dbms set-initial-password -- "$(cat {file})"'),
+            user="neo4j",
         )
-    keep_running("neo4j", [conf, dropin, *installed], package_starts_it=artefact is None)
-
-
-def archive_install(artefact: Artefact, version: str, context: dict[str, object]) -> list[Any]:
-    """User, directories, the unpacked archive linked as INSTALL_DIR, and the unit: what the Debian
-    package would have made. Returns the operations whose change needs a restart."""
-    apt.packages(name="Java 17, tools to unpack release archives", packages=[JAVA, "tar", "gzip"], no_recommends=True)
-    server.group(name="Group neo4j", group="neo4j", system=True)
-    server.user(
-        name="User neo4j",
-        user="neo4j",
-        group="neo4j",
-        system=True,
-        home=HOME,
-        shell="/usr/sbin/nologin",
-        create_home=False,
-    )
-    for path in (HOME, *(f"{HOME}/{sub}" for sub in ("data", "plugins", "import", "run")), LOG_DIR):
-        files.directory(name=f"Directory {path}", path=path, user="neo4j", group="neo4j", mode="750")
-    files.directory(name="Config directory", path=CONF_DIR, user="root", group="neo4j", mode="750")
-    files.directory(name="Install prefix", path="/opt/neo4j", mode="755")
-    install_archive(artefact, f"/opt/neo4j/{version}", strip=1)
-    link = files.link(name=f"{INSTALL_DIR} is Neo4j {version}", path=INSTALL_DIR, target=f"/opt/neo4j/{version}")
-    unit = template("neo4j/neo4j.service.j2", "/etc/systemd/system/neo4j.service", **context)
-    systemd.daemon_reload(name="Reload systemd units (neo4j)", _if=unit.did_change)
-    return [link, unit]
+    keep_running("neo4j", [conf, dropin, link, unit])

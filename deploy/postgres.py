@@ -1,40 +1,48 @@
-"""PostgreSQL (+ TimescaleDB), bound to the mesh. The major version is data, the code is the same.
+"""PostgreSQL (+ TimescaleDB), bound to the mesh. The major is the release's, the code is the same.
 
-- ``components.postgres.version`` is the major; ``repository: debian`` takes it from Debian (12
-  ships 15: the local nodes), ``repository: pgdg`` from the PostgreSQL project's apt repository
-  (any current major: the Hetzner example), with a dearmored keyring and ``signed-by``.
+- The server is Debian's ``postgresql-<major>`` of the node's release (:mod:`deploy.osrelease`:
+  17 on Debian 13), on both paths. A node that holds a cluster of another major (the release was
+  upgraded under it) is refused at plan time with the upgrade to run first (``pg_upgradecluster``,
+  docs/deploy.md "PostgreSQL major upgrade"): the deploy never creates a second, empty cluster
+  beside the data.
 - ``listen_addresses`` = localhost + the node's mesh address; ``pg_hba.conf`` admits the memoryctl
   role from loopback and the mesh subnet only (scram-sha-256). The server starts after
   ``wg-quick@wg0`` (a drop-in) so the mesh address exists when it binds.
 - A changed ``conf.d/memoryctl.conf`` restarts the server, and so does a running server that has
   not loaded a library the file preloads (a run that failed between the two); a changed
   ``pg_hba.conf`` only reloads it.
-- TimescaleDB (``components.timescaledb``): ``source`` = a .deb release artefact (the local nodes),
-  or null = the ``timescaledb-2-postgresql-<major>`` package from Timescale's apt repository pinned
-  to :data:`deploy.versions.TIMESCALEDB`. Preloaded, and ``CREATE EXTENSION`` in the memoryctl
-  database whenever the database lacks it (checked every run, not only after an install).
+- TimescaleDB (``components.timescaledb``): ``timescaledb-2-postgresql-<major>`` from the apt
+  repository ``sources.apt.timescaledb`` (Timescale's in production, the controller's signed
+  stand-in on the local nodes), pinned to :data:`deploy.versions.TIMESCALEDB` under the
+  repository's version scheme. Preloaded; ``CREATE EXTENSION`` while the database lacks it; and
+  after a version change the server is restarted and ``ALTER EXTENSION timescaledb UPDATE`` runs
+  (the first statement of its own session, Timescale's documented step) — both asked of the
+  database every run, so an upgrade killed half-way is finished by the next run.
+- The memoryctl role is created with a SCRAM verifier computed on the controller, read by ``psql``
+  from a 0600 file: the password is never on a command line (sudo logs those).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import os
+
 from pyinfra import host
-from pyinfra.api import HiddenValue, QuoteString, StringCommand, deploy
+from pyinfra.api import FactBase, deploy
 from pyinfra.facts.postgres import PostgresRoles
 from pyinfra.facts.server import Users
 from pyinfra.operations import apt, postgres, server, systemd
 
-from deploy import versions
-from deploy.artefacts import install_deb, resolve
-from deploy.common import START_RETRIES, apt_repository, component, secrets, template
+from deploy import aptsources, versions
+from deploy.common import START_RETRIES, after_mesh, component, secrets, template, with_secret_file
 from deploy.facts import PostgresExtensions, PostgresPreloaded, PostgresRoleMemberships
+from deploy.osrelease import release
 
 DATABASE = "memoryctl"
 ROLE = "memoryctl"
 MONITOR = "pg_monitor"
-PGDG_KEY = "https://www.postgresql.org/media/keys/ACCC4CF8.asc"
-PGDG_URI = "https://apt.postgresql.org/pub/repos/apt"
-TIMESCALE_KEY = "https://packagecloud.io/timescale/timescaledb/gpgkey"
-TIMESCALE_URI = "https://packagecloud.io/timescale/timescaledb/debian/"
 AS_POSTGRES = {"_sudo": True, "_sudo_user": "postgres"}
 
 
@@ -42,45 +50,82 @@ class PostgresSettingsError(ValueError):
     """``components.postgres`` / ``components.timescaledb`` that cannot be deployed as written."""
 
 
+class PostgresClusters(FactBase[dict[str, list[str]]]):
+    """``{major: [cluster names]}`` from ``pg_lsclusters`` (empty before PostgreSQL is installed)."""
+
+    def default(self) -> dict[str, list[str]]:
+        return {}
+
+    def requires_command(self, *args: object, **kwargs: object) -> str:
+        return "pg_lsclusters"
+
+    def command(self) -> str:
+        return "pg_lsclusters -h 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> dict[str, list[str]]:
+        clusters: dict[str, list[str]] = {}
+        for line in output:
+            fields = line.split()
+            if len(fields) >= 2:
+                clusters.setdefault(fields[0], []).append(fields[1])
+        return clusters
+
+
 def major() -> int:
-    value = int(component("postgres").get("version", 15))
-    if timescaledb_enabled() and value not in versions.POSTGRES_MAJORS:
+    """The release's PostgreSQL major; an inventory that states another one is refused."""
+    value = release().postgres
+    stated = component("postgres").get("version")
+    if stated is not None and int(stated) != value:
         raise PostgresSettingsError(
-            f"postgres.version {value}: TimescaleDB {versions.TIMESCALEDB} supports PostgreSQL "
-            f"{', '.join(map(str, versions.POSTGRES_MAJORS))}"
+            f"postgres.version {stated}: {release().label} ships PostgreSQL {value}, the one this bundle "
+            "installs; remove postgres.version from the inventory"
         )
     return value
+
+
+def check_no_other_major(version: int) -> None:
+    """Refuse to plan beside a cluster of another major: its data would be left behind."""
+    clusters = host.get_fact(PostgresClusters)
+    others = {other: names for other, names in clusters.items() if other != str(version) and "main" in names}
+    if others and "main" not in clusters.get(str(version), []):
+        old = sorted(others)[0]
+        raise PostgresSettingsError(
+            f"{host.name}: PostgreSQL {old} cluster 'main' holds the data, and this deploy runs {version}. "
+            f"Upgrade it first, on the node: `pg_upgradecluster {old} main` (then `pg_dropcluster {old} main` "
+            "once checked), and deploy again (docs/deploy.md, 'PostgreSQL major upgrade')"
+        )
 
 
 def timescaledb_enabled() -> bool:
     return bool(component("timescaledb").get("enabled", False))
 
 
+def scram_verifier(password: str, salt: bytes | None = None, iterations: int = 4096) -> str:
+    """PostgreSQL's stored form of a SCRAM-SHA-256 password (RFC 5802/7677; what
+    ``password_encryption = scram-sha-256`` stores): the server never sees the password itself."""
+    salt = salt if salt is not None else os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
+    b64 = lambda raw: base64.b64encode(raw).decode()  # noqa: E731
+    return f"SCRAM-SHA-256${iterations}:{b64(salt)}${b64(stored_key)}:{b64(server_key)}"
+
+
 @deploy("PostgreSQL")
 def postgresql() -> None:
     settings = component("postgres")
     version = major()
+    check_no_other_major(version)
     mesh = host.data.mesh
     config_dir = f"/etc/postgresql/{version}/main"
     service = f"postgresql@{version}-main"
     timescale = timescaledb_enabled()
 
-    dropin = template(
-        "wireguard/after-mesh.conf.j2",
-        f"/etc/systemd/system/{service}.service.d/memoryctl.conf",
-        service="PostgreSQL",
-        interface=mesh.get("interface", "wg0"),
-    )
+    dropin = after_mesh(service, "PostgreSQL")
     systemd.daemon_reload(name="Reload systemd units", _if=dropin.did_change)
-
-    repository = settings.get("repository", "debian")
-    if repository == "pgdg":
-        apt_repository("pgdg", settings.get("key_url", PGDG_KEY), settings.get("repo_url", PGDG_URI), "bookworm-pgdg")
-    elif repository != "debian":
-        raise PostgresSettingsError(f"postgres.repository must be debian or pgdg, not {repository!r}")
     apt.packages(name="PostgreSQL", packages=[f"postgresql-{version}"], no_recommends=True)
-    if timescale:
-        install_timescaledb(version)
+    package = install_timescaledb(version) if timescale else None
 
     conf = template(
         "postgres/memoryctl.conf.j2",
@@ -110,14 +155,24 @@ def postgresql() -> None:
     systemd.service(name=f"{service} running and enabled", service=service, running=True, enabled=True, **START_RETRIES)
     # The package starts the cluster with its default config before ours is written, so a changed
     # config always restarts, even on the first run. A server running without the library the
-    # config preloads (the restart of an earlier run never happened) is restarted too.
+    # config preloads (the restart of an earlier run never happened) is restarted too, and so is
+    # one whose TimescaleDB extension is older than the package (the upgrade's restart).
     preloaded = host.get_fact(PostgresPreloaded, **AS_POSTGRES)
-    stale = timescale and preloaded is not None and "timescaledb" not in preloaded
+    extensions = host.get_fact(PostgresExtensions, database=DATABASE, **AS_POSTGRES)
+    wanted = versions.version("timescaledb", component("timescaledb"))
+    not_loaded = timescale and preloaded is not None and "timescaledb" not in preloaded
+    outdated = timescale and extensions.get("timescaledb") not in (None, wanted)
+    if outdated and versions.numeric(extensions["timescaledb"]) > versions.numeric(wanted):
+        raise PostgresSettingsError(
+            f"{host.name}: the memoryctl database has TimescaleDB {extensions['timescaledb']}, newer than {wanted}: "
+            "TimescaleDB cannot be downgraded in place (restore a backup taken before the upgrade instead)"
+        )
+    reason = "timescaledb not loaded" if not_loaded else f"timescaledb {wanted} to load" if outdated else ""
     systemd.service(
-        name=f"Restart {service} (config changed{', timescaledb not loaded' if stale else ''})",
+        name=f"Restart {service} (config changed{', ' + reason if reason else ''})",
         service=service,
         restarted=True,
-        _if=[] if stale else [conf.did_change],
+        _if=[] if (not_loaded or outdated) else [op.did_change for op in (conf, package) if op is not None],
     )
     systemd.service(
         name=f"Reload {service} (pg_hba changed)",
@@ -135,71 +190,58 @@ def postgresql() -> None:
             commands=[f"psql -v ON_ERROR_STOP=1 -XAtc 'GRANT {MONITOR} TO \"{ROLE}\"'"],
             **AS_POSTGRES,
         )
-    if timescale and "timescaledb" not in host.get_fact(PostgresExtensions, database=DATABASE, **AS_POSTGRES):
+    if timescale and "timescaledb" not in extensions:
         server.shell(
             name="TimescaleDB extension in the memoryctl database",
             commands=[f"psql -v ON_ERROR_STOP=1 -d {DATABASE} -XAtc 'CREATE EXTENSION IF NOT EXISTS timescaledb'"],
             **AS_POSTGRES,
         )
+    elif outdated:
+        server.shell(
+            name=f"ALTER EXTENSION timescaledb UPDATE ({extensions['timescaledb']} -> {wanted})",
+            # Timescale: the first statement of a session that has not loaded the old library (-X).
+            commands=[f"psql -v ON_ERROR_STOP=1 -d {DATABASE} -XAtc 'ALTER EXTENSION timescaledb UPDATE'"],
+            **AS_POSTGRES,
+        )
 
 
-def install_timescaledb(pg_major: int) -> None:
-    """The extension's package, from the inventory's artefact or Timescale's repository, pinned."""
-    settings = component("timescaledb")
-    wanted = versions.version("timescaledb", settings)
-    package = f"timescaledb-2-postgresql-{pg_major}"
-    artefact = resolve("timescaledb", settings.get("source"), version=wanted, pg=pg_major)
-    if artefact is not None:
-        install_deb(artefact, package, f"{wanted}~")
-        return
-    apt_repository(
-        "timescaledb",
-        settings.get("key_url", TIMESCALE_KEY),
-        settings.get("repo_url", TIMESCALE_URI),
-        "bookworm",
-    )
-    pin = versions.TIMESCALEDB_APT.format(version=wanted)
-    apt.packages(
-        name=f"TimescaleDB {wanted}",
-        packages=[f"{package}={pin}", f"timescaledb-2-loader-postgresql-{pg_major}={pin}"],
-        no_recommends=True,
-    )
+def timescaledb_packages(pg_major: int) -> list[str]:
+    return [f"timescaledb-2-postgresql-{pg_major}", f"timescaledb-2-loader-postgresql-{pg_major}"]
+
+
+def install_timescaledb(pg_major: int) -> object:
+    """The extension's package from its repository, pinned; the install operation."""
+    wanted = versions.version("timescaledb", component("timescaledb"))
+    scheme = str(component("timescaledb").get("package_version", "{version}~debian{release}"))
+    pinned = scheme.format(version=wanted, release=release().major)
+    package = timescaledb_packages(pg_major)[0]
+    aptsources.pin("timescaledb", timescaledb_packages(pg_major), pinned)
+    aptsources.repository("timescaledb", stale=aptsources.needs_install({package: pinned}))
+    return apt.packages(name=f"TimescaleDB {wanted}", packages=[f"{package}={pinned}"], no_recommends=True)
 
 
 def role_and_database(password: str) -> None:
-    """The memoryctl role (password hidden from pyinfra's output) and the database it owns.
+    """The memoryctl role (created once, password from a file) and the database it owns.
 
     pyinfra gathers facts before anything runs, and the role/database facts need the ``postgres``
-    OS user: on a node without PostgreSQL yet, the first run creates both with plain SQL right
-    after the install; from then on the fact-driven operations keep them (and report no change).
+    OS user: on a node without PostgreSQL yet, the first run creates the database with plain SQL
+    right after the install; from then on the fact-driven operation keeps it.
     """
-    if "postgres" in host.get_fact(Users):
-        roles = host.get_fact(PostgresRoles, **AS_POSTGRES)
-        # pyinfra ALTERs the password of an existing role on every run: pass it only to create the
-        # role, so a re-run is a no-op. (Rotating it is an operator action, see docs/deploy.md.)
-        postgres.role(
-            name=f"Role {ROLE}",
-            role=ROLE,
-            password=None if ROLE in roles else password,
-            login=True,
-            **AS_POSTGRES,
+    installed = "postgres" in host.get_fact(Users)
+    roles = host.get_fact(PostgresRoles, **AS_POSTGRES) if installed else {}
+    if ROLE not in roles:
+        # Rotating it is an operator action (docs/deploy.md): a re-run never touches the password.
+        with_secret_file(
+            f"Role {ROLE} (its SCRAM verifier read from a file)",
+            f"CREATE ROLE \"{ROLE}\" LOGIN PASSWORD '{scram_verifier(password)}';\n",
+            "psql -v ON_ERROR_STOP=1 -Xq -f {file}",
+            user="postgres",
         )
-        postgres.database(
-            name=f"Database {DATABASE}",
-            database=DATABASE,
-            owner=ROLE,
-            encoding="UTF8",
-            **AS_POSTGRES,
-        )
+    if installed:
+        postgres.database(name=f"Database {DATABASE}", database=DATABASE, owner=ROLE, encoding="UTF8", **AS_POSTGRES)
         return
-    create_role = StringCommand(
-        f'CREATE ROLE "{ROLE}" LOGIN PASSWORD ', StringCommand("'", HiddenValue(password), "'", _separator="")
-    )
     server.shell(
-        name=f"Role {ROLE} and database {DATABASE} (first install)",
-        commands=[
-            StringCommand("psql -v ON_ERROR_STOP=1 -Ac", QuoteString(create_role)),
-            f'createdb --owner="{ROLE}" --encoding=UTF8 "{DATABASE}"',
-        ],
+        name=f"Database {DATABASE} (first install)",
+        commands=[f'createdb --owner="{ROLE}" --encoding=UTF8 "{DATABASE}"'],
         **AS_POSTGRES,
     )

@@ -6,27 +6,46 @@ it (``--bootstrap``; ignored once a peer has its own Raft state, so restarts are
 are sharded and replicated by memoryctl when it creates them (``[qdrant] shard_number`` /
 ``replication_factor`` in memoryctl.toml), so losing one node loses no data and no answers.
 
-The binary is unpacked into ``/opt/qdrant/<version>`` (keyed on that directory's marker, see
-:mod:`deploy.artefacts`); the unit names the versioned binary, so a version change is a unit change
-and restarts the peer. Snapshots go to ``/var/lib/qdrant/snapshots`` (Qdrant's snapshot API; where a
-backup job picks them up). ``source: null`` installs nothing.
+The archive (``source: {url, sha256}``) is unpacked into ``/opt/qdrant/<version>`` (keyed on that
+directory's marker, see :mod:`deploy.artefacts`). Its glibc floor is checked twice: at plan time
+from data (the archive's target, :data:`deploy.versions.QDRANT_GLIBC_FLOOR`, against the node's
+release), and on the node before the new directory is marked installed, from the binary's own
+symbol versions (``GLIBC_x.y``) against the node's glibc. The unit names the versioned binary, so a
+version change is a unit change.
+
+A change that needs a restart (binary, config, unit) restarts the peers **one at a time**: each
+peer is restarted and the run waits, on that node, until it answers and every replica of every
+collection is ``Active`` again (``/usr/local/sbin/memoryctl-qdrant-wait-active``), before the
+next peer's restart — the cluster keeps answering throughout. Snapshots go to
+``/var/lib/qdrant/snapshots`` (where a backup job picks them up).
 """
 
 from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.facts.systemd import SystemdStatus
 from pyinfra.operations import apt, files, server, systemd
 
 from deploy import versions
 from deploy.artefacts import install_archive, resolve
-from deploy.common import component, inventory, keep_running, secrets, template
+from deploy.common import START_RETRIES, component, inventory, secrets, service_account, template
+from deploy.osrelease import release
 
 PREFIX = "/opt/qdrant"
 CONFIG = "/etc/qdrant/config.yaml"
 DATA_DIR = "/var/lib/qdrant"
 UNIT = "/etc/systemd/system/qdrant.service"
+WAIT_ACTIVE = "/usr/local/sbin/memoryctl-qdrant-wait-active"
 P2P_PORT = 6335
+# Run in the unpacked directory before it is marked installed: the binary's newest GLIBC_x.y
+# symbol version must not be newer than the node's glibc (none at all: a static musl binary).
+GLIBC_CHECK = (
+    "need=$(grep -aoE 'GLIBC_[0-9]+[.][0-9]+' qdrant | cut -d_ -f2 | sort -uV | tail -n1);"
+    " have=$(getconf GNU_LIBC_VERSION | cut -d' ' -f2);"
+    ' if [ -n "$need" ] && [ "$(printf "%s\\n%s\\n" "$need" "$have" | sort -V | tail -n1)" != "$have" ];'
+    ' then echo "qdrant: this binary needs glibc $need, the node has $have: take the -musl archive" >&2; exit 1; fi'
+)
 
 
 def peers() -> list[str]:
@@ -65,6 +84,7 @@ def unit_context(version: str) -> dict[str, object]:
         "cluster_mode": cluster_mode,
         "p2p_port": P2P_PORT,
         "bootstrap": f"http://{first}:{P2P_PORT}" if cluster_mode and host.name != all_peers[0] else None,
+        "log_level": str(component("qdrant").get("log_level", "INFO")),
     }
 
 
@@ -76,21 +96,12 @@ def qdrant() -> None:
     if artefact is None:
         host.noop("qdrant: source is null, nothing to install (configs are validated by the unit tests)")
         return
+    versions.check_glibc(release(), artefact.url, artefact.settings.get("glibc_floor"))
     context = unit_context(version)
     apt.packages(name="Tools to unpack release archives", packages=["tar", "xz-utils"], no_recommends=True)
-    server.group(name="Group qdrant", group="qdrant", system=True)
-    server.user(
-        name="User qdrant",
-        user="qdrant",
-        group="qdrant",
-        system=True,
-        home=DATA_DIR,
-        shell="/usr/sbin/nologin",
-        create_home=False,
-    )
-    files.directory(name="Data directory", path=DATA_DIR, user="qdrant", group="qdrant", mode="750")
+    service_account("qdrant", DATA_DIR)
     files.directory(name="Install prefix", path=PREFIX, mode="755")
-    install_archive(artefact, f"{PREFIX}/{version}")
+    install_archive(artefact, f"{PREFIX}/{version}", check=GLIBC_CHECK)
     config = template(
         "qdrant/config.yaml.j2",
         CONFIG,
@@ -101,5 +112,16 @@ def qdrant() -> None:
         **context,
     )
     unit = template("qdrant/qdrant.service.j2", UNIT, **context)
+    template(
+        "qdrant/wait-active.py.j2", WAIT_ACTIVE, config_path=CONFIG, mesh_address=host.data.mesh_address, mode="755"
+    )
     systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
-    keep_running("qdrant", [config, unit])
+    running = host.get_fact(SystemdStatus).get("qdrant.service", False)
+    systemd.service(name="qdrant running and enabled", service="qdrant", running=True, enabled=True, **START_RETRIES)
+    if running:
+        server.shell(
+            name="Restart qdrant, one peer at a time (every replica Active before the next)",
+            commands=["systemctl restart qdrant.service", f"{WAIT_ACTIVE} --timeout 600"],
+            _if=lambda: config.did_change() or unit.did_change(),
+            _serial=True,
+        )

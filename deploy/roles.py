@@ -24,6 +24,7 @@ from deploy.firewall import firewall
 from deploy.memoryctl import memoryctl
 from deploy.monitoring import monitoring
 from deploy.neo4j import neo4j
+from deploy.osrelease import release
 from deploy.postgres import postgresql
 from deploy.qdrant import qdrant
 from deploy.vllm import vllm
@@ -31,6 +32,7 @@ from deploy.wireguard import wireguard
 
 
 def everything() -> None:
+    release()  # an unsupported OS release is refused here, before any operation is planned
     base()
     wireguard()
     firewall()

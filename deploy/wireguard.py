@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations import apt, server, systemd
 
 from deploy.common import START_RETRIES, inventory, secrets, template
 
@@ -32,10 +32,8 @@ def wireguard() -> None:
     )
 
     dropin_path = "/etc/systemd/system/wg-quick@.service.d/userspace.conf"
-    if userspace:
-        dropin = template("wireguard/userspace.conf.j2", dropin_path)
-    else:
-        dropin = files.file(name="No userspace WireGuard drop-in", path=dropin_path, present=False)
+    # One operation on both paths: what the drop-in says is data (mesh.userspace).
+    dropin = template("wireguard/userspace.conf.j2", dropin_path, userspace=userspace)
     systemd.daemon_reload(name="Reload systemd units", _if=dropin.did_change)
 
     config = template(

@@ -60,23 +60,38 @@ def _count(cell: str) -> int:
     return 0 if cell == "-" else int(cell)
 
 
-def run_deploy(log: Path) -> DeployRun:
-    """``pyinfra -y inventory/local.py deploy.py`` from the repository root, timed; output to ``log``."""
+def run_deploy(log: Path, *, overlay: Path | None = None, kill_at: str | None = None) -> DeployRun:
+    """``pyinfra -y inventory/local.py deploy.py`` from the repository root, timed; output to ``log``.
+
+    ``overlay``: an inventory overlay for this run (``$MEMORYCTL_INVENTORY_OVERLAY``). ``kill_at``:
+    SIGKILL pyinfra as soon as its output names this operation starting (a run killed half-way).
+    """
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if overlay is not None:
+        env["MEMORYCTL_INVENTORY_OVERLAY"] = str(overlay)
+    else:
+        env.pop("MEMORYCTL_INVENTORY_OVERLAY", None)
     started = time.monotonic()
     with log.open("w") as out:  # streamed, so that a run in progress can be watched
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "pyinfra", "-y", "inventory/local.py", "deploy.py"],
             cwd=REPO,
             stdout=out,
             stderr=subprocess.STDOUT,
             text=True,
-            check=False,
+            env=env,
         )
+        while proc.poll() is None:
+            if kill_at is not None and f"Starting operation: {kill_at}" in log.read_text():
+                proc.kill()
+                break
+            time.sleep(0.2)
+        returncode = proc.wait()
     seconds = time.monotonic() - started
     output = log.read_text()
     match = _GRAND_TOTAL.search(output)
     counts = [_count(c) for c in match.groups()] if match else [0, 0, 0, 0]
-    return DeployRun(seconds, proc.returncode, output, *counts)
+    return DeployRun(seconds, returncode, output, *counts)
 
 
 def node(name: str) -> testinfra.host.Host:

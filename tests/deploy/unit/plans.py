@@ -26,9 +26,16 @@ from pyinfra.context import ctx_host, ctx_state
 from deploy.settings import REPO, load_inventory
 
 # Facts of a freshly installed Debian node where a fact's own default would not do.
+DEBIAN_13 = {
+    "name": "Debian",
+    "major": 13,
+    "minor": None,
+    "release_meta": {"ID": "debian", "VERSION_CODENAME": "trixie", "PRETTY_NAME": "Debian GNU/Linux 13 (trixie)"},
+}
 FRESH_DEBIAN: dict[str, Any] = {
     "Os": "Linux",
     "LinuxName": "Debian",
+    "LinuxDistribution": DEBIAN_13,
     "Users": {"root": {"home": "/root", "group": "root", "groups": [], "shell": "/bin/bash"}},
     "Groups": ["root"],
     "Which": lambda command, **_: f"/usr/bin/{command}",
@@ -41,6 +48,7 @@ class PlannedOp:
     commands: list[str]
     uploads: dict[str, str] = field(default_factory=dict)
     conditional: bool = False
+    serial: bool = False  # run host by host (``_serial``), not on every host at once
 
 
 @dataclass
@@ -120,9 +128,11 @@ def plan(
                     commands.append(f"upload {command.dest}")
                 else:
                     commands.append(str(command))
-            (name,) = state.get_op_meta(op_hash).names
+            meta = state.get_op_meta(op_hash)
+            (name,) = meta.names
             conditional = bool(op_data.global_arguments.get("_if"))
-            ops.append(PlannedOp(name, commands, uploads, conditional))
+            serial = bool(meta.global_arguments.get("_serial") or op_data.global_arguments.get("_serial"))
+            ops.append(PlannedOp(name, commands, uploads, conditional, serial))
     return Plan(ops)
 
 

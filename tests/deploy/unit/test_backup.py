@@ -18,6 +18,7 @@ from deploy.backup import PgbackrestStanza, backup
 from deploy.common import has_role
 from deploy.memoryctl import memoryctl
 from deploy.opsnode import OpsNodeError, ops_node
+from deploy.osrelease import RELEASES
 from deploy.pki import CertificateAuthority
 from deploy.postgres import postgresql
 from deploy.settings import REPO, load_inventory
@@ -25,6 +26,8 @@ from tests.deploy.unit.plans import Plan, cluster_order
 from tests.deploy.unit.plans import plan as plan_of
 from tests.deploy.unit.test_plans import _no_commands, _present
 from wireguard.keys import SecretDir
+
+PGBACKREST = f"pgbackrest={RELEASES[13].pgbackrest}"
 
 BACKED_UP = {"status": 0, "backups": 1}
 DAY_TWO = {"backup": {"enabled": True}, "monitoring": {"enabled": True}}
@@ -62,8 +65,8 @@ def test_database_side_archives_wal_to_the_repository_node_over_tls() -> None:
     assert conf["global"]["tls-server-address"] == "10.77.0.1"
     assert conf["global"]["tls-server-auth"] == "node3=memoryctl"  # only the repository node may back up
     assert "repo1-cipher-pass" not in conf["global"]  # the key stays on the repository side
-    assert conf["memoryctl"]["pg1-path"] == "/var/lib/postgresql/15/main"
-    archiving = fresh.upload("/etc/postgresql/15/main/conf.d/pgbackrest.conf")
+    assert conf["memoryctl"]["pg1-path"] == "/var/lib/postgresql/17/main"
+    archiving = fresh.upload("/etc/postgresql/17/main/conf.d/pgbackrest.conf")
     assert "archive_mode = on" in archiving
     assert "archive_command = 'pgbackrest --stanza=memoryctl archive-push %p'" in archiving
     assert fresh.op("Restart PostgreSQL (WAL archiving changed)").conditional
@@ -96,7 +99,7 @@ def present(fresh: Plan, services: list[str], packages: list[str]) -> dict[str, 
 def test_database_side_no_op() -> None:
     fresh = plan(backup, "node1")
     assert "chown postgres:postgres /etc" not in [c for op in fresh.ops for c in op.commands]
-    _no_commands(plan(backup, "node1", present(fresh, ["pgbackrest"], ["pgbackrest", "rsync"])))
+    _no_commands(plan(backup, "node1", present(fresh, ["pgbackrest"], [PGBACKREST, "rsync"])))
 
 
 def test_repository_side_fresh_creates_the_stanza_and_a_first_full_backup(secrets_dir: Path) -> None:
@@ -108,7 +111,7 @@ def test_repository_side_fresh_creates_the_stanza_and_a_first_full_backup(secret
     assert conf["global"]["tls-server-auth"] == "node1=memoryctl"
     assert conf["memoryctl"]["pg1-host"] == "10.77.0.1" and conf["memoryctl"]["pg1-host-type"] == "tls"
     names = fresh.names()
-    assert names.index("Backups | User postgres (pgBackRest's user)") < names.index("Backups | pgBackRest, rsync")
+    assert names.index("Backups | User postgres") < names.index("Backups | pgBackRest 2.55.1-1, rsync")
     assert fresh.op("pgBackRest stanza memoryctl").commands[-1].endswith("pgbackrest --stanza=memoryctl stanza-create")
     first = fresh.op("First full backup").commands
     assert "check" in first[-2] and first[-1].endswith("--type=full backup")
@@ -136,7 +139,7 @@ def test_the_stanza_waits_for_the_database_node(secrets_dir: Path) -> None:
 
 def test_repository_side_no_op_once_backed_up() -> None:
     fresh = plan(backup, "node3")
-    facts = present(fresh, ["pgbackrest", "rsync"], ["pgbackrest", "rsync"])
+    facts = present(fresh, ["pgbackrest", "rsync"], [PGBACKREST, "rsync"])
     postgres = {"home": "/var/lib/pgbackrest", "group": "postgres", "groups": [], "shell": "/bin/sh"}
     facts.update(PgbackrestStanza=BACKED_UP, Users={"postgres": postgres})
     facts["Groups"] = ["postgres"]

@@ -1,16 +1,19 @@
 """The production path: ``inventory/hetzner.example.yaml`` planned as a new operator would run it.
 
 A temporary home directory holds the keys the example names with ``~`` (expanded on the
-controller); the sha256 the operator copies from Qdrant's release page is filled in. Then every
-node's whole plan (deploy/roles.py) is built from fact fixtures of fresh Debian 12 servers, and
-each property the production path needs is checked on it.
+controller); the sha256s the operator copies from Qdrant's and Neo4j's release pages are filled
+in. Then every node's whole plan (deploy/roles.py) is built from fact fixtures of fresh Debian 13
+servers, and each property the production path needs is checked on it.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Any
@@ -21,13 +24,16 @@ import yaml
 import deploy.wheelhouse
 from deploy import versions
 from deploy.artefacts import ArtefactSourceError
-from deploy.neo4j import neo4j
+from deploy.osrelease import RELEASES, UnsupportedRelease
 from deploy.postgres import PostgresSettingsError, postgresql
 from deploy.qdrant import qdrant
 from deploy.roles import everything
 from deploy.settings import REPO, load_inventory
+from deploy.versions import IncompatibleVersions
 from deploy.vllm import vllm
-from tests.deploy.unit.plans import LOCAL, Plan, plan
+from tests.deploy.unit.plans import DEBIAN_13, LOCAL, Plan, plan
+
+TIMESCALE_KEY = "0641009A8366FDE4444A7B62E7391C94080429FF"
 
 EXAMPLE = REPO / "inventory" / "hetzner.example.yaml"
 NODES = ("mem-db", "mem-index", "mem-gpu")
@@ -56,7 +62,8 @@ def _example(tmp_path: Path, edit: Any = None) -> Path:
 
 
 def _fill_sha256(doc: dict[str, Any]) -> None:
-    doc["components"]["qdrant"]["source"]["sha256"] = RELEASE_SHA256
+    for name in ("qdrant", "neo4j"):
+        doc["components"][name]["source"]["sha256"] = RELEASE_SHA256
 
 
 @pytest.fixture
@@ -103,64 +110,118 @@ def test_the_placeholder_sha256_is_refused_before_anything_runs(tmp_path: Path, 
 
 
 def test_versions_come_from_one_place_and_match_the_local_nodes(plans: dict[str, Plan]) -> None:
-    download = plans["mem-index"].op("Download qdrant")
+    download = " ".join(plans["mem-index"].op("Download qdrant (sha256 checked)").commands)
+    # The static -musl archive: no glibc floor (the -gnu one has needed GLIBC_2.38).
     url = (
-        f"https://github.com/qdrant/qdrant/releases/download/v{versions.QDRANT}/qdrant-x86_64-unknown-linux-gnu.tar.gz"
+        f"https://github.com/qdrant/qdrant/releases/download/v{versions.QDRANT}/qdrant-x86_64-unknown-linux-musl.tar.gz"
     )
-    joined = " ".join(download.commands)
-    assert url in joined and RELEASE_SHA256 in joined, download.commands
-    neo = " ".join(plans["mem-index"].op(f"Neo4j {versions.NEO4J} and Java 17").commands)
-    assert f"neo4j=1:{versions.NEO4J}" in neo
+    assert url in download and RELEASE_SHA256 in download
+    neo = " ".join(plans["mem-index"].op("Download neo4j (sha256 checked)").commands)
+    assert f"https://dist.neo4j.org/neo4j-community-{versions.NEO4J}-unix.tar.gz" in neo and RELEASE_SHA256 in neo
     timescale = " ".join(plans["mem-db"].op(f"TimescaleDB {versions.TIMESCALEDB}").commands)
-    pin = f"{versions.TIMESCALEDB}~debian12"
-    assert (
-        f"timescaledb-2-postgresql-17={pin}" in timescale and f"timescaledb-2-loader-postgresql-17={pin}" in timescale
-    )
-    # Neither inventory restates a version (the PostgreSQL major is a choice, not a pin).
+    assert f"timescaledb-2-postgresql-17={versions.TIMESCALEDB}~debian13" in timescale
+    pin = plans["mem-db"].upload("/etc/apt/preferences.d/memoryctl-timescaledb")
+    assert f"Pin: version {versions.TIMESCALEDB}~debian13" in pin
+    # Neither inventory restates a version.
     for path in (EXAMPLE, LOCAL):
         components = yaml.safe_load(path.read_text())["components"]
-        assert [name for name, c in components.items() if "version" in c and name != "postgres"] == [], path
-    # The local nodes' artefacts and the Maven build carry the same versions.
+        assert [name for name, c in components.items() if "version" in c] == [], path
+    # The local nodes' stand-in and the Maven build carry the same versions.
     local = yaml.safe_load(LOCAL.read_text())["components"]
-    assert "{version}" in local["qdrant"]["source"]["artefact"] and "{version}" in local["neo4j"]["source"]["artefact"]
+    assert "{version}" in local["qdrant"]["source"]["url"] and "{version}" in local["neo4j"]["source"]["url"]
     pom = (REPO / "scripts" / "neo4j" / "pom.xml").read_text()
     assert f"<neo4j.version>{versions.NEO4J}</neo4j.version>" in pom
 
 
-def test_postgres_major_is_a_setting(plans: dict[str, Plan], tmp_path: Path) -> None:
+def test_postgres_major_is_the_releases(plans: dict[str, Plan], tmp_path: Path) -> None:
     db = plans["mem-db"]
     assert db.op("PostgreSQL | PostgreSQL").commands[-1].endswith("postgresql-17")
     assert "shared_preload_libraries = 'timescaledb'" in db.upload("/etc/postgresql/17/main/conf.d/memoryctl.conf")
     assert "Restart postgresql@17-main" in " ".join(db.names())
-    local = plan(postgresql, "node1")
-    assert local.op("PostgreSQL | PostgreSQL").commands[-1].endswith("postgresql-15")
-    assert not any("pgdg" in name for name in local.names())
+    assert not any("pgdg" in name for name in db.names())
 
-    def too_old(doc: dict[str, Any]) -> None:
-        doc["components"]["postgres"]["version"] = 14
+    def stated(doc: dict[str, Any]) -> None:
+        _fill_sha256(doc)
+        doc["components"]["postgres"]["version"] = 16
 
-    with pytest.raises(PostgresSettingsError, match=r"TimescaleDB 2\.28\.3 supports PostgreSQL 15, 16, 17, 18"):
-        plan(postgresql, "mem-db", inventory=_example(tmp_path, too_old))
+    with pytest.raises(PostgresSettingsError, match=r"Debian 13 \(trixie\) ships PostgreSQL 17"):
+        plan(postgresql, "mem-db", inventory=_example(tmp_path, stated))
 
 
-@pytest.mark.parametrize(
-    ("node", "name", "line"),
-    [
-        ("mem-db", "pgdg", "https://apt.postgresql.org/pub/repos/apt bookworm-pgdg main"),
-        ("mem-db", "timescaledb", "https://packagecloud.io/timescale/timescaledb/debian/ bookworm main"),
-        ("mem-index", "neo4j", "https://debian.neo4j.com stable 5"),
-    ],
-)
-def test_third_party_repositories_are_signed_by_their_own_dearmored_key(
-    plans: dict[str, Plan], node: str, name: str, line: str
-) -> None:
-    p = plans[node]
-    keyring = f"/etc/apt/keyrings/{name}.gpg"
-    key = " ".join(p.op(f"{name} apt key (dearmored keyring)").commands)
-    assert "gpg" in key and "--dearmor" in key and keyring in key, key
-    repo = " ".join(p.op(f"{name} apt repository").commands)
-    assert f"deb [signed-by={keyring}] {line}" in repo and f"/etc/apt/sources.list.d/{name}.list" in repo
-    assert p.op(f"Refresh apt lists ({name} added)").conditional
+def test_timescales_repository_is_signed_by_the_listed_key_only(plans: dict[str, Plan], inventory: Path) -> None:
+    p = plans["mem-db"]
+    key = " ".join(p.op("timescaledb apt key (fingerprints checked)").commands)
+    assert "curl -fsSL --retry 3" in key and "https://packagecloud.io/timescale/timescaledb/gpgkey" in key
+    assert f"grep -qx {TIMESCALE_KEY}" in key and "refusing it" in key
+    assert f"gpg --batch --export {TIMESCALE_KEY}" in key and "/etc/apt/keyrings/timescaledb.gpg" in key
+    repo = " ".join(p.op("timescaledb apt repository").commands)
+    line = "deb [signed-by=/etc/apt/keyrings/timescaledb.gpg] https://packagecloud.io/timescale/timescaledb/debian/"
+    assert f"{line} trixie main" in repo and "/etc/apt/sources.list.d/timescaledb.list" in repo
+    assert not p.op("Refresh apt lists (timescaledb").conditional  # a fresh server has no lists of it
+    held = plan(
+        postgresql,
+        "mem-db",
+        {
+            "KeyringFingerprints": [TIMESCALE_KEY],
+            "File": lambda path, **_: {"mode": 644} if path.startswith("/var/lib/apt/lists/") else None,
+            "DebPackages": {"timescaledb-2-postgresql-17": {f"{versions.TIMESCALEDB}~debian13"}},
+        },
+        inventory=inventory,
+    )
+    assert "timescaledb apt key" not in " ".join(held.names())  # the keyring holds exactly that key
+    assert held.op("Refresh apt lists (timescaledb").conditional
+
+
+def test_a_key_without_the_listed_fingerprint_is_refused_on_the_node(tmp_path: Path) -> None:
+    """The key step itself, run here: a key file that lacks the fingerprint fails, naming what it holds."""
+    if shutil.which("gpg") is None or shutil.which("curl") is None:
+        pytest.skip("gpg and curl needed")
+    home = tmp_path / "gnupg"
+    home.mkdir(mode=0o700)
+    env = {**os.environ, "GNUPGHOME": str(home)}
+    uid = "test key <test@memoryctl.invalid>"
+    gen = ["gpg", "--batch", "--passphrase", "", "--quick-gen-key", uid, "ed25519", "sign", "0"]
+    subprocess.run(gen, env=env, check=True, capture_output=True)
+    listed = subprocess.run(["gpg", "--with-colons", "-K"], env=env, check=True, capture_output=True, text=True)
+    fingerprint = next(line.split(":")[9] for line in listed.stdout.splitlines() if line.startswith("fpr:"))
+    key = tmp_path / "gpgkey"
+    key.write_bytes(subprocess.run(["gpg", "--armor", "--export"], env=env, check=True, capture_output=True).stdout)
+    keyring = tmp_path / "keyring.gpg"
+    for wanted, ok in ((fingerprint, True), (TIMESCALE_KEY, False)):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("deploy.aptsources.KEYRINGS", str(tmp_path))
+            command = _key_command(f"file://{key}", [wanted])
+        command = command.replace(f"{tmp_path}/timescaledb.gpg", str(keyring))
+        result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=False)
+        assert (result.returncode == 0) is ok, result.stderr
+        if ok:
+            shown = subprocess.run(
+                ["gpg", "--show-keys", "--with-colons", str(keyring)], capture_output=True, text=True
+            )
+            assert f"fpr:::::::::{fingerprint}:" in shown.stdout
+        else:
+            assert f"does not hold the key(s) {TIMESCALE_KEY}" in result.stderr and fingerprint in result.stderr
+
+
+def _key_command(url: str, wanted: list[str]) -> str:
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.context import ctx_host, ctx_state
+
+    from deploy.aptsources import trusted_key
+
+    state = State(Inventory(([("h", {})], {})), Config())
+    host = state.inventory.get_host("h")
+    with ctx_state.use(state), ctx_host.use(host), _no_facts():
+        trusted_key("timescaledb", url, wanted)
+        (op_hash,) = state.get_op_order()
+        (command,) = [str(c) for c in state.get_op_data_for_host(host, op_hash).command_generator()]
+    return command
+
+
+def _no_facts() -> Any:
+    from tests.deploy.unit.plans import _facts
+
+    return _facts({})
 
 
 def test_no_plan_uses_apt_key(plans: dict[str, Plan]) -> None:
@@ -168,16 +229,21 @@ def test_no_plan_uses_apt_key(plans: dict[str, Plan]) -> None:
         assert not [c for c in _commands(p) if "apt-key" in c], name
 
 
+def test_only_debian_13_is_deployed_onto(inventory: Path) -> None:
+    bookworm = {**DEBIAN_13, "major": 12, "release_meta": {"PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)"}}
+    with pytest.raises(
+        UnsupportedRelease, match=r"runs Debian GNU/Linux 12 \(bookworm\); .* Debian 13 \(trixie\) only"
+    ):
+        plan(everything, "mem-db", {"LinuxDistribution": bookworm}, inventory=inventory)
+    ubuntu = {"name": "Ubuntu", "major": 24, "minor": 4, "release_meta": {"PRETTY_NAME": "Ubuntu 24.04 LTS"}}
+    with pytest.raises(UnsupportedRelease, match=r"runs Ubuntu 24\.04 LTS"):
+        plan(everything, "mem-gpu", {"LinuxDistribution": ubuntu}, inventory=inventory)
+
+
 def test_one_shot_steps_are_checked_every_run(inventory: Path) -> None:
     """Installed packages, but what their first run should have done is missing: planned again."""
-    neo = plan(neo4j, "mem-index", {"DebPackages": {"neo4j": {f"1:{versions.NEO4J}"}}}, inventory=inventory)
-    assert not neo.op("Initial neo4j password").conditional
-    pin = f"{versions.TIMESCALEDB}~debian12"
-    packages = {
-        "postgresql-17": {"17.7"},
-        "timescaledb-2-postgresql-17": {pin},
-        "timescaledb-2-loader-postgresql-17": {pin},
-    }
+    pin = f"{versions.TIMESCALEDB}~debian13"
+    packages = {"postgresql-17": {"17.12-0+deb13u1"}, "timescaledb-2-postgresql-17": {pin}}
     facts = {"DebPackages": packages, "Users": {"postgres": {}}, "PostgresRoles": {"memoryctl": {}}}
     pg = plan(
         postgresql,
@@ -196,7 +262,7 @@ def test_one_shot_steps_are_checked_every_run(inventory: Path) -> None:
 def test_the_wheelhouse_is_built_for_the_nodes_platform_whatever_the_controller(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A controller on another OS, architecture and Python still fetches Debian 12 / CPython 3.11 /
+    """A controller on another OS, architecture and Python still fetches Debian 13 / CPython 3.13 /
     x86_64 wheels; only the pure-Python memoryctl wheel is built locally."""
     commands: list[list[str]] = []
     real_run = subprocess.run
@@ -211,16 +277,16 @@ def test_the_wheelhouse_is_built_for_the_nodes_platform_whatever_the_controller(
 
     monkeypatch.setattr(deploy.wheelhouse.subprocess, "run", run)
     monkeypatch.setattr(sys, "platform", "darwin")
-    deploy.wheelhouse._build(tmp_path / "wheelhouse")
+    deploy.wheelhouse._build(tmp_path / "wheelhouse", deploy.wheelhouse.node_platform(RELEASES[13]))
     build, download = commands
     assert build[3] == "wheel" and "--no-deps" in build
     assert download[3] == "download" and "--only-binary=:all:" in download and download[-1] == "memoryctl"
     platforms = [download[i + 1] for i, arg in enumerate(download) if arg == "--platform"]
-    assert platforms[0] == "manylinux_2_36_x86_64" and "manylinux_2_17_x86_64" in platforms
+    assert platforms[0] == "manylinux_2_41_x86_64" and "manylinux_2_17_x86_64" in platforms
     assert "manylinux2014_x86_64" in platforms and not [p for p in platforms if "macosx" in p or "aarch64" in p]
-    assert download[download.index("--python-version") + 1] == "3.11"
+    assert download[download.index("--python-version") + 1] == "3.13"
     assert download[download.index("--implementation") + 1] == "cp"
-    assert [download[i + 1] for i, arg in enumerate(download) if arg == "--abi"] == ["cp311", "abi3", "none"]
+    assert [download[i + 1] for i, arg in enumerate(download) if arg == "--abi"] == ["cp313", "abi3", "none"]
 
 
 def test_the_gpu_node_gets_its_driver_once_and_vllm_in_a_venv(inventory: Path) -> None:
@@ -228,25 +294,68 @@ def test_the_gpu_node_gets_its_driver_once_and_vllm_in_a_venv(inventory: Path) -
     assert any("python3 -m venv /opt/vllm/venv" in c for c in p.op("Python venv (venv module)").commands)
     sources = p.upload("/etc/apt/sources.list.d/debian-non-free.sources")
     assert "Components: contrib non-free non-free-firmware" in sources
-    driver = " ".join(p.op("NVIDIA driver (non-free)").commands)
-    assert all(pkg in driver for pkg in ("nvidia-driver", "linux-headers-amd64", "firmware-misc-nonfree"))
+    assert "Suites: trixie trixie-updates" in sources and "Suites: trixie-security" in sources
+    driver = " ".join(p.op("NVIDIA driver 550.163.01 (non-free)").commands)
+    packages = ("nvidia-driver", "libcuda1", "linux-headers-amd64", "firmware-misc-nonfree", "nvidia-smi")
+    assert all(pkg in driver for pkg in packages)  # libcuda1: no_recommends would leave it out
+    pin = p.upload("/etc/apt/preferences.d/memoryctl-nvidia")
+    assert "Package: src:nvidia-graphics-drivers" in pin and "Pin: version 550.163.01-*" in pin
+    held = p.upload("/etc/apt/apt.conf.d/53unattended-upgrades-nvidia-memoryctl")
+    assert "Unattended-Upgrade::Package-Blacklist" in held and '"libcuda1";' in held
     assert all(
         pkg in " ".join(p.op("C compiler and Python headers").commands) for pkg in ("build-essential", "python3-dev")
     )
-    assert any(
-        f"vllm=={versions.VLLM}" in c and "/opt/vllm/venv/bin/pip" in c for c in p.op(f"vLLM {versions.VLLM}").commands
-    )
+    install = " ".join(p.op(f"vLLM {versions.VLLM} with torch 2.10.0 (CUDA 12.8)").commands)
+    assert f"vllm=={versions.VLLM}" in install and "torch==2.10.0" in install and "/opt/vllm/venv/bin/pip" in install
+    check = p.op("GPU: a CUDA context from vLLM's torch (not NVML)")
+    assert "torch.cuda.init()" in check.commands[0] and 'device="cuda"' in check.commands[0]
+    assert "nvidia-smi" not in check.commands[0]
     names = p.names()
     reboot = names.index("vLLM | Reboot to load the NVIDIA driver (once: it is not loaded yet)")
-    assert names.index(next(n for n in names if "NVIDIA driver (non-free)" in n)) < reboot
-    assert reboot < names.index("vLLM | Render /etc/vllm/vllm.env")
+    assert names.index(next(n for n in names if "NVIDIA driver 550.163.01" in n)) < reboot
+    assert reboot < names.index(check.name) < names.index("vLLM | Render /etc/vllm/vllm.env")
     loaded = plan(
         vllm,
         "mem-gpu",
-        {"NvidiaDriver": "NVRM version: NVIDIA UNIX x86_64 Kernel Module 535.216.01"},
+        {
+            "NvidiaDriver": "NVRM version: NVIDIA UNIX x86_64 Kernel Module 550.163.01",
+            "CudaDevice": "ok NVIDIA RTX 4000 SFF Ada Generation CUDA 12.8 16.0",
+        },
         inventory=inventory,
     )
-    assert not any("Reboot" in name for name in loaded.names())
+    assert not any("Reboot" in name or "CUDA context" in name for name in loaded.names())
+    broken = plan(
+        vllm, "mem-gpu", {"CudaDevice": "RuntimeError: CUDA driver version is insufficient"}, inventory=inventory
+    )
+    assert not broken.op("GPU: a CUDA context").conditional  # planned again, and it fails the run
+
+
+def test_an_inconsistent_gpu_stack_is_refused_at_plan_time(inventory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.33.0 pins torch 2.14.0, a CUDA 13 build, which needs driver >= 580; Debian 13 ships 550."""
+    monkeypatch.setattr(versions, "VLLM", "0.33.0")
+    message = (
+        r"vLLM 0.33.0 needs torch 2.14.0, built for CUDA 13.0, which needs an NVIDIA driver >= 580.65.06; Debian 13"
+    )
+    with pytest.raises(IncompatibleVersions, match=message):
+        plan(vllm, "mem-gpu", inventory=inventory)
+    monkeypatch.setattr(versions, "VLLM", "0.99.0")
+    with pytest.raises(IncompatibleVersions, match="no torch/CUDA data"):
+        plan(vllm, "mem-gpu", inventory=inventory)
+    build = versions.check_gpu_stack(RELEASES[13], "0.19.1")
+    assert (build.torch, build.cuda_major) == ("2.10.0", 12)
+
+
+def test_the_qdrant_archives_glibc_floor_is_checked_at_plan_time() -> None:
+    older = replace(RELEASES[13], glibc=(2, 36))
+    gnu = "https://github.com/qdrant/qdrant/releases/download/v1.19.0/qdrant-x86_64-unknown-linux-gnu.tar.gz"
+    musl = gnu.replace("-gnu", "-musl")
+    with pytest.raises(
+        IncompatibleVersions, match=r"needs glibc 2.38; Debian 13 \(trixie\) has 2.36: take the .*-musl"
+    ):
+        versions.check_glibc(older, gnu, None)
+    versions.check_glibc(older, musl, None)
+    versions.check_glibc(older, gnu, "2.34")  # a binary whose floor was measured
+    versions.check_glibc(RELEASES[13], gnu, None)
 
 
 def test_without_leave_to_reboot_the_gpu_node_stops_and_says_why(tmp_path: Path, home: Path) -> None:

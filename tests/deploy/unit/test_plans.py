@@ -4,7 +4,9 @@ their own tools where the host has them. The Hetzner inventory: test_hetzner.py.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import os
 import shutil
 import subprocess
@@ -18,11 +20,12 @@ import yaml
 from deploy.firewall import firewall
 from deploy.memoryctl import memoryctl
 from deploy.neo4j import neo4j
-from deploy.postgres import postgresql
+from deploy.postgres import PostgresSettingsError, postgresql, scram_verifier
 from deploy.qdrant import qdrant
 from deploy.versions import NEO4J, QDRANT
 from deploy.vllm import vllm
 from deploy.wireguard import wireguard
+from tests.deploy.unit.conftest import STANDIN_FINGERPRINT
 from tests.deploy.unit.plans import Plan, plan
 
 QDRANT_MARKER = f"/opt/qdrant/{QDRANT}/.memoryctl-installed"
@@ -44,7 +47,8 @@ def _present(uploads: Plan, services: list[str], packages: list[str], **extra: A
     return {
         "File": lambda path, **_: attributes.get(path) or ({"mode": 644} if path in markers else None),
         "Sha1File": lambda path, **_: hashlib.sha1(files[path].encode()).hexdigest() if path in files else None,
-        "DebPackages": {p: {"1.0"} for p in packages},
+        # "name=version" for a package the plan pins, else any version
+        "DebPackages": {p.partition("=")[0]: {p.partition("=")[2] or "1.0"} for p in packages},
         "SystemdStatus": {f"{s}.service": True for s in services},
         "SystemdEnabled": {f"{s}.service": True for s in services},
         "Directory": {"mode": 755, "user": "root", "group": "root"},
@@ -116,28 +120,59 @@ def test_wireguard_keys_are_reused_between_runs() -> None:
 # -- postgres + timescaledb -----------------------------------------------------------------------
 
 
-def test_postgres_fresh_node_installs_timescaledb_from_the_artefact(secrets_dir: Path, artefacts: Path) -> None:
+def test_postgres_fresh_node_installs_timescaledb_from_its_repository(secrets_dir: Path, standin: Path) -> None:
     fresh = plan(postgresql, "node1")
-    conf = fresh.upload("/etc/postgresql/15/main/conf.d/memoryctl.conf")
+    conf = fresh.upload("/etc/postgresql/17/main/conf.d/memoryctl.conf")
     assert "listen_addresses = 'localhost,10.77.0.1'" in conf
     assert "shared_preload_libraries = 'timescaledb'" in conf
-    assert fresh.op("PostgreSQL | PostgreSQL").commands[-1].endswith("postgresql-15")
-    deb = "timescaledb-2-postgresql-15_2.28.3~source1_amd64.deb"
-    assert f"upload /var/cache/memoryctl/{deb}" in fresh.op("Upload timescaledb").commands
-    digest = hashlib.sha256((artefacts / deb).read_bytes()).hexdigest()
-    assert fresh.op("Verify timescaledb").commands == [
-        f"echo '{digest}  /var/cache/memoryctl/{deb}' | sha256sum --check --quiet --strict"
-    ]
-    assert any(
-        f"apt-get install -y --no-install-recommends /var/cache/memoryctl/{deb}" in c
-        for c in fresh.op("Install timescaledb").commands
+    assert fresh.op("PostgreSQL | PostgreSQL").commands[-1].endswith("postgresql-17")  # Debian 13's
+    # The stand-in repository, its key checked against the fingerprint the stand-in published.
+    key = " ".join(fresh.op("timescaledb apt key (fingerprints checked)").commands)
+    assert "http://10.78.0.254:8090/packagecloud.io/timescale/timescaledb/gpgkey" in key
+    assert f"grep -qx {STANDIN_FINGERPRINT}" in key and f"--export {STANDIN_FINGERPRINT}" in key
+    repo = " ".join(fresh.op("timescaledb apt repository").commands)
+    assert (
+        "deb [signed-by=/etc/apt/keyrings/timescaledb.gpg] "
+        "http://10.78.0.254:8090/packagecloud.io/timescale/timescaledb/debian/ trixie main" in repo
     )
+    assert not fresh.op("Refresh apt lists (timescaledb").conditional  # no lists yet
+    pin = fresh.upload("/etc/apt/preferences.d/memoryctl-timescaledb")
+    assert "Package: timescaledb-2-postgresql-17 timescaledb-2-loader-postgresql-17" in pin
+    assert "Pin: version 2.28.3~source1" in pin and "Pin-Priority: 1001" in pin
+    install = " ".join(fresh.op("TimescaleDB 2.28.3").commands)
+    assert "timescaledb-2-postgresql-17=2.28.3~source1" in install
     assert "apt-key" not in " ".join(c for op in fresh.ops for c in op.commands)
-    first_install = fresh.op("first install")
-    password = (secrets_dir / "postgres" / "memoryctl").read_text().strip()
-    assert password not in " ".join(first_install.commands)
-    hba = fresh.upload("/etc/postgresql/15/main/pg_hba.conf")
+    hba = fresh.upload("/etc/postgresql/17/main/pg_hba.conf")
     assert "10.77.0.0/24" in hba and "0.0.0.0/0" not in hba
+
+
+def test_postgres_role_password_never_on_a_command_line(secrets_dir: Path) -> None:
+    """The role is created from a SCRAM verifier in an uploaded 0600 file (sudo logs command lines)."""
+    fresh = plan(postgresql, "node1")
+    password = (secrets_dir / "postgres" / "memoryctl").read_text().strip()
+    create = fresh.op("Role memoryctl (its SCRAM verifier read from a file)")
+    (command,) = create.commands
+    assert command.startswith("psql -v ON_ERROR_STOP=1 -Xq -f /run/memoryctl-deploy/role-") and "rm -f" in command
+    (sql,) = fresh.op("Secret file /run/memoryctl-deploy/role-").uploads.values()
+    verifier = sql.split("PASSWORD '")[1].split("'")[0]
+    assert verifier.startswith("SCRAM-SHA-256$4096:") and password not in sql
+    assert password not in " ".join(c for op in fresh.ops for c in op.commands)
+    assert fresh.op("Database memoryctl (first install)").commands == [
+        'createdb --owner="memoryctl" --encoding=UTF8 "memoryctl"'
+    ]
+
+
+def test_scram_verifier_is_postgresqls() -> None:
+    """RFC 7677's test vector shape, and what PostgreSQL stores for a known salt (computed by hand
+    from RFC 5802's definitions: StoredKey = H(HMAC(SaltedPassword, "Client Key")))."""
+    verifier = scram_verifier("pencil", salt=b"0123456789abcdef")
+    head, keys = verifier.rsplit("$", 1)
+    assert head == "SCRAM-SHA-256$4096:MDEyMzQ1Njc4OWFiY2RlZg=="
+    stored, server = keys.split(":")
+    salted = hashlib.pbkdf2_hmac("sha256", b"pencil", b"0123456789abcdef", 4096)
+    client = hmac.new(salted, b"Client Key", "sha256").digest()
+    assert base64.b64decode(stored) == hashlib.sha256(client).digest()
+    assert base64.b64decode(server) == hmac.new(salted, b"Server Key", "sha256").digest()
 
 
 def test_postgres_existing_node_uses_fact_driven_role() -> None:
@@ -147,17 +182,18 @@ def test_postgres_existing_node_uses_fact_driven_role() -> None:
         "PostgresDatabases": {"memoryctl": {"owner": "memoryctl", "encoding": "UTF8"}},
     }
     existing = plan(postgresql, "node1", facts)
-    assert existing.op("Role memoryctl").commands == []
+    assert not any(name.startswith("PostgreSQL | Role memoryctl") for name in existing.names())
     assert existing.op("Database memoryctl").commands == []
 
 
 def _installed_postgres(**facts: Any) -> dict[str, Any]:
-    packages = ["postgresql-15"]
     return {
         "Users": {"postgres": {}},
         "PostgresRoles": {"memoryctl": {"login": True}},
         "PostgresDatabases": {"memoryctl": {"owner": "memoryctl", "encoding": "UTF8"}},
-        "DebPackages": {**{p: {"15+248"} for p in packages}, "timescaledb-2-postgresql-15": {"2.28.3~source1"}},
+        "PostgresClusters": {"17": ["main"]},
+        "DebPackages": {"postgresql-17": {"17.12-0+deb13u1"}, "timescaledb-2-postgresql-17": {"2.28.3~source1"}},
+        "File": lambda path, **_: {"mode": 644} if path.startswith("/var/lib/apt/lists/") else None,
         **facts,
     }
 
@@ -175,8 +211,9 @@ def test_postgres_converges_after_a_failed_run() -> None:
     half_done = plan(
         postgresql, "node1", _installed_postgres(PostgresPreloaded=[], PostgresExtensions={"plpgsql": "1.0"})
     )
-    assert not any("Install timescaledb" in name for name in half_done.names())  # keyed on the version
-    restart = half_done.op("Restart postgresql@15-main")
+    assert half_done.op("TimescaleDB 2.28.3").commands == []  # keyed on the version
+    assert half_done.op("Refresh apt lists (timescaledb").conditional  # lists there, nothing to install
+    restart = half_done.op("Restart postgresql@17-main")
     assert not restart.conditional and "timescaledb not loaded" in restart.name
     create = half_done.op("TimescaleDB extension in the memoryctl database")
     assert not create.conditional and "CREATE EXTENSION IF NOT EXISTS timescaledb" in create.commands[0]
@@ -185,15 +222,48 @@ def test_postgres_converges_after_a_failed_run() -> None:
         "node1",
         _installed_postgres(PostgresPreloaded=["timescaledb"], PostgresExtensions={"timescaledb": "2.28.3"}),
     )
-    assert done.op("Restart postgresql@15-main").conditional
+    assert done.op("Restart postgresql@17-main").conditional
     assert "TimescaleDB extension in the memoryctl database" not in " ".join(done.names())
+    assert "ALTER EXTENSION" not in " ".join(done.names())
 
 
-def test_postgres_older_timescaledb_is_replaced() -> None:
-    older = plan(
-        postgresql, "node1", _installed_postgres(DebPackages={"timescaledb-2-postgresql-15": {"2.17.0~debian12"}})
-    )
-    assert older.op("Install timescaledb-2-postgresql-15 2.28.3~")
+def test_a_killed_run_after_adding_the_repository_refreshes_its_lists() -> None:
+    """Source line and key in place, lists never fetched (the run died in between): refreshed."""
+    no_lists = plan(postgresql, "node1", _installed_postgres(File=lambda path, **_: None))
+    assert not no_lists.op("Refresh apt lists (timescaledb").conditional
+
+
+def test_timescaledb_minor_upgrade_restarts_and_updates_the_extension() -> None:
+    """2.28.3 installed and created; the data asks for 2.29.2: lists refreshed, the package
+    upgraded under its pin, the server restarted, ``ALTER EXTENSION ... UPDATE`` (also when a run
+    died after the package was upgraded: asked of the database)."""
+    facts = _installed_postgres(PostgresPreloaded=["timescaledb"], PostgresExtensions={"timescaledb": "2.28.3"})
+    upgrade = {"timescaledb": {"version": "2.29.2"}}
+    p = plan(postgresql, "node1", facts, components=upgrade)
+    assert "Pin: version 2.29.2~source1" in p.upload("/etc/apt/preferences.d/memoryctl-timescaledb")
+    assert not p.op("Refresh apt lists (timescaledb").conditional  # the new version must be listed
+    assert "timescaledb-2-postgresql-17=2.29.2~source1" in " ".join(p.op("TimescaleDB 2.29.2").commands)
+    restart = p.op("Restart postgresql@17-main")
+    assert not restart.conditional and "timescaledb 2.29.2 to load" in restart.name
+    alter = p.op("ALTER EXTENSION timescaledb UPDATE (2.28.3 -> 2.29.2)")
+    assert alter.commands == ["psql -v ON_ERROR_STOP=1 -d memoryctl -XAtc 'ALTER EXTENSION timescaledb UPDATE'"]
+    names = p.names()
+    assert names.index(restart.name) < names.index(alter.name)
+    killed = dict(facts, DebPackages={**facts["DebPackages"], "timescaledb-2-postgresql-17": {"2.29.2~source1"}})
+    resumed = plan(postgresql, "node1", killed, components=upgrade)
+    assert resumed.op("TimescaleDB 2.29.2").commands == []
+    assert not resumed.op("Restart postgresql@17-main").conditional and resumed.op("ALTER EXTENSION")
+    with pytest.raises(PostgresSettingsError, match="cannot be downgraded"):
+        plan(postgresql, "node1", facts, components={"timescaledb": {"version": "2.27.0"}})
+
+
+def test_a_cluster_of_another_major_is_refused_with_the_upgrade_to_run() -> None:
+    with pytest.raises(PostgresSettingsError, match=r"PostgreSQL 15 cluster 'main' .*`pg_upgradecluster 15 main`"):
+        plan(postgresql, "node1", _installed_postgres(PostgresClusters={"15": ["main"]}))
+    both = plan(postgresql, "node1", _installed_postgres(PostgresClusters={"15": ["main"], "17": ["main"]}))
+    assert both.op("PostgreSQL | PostgreSQL")
+    with pytest.raises(PostgresSettingsError, match="ships PostgreSQL 17"):
+        plan(postgresql, "node1", components={"postgres": {"version": 15}})
 
 
 # -- qdrant ---------------------------------------------------------------------------------------
@@ -204,19 +274,25 @@ def test_qdrant_without_source_installs_nothing() -> None:
 
 
 @pytest.mark.parametrize("node", ["node1", "node2", "node3"])
-def test_qdrant_peer_from_the_artefact_binds_to_the_mesh(node: str, secrets_dir: Path) -> None:
+def test_qdrant_peer_from_the_standin_binds_to_the_mesh(node: str, secrets_dir: Path, standin: Path) -> None:
     p = plan(qdrant, node)
-    archive = f"/var/cache/memoryctl/qdrant-{QDRANT}-x86_64-unknown-linux-gnu.tar.xz"
-    assert f"upload {archive}" in p.op("Upload qdrant").commands
+    url = f"http://10.78.0.254:8090/github.com/qdrant/qdrant/releases/download/v{QDRANT}/qdrant-x86_64-unknown-linux-gnu.tar.xz"
+    digest = hashlib.sha256(b"qdrant-x86_64-unknown-linux-gnu.tar.xz").hexdigest()
+    download = " ".join(p.op("Download qdrant (sha256 checked)").commands)
+    assert url in download and digest in download  # the node fetches it, as from GitHub
+    archive = "/var/cache/memoryctl/qdrant-x86_64-unknown-linux-gnu.tar.xz"
     unpack = p.op("Unpack qdrant")
     assert f"tar -xf {archive} -C /opt/qdrant/{QDRANT}.partial --no-same-owner" in unpack.commands
+    check = unpack.commands[2]
+    assert check.startswith(f"cd /opt/qdrant/{QDRANT}.partial && need=$(grep -aoE 'GLIBC_")
+    assert "getconf GNU_LIBC_VERSION" in check and "take the -musl archive" in check
     assert unpack.commands[-2:] == [
         f"rm -rf /opt/qdrant/{QDRANT} && mv /opt/qdrant/{QDRANT}.partial /opt/qdrant/{QDRANT}",
         f"rm -f {archive}",
     ]
     config = yaml.safe_load(p.upload("/etc/qdrant/config.yaml"))
     mesh = {"node1": "10.77.0.1", "node2": "10.77.0.2", "node3": "10.77.0.3"}[node]
-    assert config["service"]["host"] == mesh
+    assert config["service"]["host"] == mesh and config["log_level"] == "INFO"
     assert config["service"]["api_key"] == (secrets_dir / "qdrant" / "api_key").read_text().strip()
     assert config["cluster"] == {"enabled": True, "p2p": {"port": 6335}, "consensus": {"tick_period_ms": 100}}
     unit = p.upload("/etc/systemd/system/qdrant.service")
@@ -225,6 +301,34 @@ def test_qdrant_peer_from_the_artefact_binds_to_the_mesh(node: str, secrets_dir:
     # The index node bootstraps the cluster; the others join it through it.
     assert start == expected + ("" if node == "node2" else " --bootstrap http://10.77.0.2:6335")
     assert "Restart qdrant" not in " ".join(p.names())  # not running yet: its first start reads the files
+
+
+def test_the_glibc_check_refuses_a_binary_newer_than_the_node(tmp_path: Path) -> None:
+    """The check the unpack runs, on this machine: a binary naming GLIBC_9.99 is refused; one
+    within the host's glibc (or naming none, like a static musl build) passes."""
+    if shutil.which("getconf") is None:
+        pytest.skip("getconf not installed")
+    command = plan(qdrant, "node2").op("Unpack qdrant").commands[2].split(" && ", 1)[1]
+    for content, ok in ((b"\x7fELF...GLIBC_2.2.5\0GLIBC_2.17\0", True), (b"static", True), (b"GLIBC_9.99\0", False)):
+        (tmp_path / "qdrant").write_bytes(content)
+        result = subprocess.run(["sh", "-c", command], cwd=tmp_path, capture_output=True, text=True, check=False)
+        assert (result.returncode == 0) is ok, (content, result.stderr)
+        assert ok or "needs glibc 9.99" in result.stderr
+
+
+def test_qdrant_restarts_roll_one_peer_at_a_time() -> None:
+    fresh = plan(qdrant, "node2")
+    running = plan(qdrant, "node2", {"SystemdStatus": {"qdrant.service": True}})
+    restart = running.op("Restart qdrant, one peer at a time")
+    assert restart.conditional
+    assert restart.commands == [
+        "systemctl restart qdrant.service",
+        "/usr/local/sbin/memoryctl-qdrant-wait-active --timeout 600",
+    ]
+    script = fresh.upload("/usr/local/sbin/memoryctl-qdrant-wait-active")
+    assert script.startswith("#!/usr/bin/python3\n") and 'BASE = "http://10.77.0.2:6333"' in script
+    compile(script, "wait-active", "exec")
+    assert restart.serial, "the restart is not serial"
 
 
 def _system_user(name: str, home: str) -> dict[str, Any]:
@@ -253,44 +357,51 @@ def test_qdrant_installed_version_is_not_fetched_again() -> None:
     assert older.op("Unpack qdrant")
 
 
-def test_qdrant_sources_are_checked_at_plan_time(tmp_path: Path) -> None:
-    archive = tmp_path / "qdrant.tar.gz"
-    archive.write_bytes(b"not really")
-    p = plan(qdrant, "node2", components={"qdrant": {"source": {"file": str(archive)}}})
-    assert p.op("Upload qdrant").commands
+def test_qdrant_sources_are_checked_at_plan_time(standin: Path) -> None:
     with pytest.raises(ValueError, match="needs its sha256"):
         plan(qdrant, "node2", components={"qdrant": {"source": {"url": "https://example.invalid/q"}}})
-    with pytest.raises(ValueError, match="not found in"):
-        plan(qdrant, "node2", components={"qdrant": {"source": {"artefact": "qdrant-0.0.1.tar.xz"}}})
+    with pytest.raises(ValueError, match=r"must be null or \{url"):
+        plan(qdrant, "node2", components={"qdrant": {"source": {"file": "/srv/qdrant.tar.gz"}}})
+    with pytest.raises(ValueError, match="has no line for"):
+        source = {"url": "http://10.78.0.254:8090/other.tar.gz", "sha256sums": str(standin / "SHA256SUMS")}
+        plan(qdrant, "node2", components={"qdrant": {"source": source}})
 
 
 # -- neo4j ----------------------------------------------------------------------------------------
 
 
-def test_neo4j_from_the_archive_like_the_debian_package(secrets_dir: Path) -> None:
+def test_neo4j_from_the_tarball_with_its_home_in_the_install(secrets_dir: Path, standin: Path) -> None:
     p = plan(neo4j, "node2")
+    download = " ".join(p.op("Download neo4j (sha256 checked)").commands)
+    assert f"http://10.78.0.254:8090/dist.neo4j.org/neo4j-community-{NEO4J}-maven.tar.gz" in download
     assert p.op("Unpack neo4j").commands[1].endswith("--strip-components=1 --no-same-owner")
+    assert "openjdk-21-jre-headless" in " ".join(p.op("Java, tools to unpack").commands)  # Debian 13's Java
     link = p.op(f"/usr/share/neo4j is Neo4j {NEO4J}")
     assert any(f"ln -s /opt/neo4j/{NEO4J} /usr/share/neo4j" in c for c in link.commands)
     conf = p.upload("/etc/neo4j/neo4j.conf")
     assert "server.bolt.listen_address=10.77.0.2:7687" in conf and "server.http.listen_address=10.77.0.2:7474" in conf
     assert "server.directories.lib=/usr/share/neo4j/lib" in conf and "server.memory.heap.max_size=384m" in conf
+    assert "server.directories.data=/var/lib/neo4j/data" in conf and "server.directories.logs=/var/log/neo4j" in conf
     assert "server.jvm.additional=-XX:TieredStopAtLevel=1" in conf
     unit = p.upload("/etc/systemd/system/neo4j.service")
     assert "ExecStart=/usr/share/neo4j/bin/neo4j console" in unit
-    assert 'Environment="NEO4J_CONF=/etc/neo4j" "NEO4J_HOME=/var/lib/neo4j"' in unit
+    assert 'Environment="NEO4J_CONF=/etc/neo4j" "NEO4J_HOME=/usr/share/neo4j"' in unit
+    assert "After=wg-quick@wg0.service" in p.upload("/etc/systemd/system/neo4j.service.d/memoryctl.conf")
     password = p.op("Initial neo4j password")
-    assert password.commands[0].startswith(
-        "NEO4J_CONF=/etc/neo4j NEO4J_HOME=/var/lib/neo4j /usr/share/neo4j/bin/neo4j-admin dbms set-initial-password"
+    (command,) = password.commands
+    assert command.startswith(
+        "NEO4J_CONF=/etc/neo4j NEO4J_HOME=/usr/share/neo4j /usr/share/neo4j/bin/neo4j-admin dbms set-initial-password"
+        ' -- "$(cat /run/memoryctl-deploy/initial-'
     )
-    assert (secrets_dir / "neo4j" / "password").read_text().strip() not in " ".join(password.commands)
+    secret = (secrets_dir / "neo4j" / "password").read_text().strip()
+    assert secret not in " ".join(c for op in p.ops for c in op.commands)
 
 
 def test_neo4j_password_is_set_whenever_the_system_database_is_missing() -> None:
     """Checked every run: a run that died after unpacking but before the first start still sets it."""
     fresh = plan(neo4j, "node2")
     node = _system_user("neo4j", "/var/lib/neo4j")
-    installed = _present(fresh, [], ["openjdk-17-jre-headless", "tar", "gzip"], markers=[NEO4J_MARKER], **node)
+    installed = _present(fresh, [], ["openjdk-21-jre-headless", "tar", "gzip"], markers=[NEO4J_MARKER], **node)
     directory = node["Directory"]
     no_system_db = {
         **installed,

@@ -1,0 +1,201 @@
+"""Day-two changes on the deployed cluster: a rolling Qdrant restart, a TimescaleDB minor upgrade,
+and a reboot of every node. Runs after the other deploy tests (file order), on the imported data.
+
+- **Rolling Qdrant restart.** Only one Qdrant version exists here (1.19.0, the release artefact), so
+  the roll is triggered by a change that needs a restart (``qdrant.log_level``, through an inventory
+  overlay): it takes the same operation a version bump takes (a new version is a new unit, which
+  changes, like the config here). A loop on the gpu node asks every peer for the exact point count
+  twice a second throughout; every answer must be whole and at most one peer may be away at once.
+- **TimescaleDB 2.28.3 -> 2.29.2** (both in the stand-in repository): the deploy moves the pin,
+  refreshes the lists, upgrades the package, restarts PostgreSQL and runs ``ALTER EXTENSION
+  timescaledb UPDATE``; every row of ``memories`` survives (count and a hash of the rows), and a
+  further run changes nothing.
+- **Reboot.** Every node rebooted at once: every service comes back, bound to its mesh address
+  (the units are ordered after ``wg-quick@wg0``), and memoryctl's health is whole again.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from deploy.versions import TIMESCALEDB
+from tests.deploy.cluster import MESH, NODES, REPO, memoryctl, node, put, run_deploy, wait_for
+from tests.deploy.conftest import Deployed, record
+from tests.deploy.e2e_data import DataSet
+
+pytestmark = [pytest.mark.deploy, pytest.mark.slow]
+
+NEXT_TIMESCALEDB = "2.29.2"  # the newer of the two .debs in ../shared/artefacts
+ROLL = {"qdrant": {"log_level": "WARN"}}  # a change every peer must restart for
+LOOP = "/root/qdrant-answers.py"
+LOOP_OUT = "/root/qdrant-answers.jsonl"
+LOOP_SCRIPT = """
+import json, re, sys, time, urllib.request
+key = json.loads(re.search(r"api_key: (\\S+)", open("/etc/qdrant/config.yaml").read()).group(1))
+peers, deadline = sys.argv[1].split(","), time.monotonic() + float(sys.argv[2])
+with open(sys.argv[3], "a") as out:
+    while time.monotonic() < deadline:
+        for peer in peers:
+            body = json.dumps({"exact": True}).encode()
+            request = urllib.request.Request(f"http://{peer}:6333/collections/memories/points/count", body,
+                                             {"api-key": key, "Content-Type": "application/json"})
+            try:
+                count = json.loads(urllib.request.urlopen(request, timeout=2).read())["result"]["count"]
+            except Exception as exc:
+                count = f"{type(exc).__name__}"
+            out.write(json.dumps({"t": time.time(), "peer": peer, "count": count}) + "\\n")
+            out.flush()
+        time.sleep(0.5)
+"""
+
+
+def overlay(tmp: Path, components: dict[str, Any]) -> Path:
+    path = tmp / "overlay.yaml"
+    path.write_text(yaml.safe_dump({"cluster": "local", "components": components}))
+    return path
+
+
+def _restart_windows(since: str) -> dict[str, tuple[float, float]]:
+    """Per node, (stopping, started) of qdrant.service since ``since`` (epoch seconds, from the journal)."""
+    windows = {}
+    for name in NODES:
+        lines = node(name).check_output(
+            f"journalctl -u qdrant.service --since @{since} -o json --no-pager | "
+            "python3 -c 'import sys, json; [print(e[\"__REALTIME_TIMESTAMP\"], e.get(\"MESSAGE\", \"\")) "
+            "for e in map(json.loads, sys.stdin)]'"
+        )
+        stops = [int(ts) / 1e6 for ts, _, message in (line.partition(" ") for line in lines.splitlines()) if "Stopping" in message]
+        starts = [int(ts) / 1e6 for ts, _, message in (line.partition(" ") for line in lines.splitlines()) if message.startswith("Started")]
+        assert len(stops) == 1 and len(starts) == 1, (name, lines[-2000:])
+        windows[name] = (stops[0], starts[0])
+    return windows
+
+
+def test_a_restart_rolls_through_the_qdrant_peers_and_the_cluster_keeps_answering(
+    deployed: Deployed, imported: DataSet, tmp_path: Path
+) -> None:
+    expected = len(imported.records)
+    since = str(int(time.time()))
+    put("node3", LOOP_SCRIPT, LOOP)
+    peers = ",".join(MESH.values())
+    node("node3").run(f"rm -f {LOOP_OUT}; nohup python3 {LOOP} {peers} 900 {LOOP_OUT} >/dev/null 2>&1 &")
+    wait_for("the answer loop runs", lambda: node("node3").run(f"test -s {LOOP_OUT}").rc == 0, timeout=30)
+    started = time.monotonic()
+    run = run_deploy(REPO / ".cache" / "deploy-roll.log", overlay=overlay(tmp_path, ROLL))
+    node("node3").run(f"pkill -f {shlex.quote(LOOP)}")
+    assert run.returncode == 0 and run.errors == 0, run.output[-3000:]
+    assert "Restart qdrant, one peer at a time (every replica Active before the next)" in run.changed_operations()
+    answers = [json.loads(line) for line in node("node3").check_output(f"cat {LOOP_OUT}").splitlines()]
+    windows = _restart_windows(since)
+    order = sorted(windows, key=lambda name: windows[name][0])
+    for before, after in zip(order, order[1:]):
+        assert windows[after][0] > windows[before][1], f"{after} stopped before {before} was back: {windows}"
+    # Every answer is whole; a peer that does not answer is the one being restarted, never two at once.
+    wrong = [a for a in answers if isinstance(a["count"], int) and a["count"] != expected]
+    assert wrong == [], wrong[:5]
+    rounds: dict[int, list[dict[str, Any]]] = {}
+    for index, answer in enumerate(answers):
+        rounds.setdefault(index // len(MESH), []).append(answer)
+    away = [r for r in rounds.values() if sum(not isinstance(a["count"], int) for a in r) > 1]
+    assert away == [], away[:3]
+    assert len(rounds) > 20 and all(isinstance(a["count"], int) for a in answers[-3:])
+    record(
+        "rolling_qdrant_restart",
+        {
+            "seconds": round(time.monotonic() - started, 1),
+            "deploy_seconds": round(run.seconds, 1),
+            "order": order,
+            "restart_windows_s": {n: round(w[1] - w[0], 1) for n, w in windows.items()},
+            "answers": len(answers),
+            "answered": sum(isinstance(a["count"], int) for a in answers),
+            "refused_while_restarting": {
+                peer: sum(1 for a in answers if a["peer"] == peer and not isinstance(a["count"], int))
+                for peer in MESH.values()
+            },
+        },
+    )
+
+
+ROWS = "SELECT count(*), md5(string_agg(m::text, '|' ORDER BY m.id)) FROM memories m"
+
+
+def _psql(sql: str) -> str:
+    return node("node1").check_output(f"sudo -u postgres psql -XAtd memoryctl -c {shlex.quote(sql)}")
+
+
+def test_a_timescaledb_minor_upgrade_updates_the_extension_and_keeps_every_row(
+    deployed: Deployed, imported: DataSet, tmp_path: Path
+) -> None:
+    assert _psql("SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'") == TIMESCALEDB
+    rows = _psql(ROWS)
+    assert rows.startswith(f"{len(imported.records)}|")
+    upgrade = overlay(tmp_path, {**ROLL, "timescaledb": {"version": NEXT_TIMESCALEDB}})
+    run = run_deploy(REPO / ".cache" / "deploy-timescaledb.log", overlay=upgrade)
+    assert run.returncode == 0 and run.errors == 0, run.output[-3000:]
+    changed = run.changed_operations()
+    assert f"TimescaleDB {NEXT_TIMESCALEDB}" in changed
+    assert f"ALTER EXTENSION timescaledb UPDATE ({TIMESCALEDB} -> {NEXT_TIMESCALEDB})" in changed
+    assert node("node1").package("timescaledb-2-postgresql-17").version == f"{NEXT_TIMESCALEDB}~source1"
+    assert _psql("SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'") == NEXT_TIMESCALEDB
+    assert _psql(ROWS) == rows
+    again = run_deploy(REPO / ".cache" / "deploy-timescaledb-again.log", overlay=upgrade)
+    assert again.returncode == 0 and again.changed == 0, again.changed_operations()
+    health = wait_for(
+        "memoryctl health after the upgrade",
+        lambda: (r := memoryctl("health", "--json", "--deadline", "15")).returncode == 0 and r.json(),
+        timeout=120,
+        interval=5,
+    )
+    record(
+        "timescaledb_upgrade",
+        {
+            "from": TIMESCALEDB,
+            "to": NEXT_TIMESCALEDB,
+            "deploy_seconds": round(run.seconds, 1),
+            "changed": changed,
+            "rows": rows.split("|")[0],
+            "no_op_after": {"seconds": round(again.seconds, 1), "changed": again.changed},
+            "health": health.get("status"),
+        },
+    )
+
+
+def test_after_a_reboot_every_service_is_up_and_bound_to_its_mesh_address(deployed: Deployed) -> None:
+    from tests.deploy.test_deploy import SERVICES, _listening
+
+    started = time.monotonic()
+    marker = "/run/memoryctl-before-reboot"  # /run is a fresh tmpfs on every boot
+    for name in NODES:
+        node(name).check_output(f"touch {marker} && systemd-run --on-active=1 systemctl reboot")
+    for name in NODES:
+        wait_for(f"{name} rebooted", lambda n=name: node(n).run(f"test ! -e {marker}").rc == 0, timeout=180)
+    states = {}
+    for name in NODES:
+        states[name] = wait_for(
+            f"{name} running",
+            lambda n=name: node(n).run("systemctl is-system-running --wait").stdout.strip() in ("running", "degraded")
+            and node(n).run("systemctl is-system-running").stdout.strip(),
+            timeout=300,
+        )
+    failed = {name: node(name).run("systemctl --failed --no-legend --plain").stdout.strip() for name in NODES}
+    assert states == dict.fromkeys(NODES, "running"), failed
+    for name in NODES:
+        want = {("0.0.0.0", 22), ("::", 22), *(((MESH[name], port)) for port in SERVICES[name])}
+        want |= {("127.0.0.1", 5432)} if name == "node1" else set()
+        wait_for(f"{name} listens on its mesh address", lambda n=name, w=want: _listening(n) == w, timeout=300, interval=3)
+    health = wait_for(
+        "memoryctl health after the reboot",
+        lambda: (r := memoryctl("health", "--json", "--deadline", "15")).returncode == 0 and r.json(),
+        timeout=300,
+        interval=5,
+    )
+    assert health["status"] == "healthy", health
+    record("reboot", {"seconds_until_healthy": round(time.monotonic() - started, 1), "states": states})
+

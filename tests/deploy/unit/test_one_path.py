@@ -1,0 +1,75 @@
+"""One path to production: the local nodes run the operations a Hetzner deploy runs.
+
+Both inventories are planned whole (deploy/roles.py) from fact fixtures of fresh Debian 13 servers,
+node for node by role (db, index, gpu). The operations of the Hetzner plan that the local plan does
+not have are printed, and must be exactly the reviewed list in docs/deploy.md ("One path"): the
+GPU's driver and the GPU start. The reverse list — what only the local nodes run — is the named
+vLLM stand-in, reviewed the same way. Anything else that differs must differ in data only
+(URLs, fingerprints, sha256s, versions), never in which operations run.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from deploy.roles import everything
+from deploy.settings import REPO
+from tests.deploy.unit.plans import LOCAL, plan
+
+EXAMPLE = REPO / "inventory" / "hetzner.example.yaml"
+DOCS = REPO / "docs" / "deploy.md"
+PAIRS = {"mem-db": "node1", "mem-index": "node2", "mem-gpu": "node3"}
+OPERATOR_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGVvcGVyYXRvcmtleWZvcnRlc3Rpbmdvbmx5MTIzNDU2 operator@laptop"
+
+
+def reviewed(marker: str) -> set[str]:
+    """The operation names listed under ``<!-- one-path: MARKER -->`` in docs/deploy.md."""
+    text = DOCS.read_text()
+    start = text.index(f"<!-- one-path: {marker} -->")
+    block = text[start:].split("\n\n", 1)[0]
+    return set(re.findall(r"^- `([^`]+)`", block, flags=re.MULTILINE))
+
+
+@pytest.fixture
+def production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519.pub").write_text(OPERATOR_KEY + "\n")
+    monkeypatch.setenv("HOME", str(home))
+    doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    for name in ("qdrant", "neo4j"):
+        doc["components"][name]["source"]["sha256"] = "5" * 64
+    path = tmp_path / "hetzner.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def differences(production: Path) -> tuple[set[str], set[str]]:
+    only_production, only_local = set(), set()
+    for hetzner, local in PAIRS.items():
+        remote = set(plan(everything, hetzner, inventory=production).names())
+        here = set(plan(everything, local, inventory=LOCAL).names())
+        only_production |= remote - here
+        only_local |= here - remote
+    return only_production, only_local
+
+
+def test_the_local_nodes_run_every_production_operation_but_the_reviewed_ones(
+    production: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    only_production, only_local = differences(production)
+    with capsys.disabled():
+        print("\nHetzner operations the local deploy does not run (docs/deploy.md, 'One path'):")
+        for name in sorted(only_production):
+            print(f"  - {name}")
+        print("Local operations the Hetzner deploy does not run:")
+        for name in sorted(only_local):
+            print(f"  - {name}")
+    assert only_production == reviewed("production-only"), "update the reviewed list in docs/deploy.md, or the deploy"
+    assert only_local == reviewed("local-only"), "update the reviewed list in docs/deploy.md, or the deploy"
+    assert all(name.startswith("vLLM | ") for name in only_production | only_local)
