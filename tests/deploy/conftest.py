@@ -3,11 +3,12 @@
 The session fixture ``deployed`` brings the cluster up (unless it already is: ``scripts/cluster up``
 also starts the controller's stand-ins, ``scripts/standin``), deploys from scratch and kills that
 run half-way (right after TimescaleDB's repository was added), deploys again (that run must
-converge), deploys a third time (that run must change nothing), and tears the cluster down at the end unless it was already up before the session or
-``MEMORYCTL_CLUSTER_KEEP=1``. ``imported`` then initialises memoryctl on the db node and imports
-the end-to-end data set (tests/deploy/e2e_data.py) over the mesh. Timings, changed counts, figures
-of the end-to-end and fault tests and ``ss -ltn`` of every node are written to
-``.cache/deploy-report.json`` and printed in the terminal summary: figures, never assertions.
+converge), deploys a third time (that run must change nothing), and tears the cluster down at the
+end unless it was already up before the session or ``MEMORYCTL_CLUSTER_KEEP=1``. ``imported`` then
+initialises memoryctl on the db node and imports the end-to-end data set (tests/deploy/e2e_data.py)
+over the mesh. Timings, changed counts, figures of the end-to-end and fault tests and ``ss -ltn`` of
+every node are written to ``.cache/deploy-report.json`` and printed in the terminal summary:
+figures, never assertions.
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ def deployed(local_cluster: None) -> Deployed:
     if head.returncode == 0:
         os.environ["MEMORYCTL_SOURCE_REF"] = head.stdout.strip()
     # The stand-ins current with the artefacts and this checkout (a no-op right after `cluster up`).
-    standin = subprocess.run([sys.executable, str(REPO / "scripts" / "standin"), "up"], cwd=REPO, capture_output=True, text=True)
+    standin = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "standin"), "up"], cwd=REPO, capture_output=True, text=True
+    )
     assert standin.returncode == 0, f"scripts/standin up failed:\n{standin.stdout}\n{standin.stderr}"
     # The first deploy is killed half-way, right after TimescaleDB's repository was added and
     # before its lists were fetched (the moment a deploy used to leave a node unable to install

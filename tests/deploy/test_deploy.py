@@ -362,9 +362,8 @@ def test_no_generated_secret_in_the_nodes_journal_or_logs(deployed: Deployed, na
     remote = "/root/.memoryctl-secrets-to-find"
     put(name, "".join(f"{value}\n" for value in secrets.values()), remote)
     try:
-        logs = (
-            "{ journalctl --no-pager -q -o verbose; find /var/log -type f ! -path '/var/log/journal/*' -exec cat {} +; }"
-        )
+        files = "find /var/log -type f ! -path '/var/log/journal/*' -exec cat {} +"
+        logs = f"{{ journalctl --no-pager -q -o verbose; {files}; }}"
         found = node(name).run(f"{logs} 2>/dev/null | grep -aoF -f {remote} | sort -u")
         size = node(name).check_output(f"{logs} 2>/dev/null | wc -c")
     finally:

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from deploy.osrelease import DEFAULT, RELEASES
 from tests.deploy import e2e_data
 from tests.deploy.cluster import memoryctl, peer_api, wait_for
 from tests.deploy.conftest import record
@@ -27,7 +28,7 @@ from tests.deploy.test_monitoring import DB, INDEX, OPS, psql, sh, timed
 
 pytestmark = pytest.mark.deploy
 
-PG_SERVICE = "postgresql@15-main"
+PG_SERVICE = f"postgresql@{RELEASES[DEFAULT].postgres}-main"
 NEO4J_DATA = "/var/lib/neo4j/data"
 # Per table: rows and a digest of their content, in a stable order (what a restore must give back).
 TABLES = {

@@ -16,6 +16,7 @@ and a reboot of every node. Runs after the other deploy tests (file order), on t
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 import time
@@ -68,11 +69,12 @@ def _restart_windows(since: str) -> dict[str, tuple[float, float]]:
     for name in NODES:
         lines = node(name).check_output(
             f"journalctl -u qdrant.service --since @{since} -o json --no-pager | "
-            "python3 -c 'import sys, json; [print(e[\"__REALTIME_TIMESTAMP\"], e.get(\"MESSAGE\", \"\")) "
+            'python3 -c \'import sys, json; [print(e["__REALTIME_TIMESTAMP"], e.get("MESSAGE", "")) '
             "for e in map(json.loads, sys.stdin)]'"
         )
-        stops = [int(ts) / 1e6 for ts, _, message in (line.partition(" ") for line in lines.splitlines()) if "Stopping" in message]
-        starts = [int(ts) / 1e6 for ts, _, message in (line.partition(" ") for line in lines.splitlines()) if message.startswith("Started")]
+        events = [line.partition(" ") for line in lines.splitlines()]
+        stops = [int(ts) / 1e6 for ts, _, message in events if "Stopping" in message]
+        starts = [int(ts) / 1e6 for ts, _, message in events if message.startswith("Started")]
         assert len(stops) == 1 and len(starts) == 1, (name, lines[-2000:])
         windows[name] = (stops[0], starts[0])
     return windows
@@ -91,11 +93,12 @@ def test_a_restart_rolls_through_the_qdrant_peers_and_the_cluster_keeps_answerin
     run = run_deploy(REPO / ".cache" / "deploy-roll.log", overlay=overlay(tmp_path, ROLL))
     node("node3").run(f"pkill -f {shlex.quote(LOOP)}")
     assert run.returncode == 0 and run.errors == 0, run.output[-3000:]
-    assert "Restart qdrant, one peer at a time (every replica Active before the next)" in run.changed_operations()
+    # pyinfra's results table cuts long names: the operation's name starts so.
+    assert any(op.startswith("Qdrant | Restart qdrant, one peer at a time") for op in run.changed_operations())
     answers = [json.loads(line) for line in node("node3").check_output(f"cat {LOOP_OUT}").splitlines()]
     windows = _restart_windows(since)
     order = sorted(windows, key=lambda name: windows[name][0])
-    for before, after in zip(order, order[1:]):
+    for before, after in itertools.pairwise(order):
         assert windows[after][0] > windows[before][1], f"{after} stopped before {before} was back: {windows}"
     # Every answer is whole; a peer that does not answer is the one being restarted, never two at once.
     wrong = [a for a in answers if isinstance(a["count"], int) and a["count"] != expected]
@@ -168,34 +171,47 @@ def test_a_timescaledb_minor_upgrade_updates_the_extension_and_keeps_every_row(
 
 
 def test_after_a_reboot_every_service_is_up_and_bound_to_its_mesh_address(deployed: Deployed) -> None:
+    """Each node rebooted in turn (as an operator does: the backup node stays up while the database
+    node shuts down and archives its last WAL): back ``running``, exactly its services listening on
+    its mesh address; then memoryctl's health is whole."""
     from tests.deploy.test_deploy import SERVICES, _listening
 
-    started = time.monotonic()
     marker = "/run/memoryctl-before-reboot"  # /run is a fresh tmpfs on every boot
-    for name in NODES:
+    figures = {}
+    for name in ("node2", "node3", "node1"):
+        started = time.monotonic()
         node(name).check_output(f"touch {marker} && systemd-run --on-active=1 systemctl reboot")
-    for name in NODES:
-        wait_for(f"{name} rebooted", lambda n=name: node(n).run(f"test ! -e {marker}").rc == 0, timeout=180)
-    states = {}
-    for name in NODES:
-        states[name] = wait_for(
+        wait_for(f"{name} rebooted", lambda n=name: _answers(n, f"test ! -e {marker}"), timeout=240)
+        state = wait_for(
             f"{name} running",
-            lambda n=name: node(n).run("systemctl is-system-running --wait").stdout.strip() in ("running", "degraded")
-            and node(n).run("systemctl is-system-running").stdout.strip(),
+            lambda n=name: _answers(n, "systemctl is-system-running --wait || true") and _state(n),
             timeout=300,
         )
-    failed = {name: node(name).run("systemctl --failed --no-legend --plain").stdout.strip() for name in NODES}
-    assert states == dict.fromkeys(NODES, "running"), failed
-    for name in NODES:
-        want = {("0.0.0.0", 22), ("::", 22), *(((MESH[name], port)) for port in SERVICES[name])}
+        failed = node(name).run("systemctl --failed --no-legend --plain").stdout.strip()
+        assert state == "running", f"{name}: {state}; failed units: {failed}"
+        want = {("0.0.0.0", 22), ("::", 22), *((MESH[name], port) for port in SERVICES[name])}
         want |= {("127.0.0.1", 5432)} if name == "node1" else set()
-        wait_for(f"{name} listens on its mesh address", lambda n=name, w=want: _listening(n) == w, timeout=300, interval=3)
+        listens = f"{name} listens on its mesh address"
+        wait_for(listens, lambda n=name, w=want: _listening(n) == w, timeout=300, interval=3)
+        figures[name] = round(time.monotonic() - started, 1)
+    started = time.monotonic()
     health = wait_for(
-        "memoryctl health after the reboot",
+        "memoryctl health after the reboots",
         lambda: (r := memoryctl("health", "--json", "--deadline", "15")).returncode == 0 and r.json(),
         timeout=300,
         interval=5,
     )
     assert health["status"] == "healthy", health
-    record("reboot", {"seconds_until_healthy": round(time.monotonic() - started, 1), "states": states})
+    record("reboot", {"seconds_until_listening": figures, "then_healthy_after_s": round(time.monotonic() - started, 1)})
 
+
+def _answers(name: str, command: str) -> bool:
+    """``command`` exits 0 on the node; False while the node does not answer SSH (rebooting)."""
+    try:
+        return bool(node(name).run(command).rc == 0)
+    except RuntimeError:  # testinfra: ssh could not connect
+        return False
+
+
+def _state(name: str) -> str:
+    return str(node(name).run("systemctl is-system-running").stdout.strip())
