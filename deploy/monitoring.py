@@ -246,6 +246,11 @@ def prometheus() -> None:
         "alertmanager/alertmanager.yml.j2",
         "/etc/prometheus/alertmanager.yml",
         receiver=receiver_yaml(settings.get("receiver")),
+        # How long Alertmanager gathers a group's first alerts, waits between notifications of a
+        # group (also what a resolved alert waits for) and repeats a firing one.
+        group_wait=settings.get("group_wait", "30s"),
+        group_interval=settings.get("group_interval", "5m"),
+        repeat_interval=settings.get("repeat_interval", "4h"),
         user="root",
         group="prometheus",
         mode="640",

@@ -132,16 +132,22 @@ def memoryctl(*args: str, timeout: float = 900) -> CliRun:
     return CliRun(result.rc, result.stdout, result.stderr, time.monotonic() - started)
 
 
-def peer_api(name: str, path: str, method: str = "GET") -> Any:
-    """``METHOD path`` on the Qdrant peer of node ``name`` (its mesh address; run on the node itself)."""
+def peer_api(name: str, path: str, method: str = "GET", body: Any = None) -> Any:
+    """``METHOD path`` (with a JSON ``body``) on the Qdrant peer of node ``name`` (its mesh address;
+    run on the node itself)."""
     script = (
         "import json, re, sys, urllib.request\n"
         "key = re.search(r'api_key: (\\S+)', open('/etc/qdrant/config.yaml').read()).group(1)\n"
-        "req = urllib.request.Request(sys.argv[1], headers={'api-key': json.loads(key)}, method=sys.argv[2])\n"
+        "data = sys.argv[3].encode() if sys.argv[3] else None\n"
+        "headers = {'api-key': json.loads(key), 'Content-Type': 'application/json'}\n"
+        "req = urllib.request.Request(sys.argv[1], data, headers=headers, method=sys.argv[2])\n"
         "print(urllib.request.urlopen(req, timeout=60).read().decode())\n"
     )
     url = f"http://{MESH[name]}:6333{path}"
-    out = node(name).check_output(f"python3 -c {shlex.quote(script)} {shlex.quote(url)} {method}")
+    payload = "" if body is None else json.dumps(body)
+    out = node(name).check_output(
+        f"python3 -c {shlex.quote(script)} {shlex.quote(url)} {method} {shlex.quote(payload)}"
+    )
     return json.loads(out)["result"]
 
 

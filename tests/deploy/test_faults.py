@@ -25,6 +25,7 @@ from tests.deploy.conftest import record
 from tests.deploy.test_e2e import health, ids, query
 
 pytestmark = pytest.mark.deploy
+GRAPH = ("query", "--agent", e2e_data.AGENT, "--json", "--half-life", "off", "--entity", "project:borealis")
 
 
 def write(name: str, count: int, **fields: Any) -> dict[str, Any]:
@@ -109,9 +110,7 @@ def test_neo4j_stopped_answers_degraded_writes_wait_then_sync_delivers(imported:
     node("node2").run("systemctl stop neo4j")
     try:
         assert not node("node2").service("neo4j").is_running
-        graph = memoryctl(
-            "query", "--agent", e2e_data.AGENT, "--json", "--half-life", "off", "--entity", "project:borealis"
-        )
+        graph = memoryctl(*GRAPH)
         answer = graph.json()
         assert graph.returncode == 3 and answer["degraded"] == ["neo4j"], answer["degraded"]
         assert answer["hits"] and set(ids(answer)) <= borealis  # the PostgreSQL fallback (mentions)
@@ -127,9 +126,17 @@ def test_neo4j_stopped_answers_degraded_writes_wait_then_sync_delivers(imported:
         record("fault_neo4j", {"degraded_query_seconds": round(graph.seconds, 2), "pending": outcome["pending"]})
     finally:
         node("node2").run("systemctl start neo4j")
+    # What the assertions below need is a graph query that answers, not only a health probe: right
+    # after a start Neo4j's caches are cold and a large query can outlast the 2 s store timeout
+    # (degraded, exit 3) while health already says ok (docs/operations.md, "After a Neo4j restart").
+    started = time.monotonic()
     wait_for(
-        "Neo4j answering again", lambda: health()["components"]["neo4j"]["status"] == "ok", timeout=240, interval=5
+        "a graph query answers again (not degraded)",
+        lambda: memoryctl(*GRAPH, "--limit", "1000").returncode == 0,
+        timeout=300,
+        interval=5,
     )
+    answered_s = round(time.monotonic() - started, 1)
     synced = memoryctl("sync")
     assert synced.returncode == 0, synced.stderr
     components = health()["components"]
@@ -139,3 +146,4 @@ def test_neo4j_stopped_answers_degraded_writes_wait_then_sync_delivers(imported:
     assert drift["drift"] == 0, drift
     after = query("--entity", "project:borealis", "--limit", "1000")
     assert len(after["hits"]) == len(borealis) + 5
+    record("fault_neo4j_restart", {"graph_query_answered_after_start_s": answered_s})

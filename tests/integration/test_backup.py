@@ -163,7 +163,7 @@ def test_snapshot_sets_are_pruned_and_incomplete_sets_ignored(server_cluster: Me
     names = []
     for _ in range(3):
         names.append(backup_qdrant(client.stack)["set"])
-        time.sleep(1.1)  # set names have a resolution of one second
+        _next_second()  # set names have a resolution of one second
     assert sorted(p.name for p in sets.iterdir()) == names[-2:]  # keep = 2; the incomplete one pruned too
     status = backup_status(client.stack)
     qdrant = status.stores["qdrant"]
@@ -299,9 +299,11 @@ def test_pgbackrest_point_in_time_restore_and_status(
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_switch_wal()")
     expected = _content(dsn)
-    time.sleep(1.1)
-    target = datetime.now(UTC)
-    time.sleep(1.1)
+    # T: the server's clock after those commits (anything committed later is after T).
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT clock_timestamp()").fetchone()
+    assert row is not None
+    target: datetime = row[0]
 
     report = backup_status(client.stack)
     pg = report.stores["postgres"]
@@ -330,15 +332,23 @@ def test_pgbackrest_point_in_time_restore_and_status(
         *pgbackrest,
         "--delta",
         "--type=time",
-        f"--target={target.strftime('%Y-%m-%d %H:%M:%S.%f+00')}",
+        f"--target={target.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S.%f+00')}",
         "--target-action=promote",
         "restore",
     )
     _as_postgres(*pg_ctl, "start")  # returns once read-only connections are accepted: mid-recovery
     _wait_promoted(str(cluster["dsn"]))
-    restore_s = time.perf_counter() - started
+    print(f"pgBackRest PITR restore: {time.perf_counter() - started:.1f} s")  # a figure, not an assertion
     assert _content(dsn) == expected
-    assert restore_s < 120
+
+
+def _next_second(timeout: float = 5.0) -> None:
+    """Poll until the wall clock's second has changed (what names a snapshot set)."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    deadline = time.monotonic() + timeout
+    while datetime.now(UTC).replace(microsecond=0) == now:
+        assert time.monotonic() < deadline, "the clock did not move"
+        time.sleep(0.05)
 
 
 def _wait_promoted(dsn: str, timeout: float = 60.0) -> None:

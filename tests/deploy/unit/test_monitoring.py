@@ -97,7 +97,13 @@ def test_prometheus_scrapes_every_target_over_the_mesh(tmp_path: Path) -> None:
 
 def test_alertmanager_sends_nothing_until_a_receiver_is_configured(tmp_path: Path) -> None:
     amtool = _tool("amtool")
-    default = plan(monitoring, "node3").upload("/etc/prometheus/alertmanager.yml")
+    default = plan(monitoring, "node3", components={"monitoring": {"receiver": None}}).upload(
+        "/etc/prometheus/alertmanager.yml"
+    )
+    local = yaml.safe_load(plan(monitoring, "node3").upload("/etc/prometheus/alertmanager.yml"))
+    # The local nodes' receiver: the alert test's webhook on the monitoring node, short intervals.
+    assert local["receivers"][0]["webhook_configs"] == [{"url": "http://127.0.0.1:9099/alerts", "send_resolved": True}]
+    assert (local["route"]["group_wait"], local["route"]["group_interval"]) == ("5s", "10s")
     webhook = {"webhook_configs": [{"url": "https://hooks.example.org/alerts", "send_resolved": True}]}
     configured = plan(monitoring, "node3", components={"monitoring": {"receiver": webhook}}).upload(
         "/etc/prometheus/alertmanager.yml"
