@@ -139,12 +139,7 @@ OPERATIONS: dict[str, Operation] = {
             _memories("import_"),
             writes=True,
             access="agent",
-            exits=(
-                OK,
-                FAILED,
-                (2, "bad usage, or --strict and a bad line"),
-                (3, "bad lines skipped, or a store behind"),
-            ),
+            exits=(OK, FAILED, (2, "bad lines (reported and skipped), or --strict refused the file"), PARTIAL),
             outputs=(JSON,),
             upload="file",
             long=True,

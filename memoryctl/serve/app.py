@@ -38,7 +38,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from memoryctl.errors import ExitCode, MemoryctlError, NotFoundError, StoreError
+from memoryctl.errors import ConflictError, ExitCode, MemoryctlError, NotFoundError, StoreError
 from memoryctl.operations.access import OPERATOR, AccessDenied, Caller, bind
 from memoryctl.operations.declare import Operation
 from memoryctl.operations.reply import Reply
@@ -84,15 +84,18 @@ class HttpError(Exception):
 
 
 def status_for(exc: MemoryctlError) -> int:
-    """HTTP status of a deliberate error: bad input 400, not allowed 403, unknown id 404, store down 503."""
+    """HTTP status of a deliberate error: bad input 400, not allowed 403, unknown id 404, an id of
+    another agent 409, store down 503."""
     if isinstance(exc, AccessDenied):
         return 403
+    if isinstance(exc, ConflictError):
+        return 409
     if isinstance(exc, NotFoundError):
         return 404
     if isinstance(exc, StoreError):
         return 503
     if exc.exit_code == ExitCode.USAGE:
-        return int(getattr(exc, "http_status", 400))
+        return 400
     return 500
 
 

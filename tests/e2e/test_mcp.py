@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -25,7 +26,6 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from memoryctl.cli.main import _invoke
-from memoryctl.config import load_settings
 from memoryctl.serve.server import Service
 from tests.conftest import cluster_settings
 from tests.e2e.conftest import embedded_config
@@ -171,9 +171,7 @@ def _post(service: Service, token: str, operation: str, **params: Any) -> tuple[
     return reply.status_code, reply.json()
 
 
-def test_an_agent_token_opens_one_agent_over_http_and_mcp(
-    served: Service, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_an_agent_token_opens_one_agent_over_http_and_mcp(served: Service, capsys: pytest.CaptureFixture[str]) -> None:
     config = served.settings.source_file
     assert config is not None
     a, b = _issue(config, "agent-a", capsys), _issue(config, "agent-b", capsys)
@@ -206,7 +204,7 @@ def test_an_agent_token_opens_one_agent_over_http_and_mcp(
             assert error and "bound to agent 'agent-b'" in text
             error, answer = await call(client, "get", id=added["id"])
             assert error and "no memory" in answer
-            error, own = await call(client, "add", text="B's own note")
+            error, _ = await call(client, "add", text="B's own note")
             assert not error
             error, answer = await call(client, "query", text="own note")
             assert not error and [h["agent_id"] for h in answer["hits"]] == ["agent-b"]
@@ -216,3 +214,14 @@ def test_an_agent_token_opens_one_agent_over_http_and_mcp(
     assert _invoke(["--config", str(config), "token", "revoke", b["id"]]) == 0
     assert _post(served, b["token"], "query", text="x")[0] == 401
     assert _post(served, a["token"], "query", text="x")[0] == 200
+
+
+def test_docs_mcp_example_runs_against_a_live_service(served: Service, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "mcp.md").read_text()
+    [block] = re.findall(r"```python\n(.*?)```", doc, re.S)
+    namespace: dict[str, Any] = {"URL": f"http://{served.address_http}", "TOKEN": served.token}
+    exec(compile(block, "docs/mcp.md", "exec"), namespace)
+    printed = capsys.readouterr().out.splitlines()
+    assert TOOLS <= set(eval(printed[0]))
+    assert "True Alice prefers the blue theme" in printed[1]
+    assert printed[-1] == "degraded: []"
