@@ -285,12 +285,16 @@ def _import(client: MemoryClient, p: dict[str, Any], upload: Path | None, progre
         return Reply(
             data,
             int(ExitCode.USAGE),
-            ["import refused (--strict): nothing was written; fix the lines above"],
+            [
+                f"error: import refused (--strict): {len(outcome.invalid)} invalid line(s); nothing was written",
+                "hint: fix the lines listed, or import without --strict to skip them",
+            ],
         )
     reply = pending_warning(outcome)
     reply.data = data
     if outcome.invalid and reply.exit_code == ExitCode.OK:
-        reply.exit_code = int(ExitCode.PARTIAL)
+        # Bad input and nothing else: 2, as documented for bad input (3 says a store is behind).
+        reply.exit_code = int(ExitCode.USAGE)
     return reply
 
 
