@@ -36,7 +36,7 @@ import neo4j
 from neo4j import exceptions as nx
 
 from memoryctl.config import Neo4jSettings
-from memoryctl.errors import InputError, StoreError, StoreTimeout, StoreUnavailable, UsageError
+from memoryctl.errors import BadRecord, InputError, StoreError, StoreTimeout, StoreUnavailable, UsageError
 from memoryctl.model import RELATION_TYPE_SHAPE, validate_agent_id
 from memoryctl.stores import names
 from memoryctl.stores.graph_semantics import (
@@ -70,6 +70,15 @@ _TERMINATED = frozenset(
         "Neo.ClientError.Transaction.LockClientStopped",
         "Neo.TransientError.Transaction.Terminated",
         "Neo.TransientError.Transaction.LockClientStopped",
+    }
+)
+# Neo4j refused the values of this write, not the store or the statement: the record is set aside
+# by delivery (memoryctl.errors.BadRecord) instead of holding back every other one.
+_DATA_ERRORS = frozenset(
+    {
+        "Neo.ClientError.Statement.TypeError",
+        "Neo.ClientError.Statement.ArgumentError",
+        "Neo.ClientError.Schema.ConstraintValidationFailed",
     }
 )
 _ARROWS = {"out": ("-", "->"), "in": ("<-", "-"), "both": ("-", "-")}
@@ -338,7 +347,8 @@ class Neo4jGraphStore:
         except nx.Neo4jError as exc:
             if _terminated(exc):
                 raise StoreTimeout(self.name, f"{what}: timed out after {self._timeout}s", hint=hint) from exc
-            raise StoreError(self.name, f"{what}: {exc.code}: {exc.message}") from exc
+            kind = BadRecord if exc.code in _DATA_ERRORS else StoreError
+            raise kind(self.name, f"{what}: {exc.code}: {exc.message}") from exc
         except nx.DriverError as exc:
             raise StoreError(self.name, f"{what}: {exc}") from exc
         except (TimeoutError, OSError) as exc:
