@@ -302,9 +302,9 @@ class MemoryClient:
             default_half_life=qs.half_life_for,
             recalls=self.stack.events,
             graph_name=self.stack.store_names["graph"],
-            options=PlanOptions(qs.vector_first_min_fanout, qs.vector_first_max_k),
-            context_turns=qs.context_turns,
-            names_out_of_dense=qs.dense_without_names,
+            options=PlanOptions(
+                qs.vector_first_min_fanout, qs.vector_first_max_k, qs.context_turns, qs.dense_without_names
+            ),
         )
 
     def query(self, q: MemoryQuery | None = None, /, **fields: Any) -> QueryResult:

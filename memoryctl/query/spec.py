@@ -6,6 +6,7 @@ values stay values (bound parameters in SQL/Cypher, payload values in Qdrant).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -250,9 +251,14 @@ class GraphFilter:
             raise InputError(f"direction must be out, in or both, not {self.direction!r}")
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class MemoryQuery:
-    """One question over all three stores. ``agent_id`` scopes it unless ``all_agents``."""
+    """One question over all three stores. ``agent_id`` scopes it unless ``all_agents``.
+
+    A value: nothing changes it once made. ``validate`` returns the normalised query the engine
+    runs (blank text dropped, ``all_agents`` without an agent id), and the engine resolves the
+    configured half-life into a copy of its own; the caller's query stays as it was asked.
+    """
 
     text: str | None = None
     vector: Sequence[float] | None = None
@@ -261,7 +267,7 @@ class MemoryQuery:
     since: datetime | None = None
     until: datetime | None = None
     graph: GraphFilter | None = None
-    where: list[Where] = field(default_factory=list)
+    where: Sequence[Where] = ()
     combine: Combine = "and"
     limit: int = 10
     threshold: float | None = None
@@ -270,16 +276,21 @@ class MemoryQuery:
     retrieval: Retrieval = "hybrid"
     query_id: uuid.UUID = field(default_factory=uuid.uuid4)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "where", tuple(self.where))
+
     def validate(self) -> MemoryQuery:
+        """The query as the engine runs it (a new value when anything was normalised), or
+        ``InputError`` naming what is wrong."""
         if self.text is not None and not self.text.strip():
-            self.text = None
+            return dataclasses.replace(self, text=None).validate()
+        if self.all_agents and self.agent_id is not None:
+            return dataclasses.replace(self, agent_id=None).validate()
         if self.text is not None and self.vector is not None:
             raise InputError("give text or a vector, not both")
-        if self.all_agents:
-            self.agent_id = None
-        elif not self.agent_id:
+        if not self.all_agents and not self.agent_id:
             raise InputError("a query is scoped to one agent", hint="pass --agent A, or --all-agents as an operator")
-        else:
+        if self.agent_id is not None:
             validate_agent_id(self.agent_id)
         if self.graph is not None and self.agent_id is None:
             raise InputError(

@@ -180,6 +180,8 @@ def _query(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progr
         if entity
         else None
     )
+    # "off" overrides a configured half-life; none given: the agent's configured one, if any.
+    half_life = parse_half_life(p["half_life"]) if p.get("half_life") else None
     q = MemoryQuery(
         text=p.get("text"),
         agent_id=_agent(client, p),
@@ -192,11 +194,9 @@ def _query(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progr
         limit=limit,
         threshold=p.get("threshold"),
         retrieval=p.get("retrieval", "hybrid"),
+        half_life=half_life,
+        decay=half_life is not None or not p.get("half_life"),
     )
-    if p.get("half_life"):
-        # "off" overrides a configured half-life; none given: the agent's configured one, if any.
-        q.half_life = parse_half_life(p["half_life"])
-        q.decay = q.half_life is not None
     result = client.query(q)
     reply = Reply(result.as_dict())
     if result.degraded:

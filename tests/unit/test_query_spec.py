@@ -14,7 +14,7 @@ from memoryctl.errors import InputError
 from memoryctl.model import EntityRef, parse_duration
 from memoryctl.query.fusion import rrf
 from memoryctl.query.guard import Guard
-from memoryctl.query.plan import pushdown
+from memoryctl.query.pushdown import pushdown
 from memoryctl.query.relational import where_sql
 from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_since
 
