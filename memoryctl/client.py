@@ -367,16 +367,14 @@ class MemoryClient:
 
     def cypher(self, statement: str, params: dict[str, Any], *, agent_id: str) -> list[dict[str, Any]]:
         """Raw Cypher in a READ transaction (write clauses refused); ``$agent_id`` is bound."""
-        graph = self.stack.require_graph()
-        run_read = getattr(graph, "run_read", None)
-        if run_read is None:
+        reader = self.stack.cypher()
+        if reader is None:
             raise InputError(
                 f"raw Cypher needs Neo4j; the {self.settings.profile} profile's graph is "
-                f"{getattr(graph, 'engine', graph.name)}",
+                f"{self.stack.require_graph().engine}",
                 hint="use `memoryctl query --entity … --via …` (structured graph filters work on every profile)",
             )
-        rows: list[dict[str, Any]] = run_read(statement, params, agent_id)
-        return rows
+        return reader.run_read(statement, params, agent_id)
 
     # ---- operations -----------------------------------------------------------------------------
     def health(self, *, deadline_s: float = 1.8) -> HealthReport:
