@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from types import GenericAlias
 from typing import Annotated, Any
 
 import typer
@@ -23,7 +24,7 @@ _PY = {"string": str, "integer": int, "number": float, "boolean": bool}
 def _annotation(p: Param) -> Any:
     """The parameter's Python type and typer's ``Option``/``Argument`` for it."""
     many = p.type == "array" or p.pairs
-    kind: Any = list[str] if many else _PY[p.type]
+    kind: Any = GenericAlias(list, (_PY[p.items or "string"],)) if many else _PY[p.type]
     optional = p.default is None and not (p.required and p.option is None)
     if optional:
         kind = kind | None

@@ -125,7 +125,10 @@ def _parse_command(op: Operation, args: list[str]) -> dict[str, Any] | None:
             values[p.name] = value
     for p in (p for p in shown if p.option is None):
         if _many(p):
-            values[p.name], positionals = positionals, []
+            items = [_convert(p, raw) for raw in positionals]
+            if None in items:
+                return None
+            values[p.name], positionals = items or None, []
         elif positionals:
             values[p.name] = positionals.pop(0)
         if p.required and not values[p.name]:
@@ -140,14 +143,15 @@ def _many(p: Param) -> bool:
 def _convert(p: Param, raw: str) -> Any:
     """The value of a number written plainly (``-3``, ``0.5``); None for any other spelling, which
     typer then converts or refuses in its own way (whitespace, ``+``, ``_``, ``1e3``, ``nan``)."""
-    if p.type not in ("integer", "number"):
+    kind = p.items if p.type == "array" else p.type
+    if kind not in ("integer", "number"):
         return raw
     digits = raw.removeprefix("-")
-    if p.type == "number" and digits.count(".") == 1:
+    if kind == "number" and digits.count(".") == 1:
         digits = digits.replace(".", "", 1)
     if not (digits.isascii() and digits.isdigit()):
         return None
-    return float(raw) if p.type == "number" else int(raw)
+    return float(raw) if kind == "number" else int(raw)
 
 
 def _service(data: dict[str, Any]) -> tuple[Path, float] | None:

@@ -376,6 +376,17 @@ def demo(data: dict[str, Any], values: Mapping[str, Any]) -> None:
         _print(f"{day:%Y-%m-%d}  memories {row['count']:>2}  sentiment avg {avg} {bar}")
 
 
+def set_aside(rows: list[dict[str, Any]], values: Mapping[str, Any]) -> None:
+    table = _table(f"outbox: {len(rows)} set aside")
+    for col in ("row", "memory", "agent", "store", "op", "attempts", "queued", "error"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        queued = datetime.fromisoformat(str(r["created_at"])).isoformat(timespec="seconds")
+        cells = (r["id"], r["memory_id"], r["agent_id"] or "-", r["target"], r["op"], r["attempts"], queued)
+        table.add_row(*(str(c) for c in cells), r["last_error"] or "")
+    out.print(table, markup=False)
+
+
 def token_issued(data: dict[str, Any], values: Mapping[str, Any]) -> None:
     _print(f"{data['token']}")
     err.print(f"token {data['id']} for agent {data['agent']!r} ({data['name']})", markup=False, highlight=False)
@@ -415,6 +426,9 @@ HUMAN: dict[str, Human] = {
     "restore qdrant": restored,
     "rebuild graph": rebuilt,
     "demo": demo,
+    "outbox list": set_aside,
+    "outbox retry": lambda data, values: _print(f"back in the queue: {data['retried']}"),
+    "outbox drop": lambda data, values: _print(f"dropped: {data['dropped']}"),
     "token issue": token_issued,
     "token list": token_list,
     "token revoke": token_revoked,

@@ -184,6 +184,29 @@ def rebuild_graph(client: MemoryClient, call: Call) -> Reply:
     return Reply(client.rebuild_graph(batch=call.params["batch"], prune=call.params["prune"]))
 
 
+def outbox_list(client: MemoryClient, call: Call) -> Reply:
+    return Reply(client.set_aside(limit=call.params["limit"]))
+
+
+def _rows(call: Call) -> list[int] | None:
+    """The rows named, or None for ``--all``: one or the other."""
+    rows, every = call.params["rows"], call.params["all"]
+    if bool(rows) == every:
+        raise InputError("name the rows or pass --all (not both)", hint="`memoryctl outbox list` shows the rows")
+    return None if every else list(rows)
+
+
+def outbox_retry(client: MemoryClient, call: Call) -> Reply:
+    n = client.retry_set_aside(_rows(call))
+    return Reply(
+        {"retried": n}, warnings=["the next write, `memoryctl sync` or the service's delivery takes them"] if n else []
+    )
+
+
+def outbox_drop(client: MemoryClient, call: Call) -> Reply:
+    return Reply({"dropped": client.drop_set_aside(_rows(call))})
+
+
 def demo(client: MemoryClient, call: Call) -> Reply:
     from memoryctl.operations.demo import run_demo
 

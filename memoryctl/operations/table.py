@@ -30,6 +30,10 @@ WHO = (
     Param("trigger", "string", "Recorded with the run (cli, cron, …).", fill="trigger", cli=False),
     Param("actor", "string", "Recorded with the run (a user name).", fill="actor", cli=False),
 )
+OUTBOX_ROWS = (
+    Param("rows", "array", "Outbox row ids (from `outbox list`).", items="integer", flag=None, metavar="[ROW]..."),
+    Param("all", "boolean", "Every row set aside.", default=False),
+)
 BATCH = Param("batch", "integer", "Memories per embed/upsert batch.", default=512, low=1, high=10_000)
 
 
@@ -398,6 +402,27 @@ OPERATIONS: dict[str, Operation] = {
             long=True,
         ),
         Operation(
+            "outbox list",
+            "The deliveries set aside after failing alone: which memory, which store, how often, and the error.",
+            (Param("limit", "integer", "Rows to list.", default=1000, low=1, high=100_000),),
+            _maintenance("outbox_list"),
+            outputs=(JSON,),
+        ),
+        Operation(
+            "outbox retry",
+            "Put rows set aside back in the queue (after fixing what made them fail).",
+            OUTBOX_ROWS,
+            _maintenance("outbox_retry"),
+            writes=True,
+        ),
+        Operation(
+            "outbox drop",
+            "Give up on rows set aside: that store will not get those memories (reconcile reports them).",
+            OUTBOX_ROWS,
+            _maintenance("outbox_drop"),
+            writes=True,
+        ),
+        Operation(
             "demo",
             "Load a small sample of memories and run example queries (vector, graph, relational, or, stats).",
             (),
@@ -474,6 +499,7 @@ GROUPS = {
     "backup": "Backups: what is kept and how old it is; Qdrant snapshot sets.",
     "restore": "Restore a store derived from PostgreSQL.",
     "rebuild": "Rebuild a store from PostgreSQL.",
+    "outbox": "Deliveries set aside after failing alone: list, retry, drop.",
     "token": "Agent tokens: issue, list, revoke (HTTP and MCP callers bound to one agent).",
     "config": "Inspect the effective configuration.",
 }

@@ -47,6 +47,9 @@ LINES = [
     ["backup", "qdrant"],
     ["token", "list", "--json"],
     ["demo", "--explain"],
+    ["outbox", "list", "--limit", "5", "--json"],
+    ["outbox", "retry", "3", "4"],
+    ["outbox", "drop", "--all"],
 ]
 
 
@@ -72,7 +75,7 @@ def test_fast_path_parses_as_typer_does(argv: list[str], monkeypatch: pytest.Mon
 
 
 def test_every_shared_operation_is_in_the_list() -> None:
-    parsed = {" ".join(a[:2]) if a[0] in ("backup", "restore", "rebuild", "token") else a[0] for a in LINES}
+    parsed = {" ".join(a[:2]) if a[0] in ("backup", "restore", "rebuild", "token", "outbox") else a[0] for a in LINES}
     shared = {name for name, op in OPERATIONS.items() if not op.local and not op.upload}
     assert shared <= parsed
 
