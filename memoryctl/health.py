@@ -419,11 +419,25 @@ def graph_probe(stack: Stack) -> dict[str, Any]:
 def outbox_probe(stack: Stack) -> dict[str, Any]:
     stats = stack.records.outbox_stats()
     res: dict[str, Any] = {
-        t: {"pending": s["pending"], "oldest_age_s": _age_s(s["oldest"]), "last_error": s["last_error"]}
+        t: {
+            "pending": s["pending"],
+            "oldest_age_s": _age_s(s["oldest"]),
+            "last_error": s["last_error"],
+            "set_aside": s["set_aside"],
+            "set_aside_error": s["set_aside_error"],
+        }
         for t, s in stats.items()
     }
     oldest = max((v["oldest_age_s"] or 0.0) for v in res.values())
-    if oldest > 900:
+    aside = {t: v for t, v in res.items() if v["set_aside"]}
+    if aside:
+        first = next(iter(aside.values()))["set_aside_error"]
+        counts = ", ".join(f"{t} {v['set_aside']}" for t, v in aside.items())
+        res.update(
+            status="degraded",
+            error=f"outbox rows set aside after errors ({counts}; e.g. {first}): `memoryctl outbox list`",
+        )
+    elif oldest > 900:
         res.update(status="degraded", error=f"outbox entries waiting {oldest:.0f}s: is `memoryctl sync` running?")
     return res
 

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import neo4j
 from neo4j import exceptions as nx
 
-from memoryctl.errors import InputError, StoreError, StoreTimeout, StoreUnavailable
+from memoryctl.errors import BadRecord, InputError, StoreError, StoreTimeout, StoreUnavailable
 from memoryctl.model import RELATION_TYPE_SHAPE
 from memoryctl.stores import names
 from memoryctl.stores.graph_core import GraphCore, RelationshipRow
@@ -60,6 +60,15 @@ _TERMINATED = frozenset(
         "Neo.ClientError.Transaction.LockClientStopped",
         "Neo.TransientError.Transaction.Terminated",
         "Neo.TransientError.Transaction.LockClientStopped",
+    }
+)
+# Neo4j refused the values of this write, not the store or the statement: the record is set aside
+# by delivery (memoryctl.errors.BadRecord) instead of holding back every other one.
+_DATA_ERRORS = frozenset(
+    {
+        "Neo.ClientError.Statement.TypeError",
+        "Neo.ClientError.Statement.ArgumentError",
+        "Neo.ClientError.Schema.ConstraintValidationFailed",
     }
 )
 _ARROWS = {"out": ("-", "->"), "in": ("<-", "-"), "both": ("-", "-")}
@@ -291,7 +300,8 @@ class Neo4jBackend:
         except nx.Neo4jError as exc:
             if _terminated(exc):
                 raise StoreTimeout(self.name, f"{what}: timed out after {self.timeout}s", hint=hint) from exc
-            raise StoreError(self.name, f"{what}: {exc.code}: {exc.message}") from exc
+            kind = BadRecord if exc.code in _DATA_ERRORS else StoreError
+            raise kind(self.name, f"{what}: {exc.code}: {exc.message}") from exc
         except nx.DriverError as exc:
             raise StoreError(self.name, f"{what}: {exc}") from exc
         except (TimeoutError, OSError) as exc:
