@@ -139,14 +139,15 @@ def _rollback(client: MemoryClient, registry: Any, kind: str) -> str:
     """Serve the previous adapter version again; what is served now, for stderr."""
     if kind == "generation":
         from memoryctl.lora.cycle import rollback_generation
-        from memoryctl.lora.vllm import VLLMClient
+        from memoryctl.lora.serving import AdapterServing
+        from memoryctl.vllm import VLLMClient
 
         vllm = client.settings.vllm
         if not vllm.url:
             raise InputError("rolling back a generation adapter needs [vllm] url")
         key = vllm.api_key.get_secret_value() if vllm.api_key else None
-        with VLLMClient(vllm.url, api_key=key, timeout=vllm.timeout_s) as served:
-            back = rollback_generation(registry, served)
+        with VLLMClient(vllm.url, api_key=key, timeout_s=vllm.timeout_s) as served:
+            back = rollback_generation(registry, AdapterServing(served))
         return f"serving {back.served_name if back else 'the base model'}"
     report = client.migrate_model("rollback")
     registry.rollback("embedding")
