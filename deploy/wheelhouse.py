@@ -39,7 +39,7 @@ from deploy.common import component
 from deploy.osrelease import Release, release
 from deploy.settings import REPO, resolve_path
 
-SOURCES = ("pyproject.toml", "README.md", "memoryctl", "lora")  # lora/: memoryctl.lora (a symlink)
+SOURCES = ("pyproject.toml", "README.md", "memoryctl")
 STAMP = ".source-digest"
 
 

@@ -11,8 +11,10 @@ Hierarchy::
     ├── UsageError                 exit 2  bad flags, bad values, hostile identifiers
     │   ├── ConfigError            exit 2  the TOML/env configuration is wrong
     │   └── InputError             exit 2  a record/line of user data is invalid
+    │       └── ConflictError      exit 2  an id that exists under another agent (HTTP 409)
     ├── NotFoundError              exit 1  a memory id that does not exist
     ├── StoreError                 exit 1  a store answered with an error
+    │   ├── BadRecord              exit 1  it refused one record's data (delivery sets that record aside)
     │   └── StoreUnavailable       exit 1  a store could not be reached (refused, breaker open)
     │       └── StoreTimeout       exit 1  it did not answer within the deadline (callers may retry smaller)
     └── PartialFailure             exit 3  the primary write/read succeeded, a secondary store is degraded
@@ -20,6 +22,7 @@ Hierarchy::
 
 from __future__ import annotations
 
+import uuid
 from enum import IntEnum
 
 
@@ -58,6 +61,19 @@ class InputError(UsageError):
     pass
 
 
+class ConflictError(InputError):
+    """The request names an existing memory of another agent: refused, never a move (HTTP 409).
+
+    ``ids`` are the memory ids in conflict; an import turns them into bad lines of their own.
+    """
+
+    http_status = 409
+
+    def __init__(self, message: str, *, ids: list[uuid.UUID], hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.ids = ids
+
+
 class NotFoundError(MemoryctlError):
     pass
 
@@ -68,6 +84,13 @@ class StoreError(MemoryctlError):
     def __init__(self, store: str, message: str, *, hint: str | None = None) -> None:
         super().__init__(f"{store}: {message}", hint=hint)
         self.store = store
+
+
+class BadRecord(StoreError):
+    """The store answered that this data cannot be taken or read (a PostgreSQL data exception, a
+    Qdrant 400, a Neo4j type or constraint error): retrying the same record cannot help, so the
+    outbox sets it aside instead of letting it hold back every other delivery (memoryctl.delivery).
+    """
 
 
 class StoreUnavailable(StoreError):
