@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memoryctl.declaration.table import OPERATIONS
 from memoryctl.errors import InputError
-from memoryctl.operations.table import OPERATIONS
 
 if TYPE_CHECKING:
     from memoryctl.client import MemoryClient
-    from memoryctl.operations.declare import Operation
+    from memoryctl.declaration.declare import Operation
     from memoryctl.operations.reply import Reply
 
 #: ``progress(phase, advance, total)``: how far a long operation is (the command line draws bars).
