@@ -64,13 +64,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import math
 import os
 import re
+import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -80,6 +83,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 for p in (ROOT, Path(__file__).resolve().parent):
@@ -164,7 +169,7 @@ def open_client(profile: str, embedder: str | None = None) -> Iterator[MemoryCli
                 else {"path": str(Path(tmp) / "qdrant")},
             )
         client = MemoryClient(settings)
-        client.stack.embedder = QueryVectors(client.stack.embedder)
+        client.stack.embedder = QueryVectors(client.stack.embedder, EmbeddingCache.default())
         client.init()
         try:
             yield client
@@ -241,13 +246,61 @@ class BM25:
         return sorted(scores, key=lambda i: -scores[i])[:k]
 
 
+class EmbeddingCache:
+    """Vectors on disk, keyed by the model id and the text (sha256): a benchmark embeds the same
+    turns and questions on every run, and on two shared cores that is most of a run. At
+    ``$MEMORYCTL_BENCH_CACHE`` (``off``: none), else ``~/.cache/memoryctl/bench-embeddings.sqlite``."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.db.execute("CREATE TABLE IF NOT EXISTS v (model TEXT, sha TEXT, vec BLOB, PRIMARY KEY (model, sha))")
+        self.lock = threading.Lock()
+
+    @classmethod
+    def default(cls) -> EmbeddingCache | None:
+        env = os.environ.get("MEMORYCTL_BENCH_CACHE")
+        if env == "off":
+            return None
+        return cls(Path(env) if env else Path.home() / ".cache" / "memoryctl" / "bench-embeddings.sqlite")
+
+    @staticmethod
+    def _sha(text: str) -> str:
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+    def get(self, model: str, texts: Sequence[str]) -> dict[str, FloatArray]:
+        shas = {self._sha(t): t for t in texts}
+        found: dict[str, FloatArray] = {}
+        with self.lock:
+            keys = list(shas)
+            for start in range(0, len(keys), 500):
+                part = keys[start : start + 500]
+                marks = ",".join("?" * len(part))
+                rows = self.db.execute(f"SELECT sha, vec FROM v WHERE model = ? AND sha IN ({marks})", [model, *part])
+                for sha, blob in rows:
+                    found[shas[sha]] = np.frombuffer(blob, dtype=np.float32).copy()
+        return found
+
+    def put(self, model: str, vectors: dict[str, FloatArray]) -> None:
+        with self.lock:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO v VALUES (?, ?, ?)",
+                [(model, self._sha(t), np.asarray(v, dtype=np.float32).tobytes()) for t, v in vectors.items()],
+            )
+
+
 class QueryVectors:
     """The stack's embedder with ``embed_query`` memoised: every method asks the same questions,
-    and a quality benchmark need not pay the model five times per question. Documents pass through.
-    ``ms`` keeps the time of each real query embedding (the latency the cache hides)."""
+    and a quality benchmark need not pay the model five times per question. With a ``cache``,
+    documents and questions are read from it when it holds them (and written to it when it does
+    not). ``ms`` keeps the time of each real query embedding (the latency the cache hides): the
+    first ``TIMED`` questions are always embedded by the model, so that it is measured."""
 
-    def __init__(self, inner: Embedder) -> None:
+    TIMED = 100
+
+    def __init__(self, inner: Embedder, cache: EmbeddingCache | None = None) -> None:
         self.inner = inner
+        self.disk = cache
         self.cache: dict[str, FloatArray] = {}
         self.ms: list[float] = []
 
@@ -260,14 +313,40 @@ class QueryVectors:
         return self.inner.batch_size
 
     def embed_documents(self, texts: Sequence[str]) -> FloatArray:
-        return self.inner.embed_documents(texts)
+        if self.disk is None or not texts:
+            return self.inner.embed_documents(texts)
+        model = self.info.model_id
+        found = self.disk.get(model, texts)
+        missing = list(dict.fromkeys(t for t in texts if t not in found))
+        if missing:
+            fresh = dict(zip(missing, self.inner.embed_documents(missing), strict=True))
+            self.disk.put(model, fresh)
+            found |= fresh
+        return np.stack([found[t] for t in texts]).astype(np.float32)
 
     def embed_query(self, text: str) -> FloatArray:
-        if text not in self.cache:
+        if text in self.cache:
+            return self.cache[text]
+        model = "query:" + self.info.model_id
+        stored = self.disk.get(model, [text]).get(text) if self.disk is not None and len(self.ms) >= self.TIMED else None
+        if stored is None:
             t0 = time.perf_counter()
-            self.cache[text] = self.inner.embed_query(text)
+            stored = self.inner.embed_query(text)
             self.ms.append((time.perf_counter() - t0) * 1000)
-        return self.cache[text]
+            if self.disk is not None:
+                self.disk.put(model, {text: stored})
+        self.cache[text] = stored
+        return stored
+
+    def informative(self, text: str) -> bool:
+        return self.inner.informative(text)
+
+    def query_ms(self) -> dict[str, float]:
+        """p50/p95 of the query embeddings the model computed in this run."""
+        if not self.ms:
+            return {}
+        ordered = sorted(self.ms)
+        return {"p50_ms": round(statistics.median(ordered), 1), "p95_ms": round(ordered[int(len(ordered) * 0.95)], 1)}
 
     def close(self) -> None:
         self.inner.close()
@@ -422,6 +501,7 @@ class Score:
             "hit@10": round(self.hit10 / n, 3),
             "mrr": round(self.mrr / n, 3),
             "p50_ms": round(statistics.median(self.ms), 1) if self.ms else 0.0,
+            "p95_ms": round(sorted(self.ms)[int(len(self.ms) * 0.95)], 1) if self.ms else 0.0,
             "questions": self.n,
         }
 
@@ -447,7 +527,7 @@ def evaluate(
 
 
 def table(rows: dict[str, dict[str, float]], title: str) -> str:
-    cols = ("recall@10", "hit@1", "hit@5", "hit@10", "mrr", "p50_ms")
+    cols = ("recall@10", "hit@1", "hit@5", "hit@10", "mrr", "p50_ms", "p95_ms")
     lines = [title, f"{'method':<10} " + " ".join(f"{c:>9}" for c in cols)]
     for name, row in rows.items():
         lines.append(f"{name:<10} " + " ".join(f"{row[c]:>9}" for c in cols))
