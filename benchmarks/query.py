@@ -93,7 +93,7 @@ from memoryctl.delivery import graph_memory, vector_point  # noqa: E402
 from memoryctl.model import EntityRef, Memory, MemoryRef, Relation  # noqa: E402
 from memoryctl.query.engine import QueryEngine  # noqa: E402
 from memoryctl.query.fusion import rrf  # noqa: E402
-from memoryctl.query.plan import OVERFETCH, pushdown, traversal  # noqa: E402
+from memoryctl.query.pushdown import OVERFETCH, pushdown, traversal  # noqa: E402
 from memoryctl.query.relational import scope_sql  # noqa: E402
 from memoryctl.query.results import QueryResult  # noqa: E402
 from memoryctl.query.spec import GraphFilter, MemoryQuery, Retrieval, Where  # noqa: E402

@@ -409,22 +409,26 @@ def methods(
     def ask(q: Question, **fields: Any) -> list[uuid.UUID]:
         return run(MemoryQuery(text=q.text, agent_id=q.agent_id, limit=K, **fields))
 
+    @contextmanager
+    def options(**changes: Any) -> Iterator[None]:
+        """The engine with other ``[query]`` settings for one question."""
+        saved = engine.options
+        engine.options = dataclasses.replace(saved, **changes)
+        try:
+            yield
+        finally:
+            engine.options = saved
+
     def alone(q: Question) -> list[uuid.UUID]:
         """``default`` with ``[query] context_turns = 0``: every turn ranked without its context."""
-        turns, engine.context_turns = engine.context_turns, 0
-        try:
+        with options(context_turns=0):
             return ask(q)
-        finally:
-            engine.context_turns = turns
 
     def named(q: Question) -> list[uuid.UUID]:
         """``default`` with ``[query] dense_without_names = false``: the dense leg embeds the
         whole question, the names of entities it says included (``memoryctl/query/named.py``)."""
-        engine.names_out_of_dense = False
-        try:
+        with options(dense_without_names=False):
             return ask(q)
-        finally:
-            engine.names_out_of_dense = True
 
     def rescored(q: Question, *, fuse: bool) -> list[uuid.UUID]:
         assert second is not None

@@ -73,6 +73,10 @@ class WriteOutcome:
         }
 
 
+def _conflict_line(n: int, m: Memory) -> BadLine:
+    return BadLine(n, f"id {m.id} already belongs to another agent: an id names one memory of one agent")
+
+
 class MemoryClient:
     """One handle on the whole stack. Use as a context manager, or call ``close()``."""
 
@@ -141,7 +145,7 @@ class MemoryClient:
         default_agent = validate_agent_id(agent_id) if agent_id else self.settings.default_agent
         out = WriteOutcome()
         try:
-            stream = path.open(encoding="utf-8")
+            stream = path.open("rb")
         except OSError as exc:
             raise InputError(f"cannot read {path}: {exc.strerror}") from None
         with stream:
@@ -149,35 +153,50 @@ class MemoryClient:
                 parsed = list(
                     self.vocabulary.screen(read_jsonl(stream, default_agent=default_agent, forced_agent=agent_id))
                 )
-                bad = [p for _, p in parsed if isinstance(p, BadLine)]
+                bad = [p for _, p in parsed if isinstance(p, BadLine)] + self._conflicting_lines(parsed)
                 if bad:
-                    out.invalid = bad
+                    out.invalid = sorted(bad, key=lambda b: b.line)
                     return out
                 source: Iterable[tuple[int, Memory | BadLine]] = parsed
             else:
                 source = self.vocabulary.screen(read_jsonl(stream, default_agent=default_agent, forced_agent=agent_id))
-            batch: list[Memory] = []
-            for _, item in source:
+            batch: list[tuple[int, Memory]] = []
+            for n, item in source:
                 if isinstance(item, BadLine):
                     out.invalid.append(item)
                     if progress:
                         progress(1)
                     continue
-                batch.append(item)
+                batch.append((n, item))
                 if len(batch) >= IMPORT_BATCH:
                     self._import_batch(batch, out, deliver, progress)
                     batch = []
             if batch:
                 self._import_batch(batch, out, deliver, progress)
+        out.invalid.sort(key=lambda b: b.line)
         out.pending = self._pending(None)
         return out
 
+    def _conflicting_lines(self, parsed: Sequence[tuple[int, Memory | BadLine]]) -> list[BadLine]:
+        """``--strict`` refuses a file before writing anything: the lines whose id is another agent's."""
+        lines = [(n, m) for n, m in parsed if isinstance(m, Memory)]
+        owners = self.stack.records.owners([m.id for _, m in lines])
+        for _, m in lines:
+            owners.setdefault(m.id, m.agent_id)  # the first line of a new id owns it within the file
+        return [_conflict_line(n, m) for n, m in lines if owners[m.id] != m.agent_id]
+
     def _import_batch(
-        self, batch: list[Memory], out: WriteOutcome, deliver: bool, progress: Callable[[int], None] | None
+        self,
+        batch: list[tuple[int, Memory]],
+        out: WriteOutcome,
+        deliver: bool,
+        progress: Callable[[int], None] | None,
     ) -> None:
-        result = self.stack.records.upsert([self._enrich(m) for m in batch])
+        result = self.stack.records.upsert([self._enrich(m) for _, m in batch], skip_conflicts=True)
         out.add(result)
-        out.ids.extend(m.id for m in batch)
+        conflicts = set(result.conflicts)
+        out.ids.extend(m.id for i, (_, m) in enumerate(batch) if i not in conflicts)
+        out.invalid.extend(_conflict_line(*batch[i]) for i in result.conflicts)
         if deliver and result.changed:
             # A store that failed once in this import is not retried per batch: sync will.
             targets = [t for t in ("vector", "graph") if t not in out.delivery.failed]
@@ -247,9 +266,9 @@ class MemoryClient:
             default_half_life=qs.half_life_for,
             recalls=self.stack.events,
             graph_name=self.stack.store_names["graph"],
-            options=PlanOptions(qs.vector_first_min_fanout, qs.vector_first_max_k),
-            context_turns=qs.context_turns,
-            names_out_of_dense=qs.dense_without_names,
+            options=PlanOptions(
+                qs.vector_first_min_fanout, qs.vector_first_max_k, qs.context_turns, qs.dense_without_names
+            ),
         )
 
     def query(self, q: MemoryQuery | None = None, /, **fields: Any) -> QueryResult:

@@ -11,6 +11,7 @@ Hierarchy::
     ├── UsageError                 exit 2  bad flags, bad values, hostile identifiers
     │   ├── ConfigError            exit 2  the TOML/env configuration is wrong
     │   └── InputError             exit 2  a record/line of user data is invalid
+    │       └── ConflictError      exit 2  an id that exists under another agent (HTTP 409)
     ├── NotFoundError              exit 1  a memory id that does not exist
     ├── StoreError                 exit 1  a store answered with an error
     │   └── StoreUnavailable       exit 1  a store could not be reached (refused, breaker open)
@@ -20,6 +21,7 @@ Hierarchy::
 
 from __future__ import annotations
 
+import uuid
 from enum import IntEnum
 
 
@@ -56,6 +58,19 @@ class ConfigError(UsageError):
 
 class InputError(UsageError):
     pass
+
+
+class ConflictError(InputError):
+    """The request names an existing memory of another agent: refused, never a move (HTTP 409).
+
+    ``ids`` are the memory ids in conflict; an import turns them into bad lines of their own.
+    """
+
+    http_status = 409
+
+    def __init__(self, message: str, *, ids: list[uuid.UUID], hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.ids = ids
 
 
 class NotFoundError(MemoryctlError):

@@ -11,6 +11,7 @@ where NODE is ``{"type", "name"}``, ``"this"`` or ``{"memory": UUID}``.
 
 from __future__ import annotations
 
+import codecs
 import json
 import uuid
 from collections.abc import Iterator
@@ -76,11 +77,22 @@ def memory_from_json(obj: Any, *, default_agent: str) -> Memory:
 
 
 def read_jsonl(
-    stream: IO[str], *, default_agent: str, forced_agent: str | None = None
+    stream: IO[bytes], *, default_agent: str, forced_agent: str | None = None
 ) -> Iterator[tuple[int, Memory | BadLine]]:
-    """Yield (line number, memory or the reason the line was refused). Blank lines are skipped."""
+    """Yield (line number, memory or the reason the line was refused). Blank lines are skipped.
+
+    The file is read as bytes and each line decoded on its own: one line that is not UTF-8 is a
+    bad line like any other, not the end of the import (a text-mode stream raises on the first
+    such byte, losing every line after it).
+    """
     for n, raw in enumerate(stream, start=1):
-        line = raw.strip()
+        if n == 1:
+            raw = raw.removeprefix(codecs.BOM_UTF8)  # editors on Windows start files with one
+        try:
+            line = raw.decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            yield n, BadLine(n, f"not valid UTF-8: byte 0x{raw[exc.start]:02x} at column {exc.start + 1}")
+            continue
         if not line:
             continue
         try:
@@ -90,6 +102,8 @@ def read_jsonl(
             yield n, memory_from_json(obj, default_agent=default_agent)
         except json.JSONDecodeError as exc:
             yield n, BadLine(n, f"not valid JSON: {exc.msg} (column {exc.colno})")
+        except RecursionError:
+            yield n, BadLine(n, "not valid JSON: nested too deeply")
         except InputError as exc:
             yield n, BadLine(n, exc.message)
 

@@ -59,6 +59,15 @@ HALF_LIFE_OFF = "off"  # --half-life off, [query] half_life = "off": no recency 
 MAX_TEXT = 100_000
 MAX_NAME = 512
 DEFAULT_KIND = "note"
+# The instants every part of the stack can hold, in UTC. PostgreSQL keeps far more (4713 BC to
+# 294276 AD), but a value must also come back: psycopg reads a ``timestamptz`` into a Python
+# ``datetime`` (years 1-9999) in the session's time zone, so an instant in year 1 read at a positive
+# offset, or on 9999-12-31 read at a negative one, cannot be read at all -- and a row that cannot be
+# read stops every delivery and query that touches it (issue 22, item 1). A day inside Python's
+# range on each side covers every offset a time zone has (at most +-15:59 in PostgreSQL).
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+LATEST = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
+_RANGE_HINT = "timestamps must lie between 0001-01-02 and 9999-12-30 in UTC"
 
 
 def utcnow() -> datetime:
@@ -240,11 +249,18 @@ def parse_uuid(value: Any) -> uuid.UUID:
     try:
         return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
     except ValueError:
-        raise InputError(f"{value!r} is not a UUID") from None
+        raise InputError(
+            f"{value!r} is not a UUID",
+            hint="ids are UUIDs such as 0b5f8f5e-7d3a-4c1e-9a57-2f0c6b1d9e42, as `memoryctl add` prints them",
+        ) from None
 
 
 def parse_datetime(value: Any) -> datetime:
-    """ISO 8601; a naive timestamp is taken as UTC so every store agrees on the instant."""
+    """ISO 8601; a naive timestamp is taken as UTC so every store agrees on the instant.
+
+    Refused unless it lies within ``EARLIEST``..``LATEST`` in UTC: what cannot be read back is
+    refused at the door, never stored.
+    """
     if isinstance(value, datetime):
         dt = value
     else:
@@ -252,7 +268,27 @@ def parse_datetime(value: Any) -> datetime:
             dt = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
         except ValueError:
             raise InputError(f"{value!r} is not an ISO 8601 timestamp", hint="e.g. 2026-11-29T10:00:00Z") from None
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+    return check_instant(dt if dt.tzinfo else dt.replace(tzinfo=UTC), value)
+
+
+def check_instant(dt: datetime, given: Any = None) -> datetime:
+    """``dt`` (aware) if every store can hold and give back that instant, else an ``InputError``."""
+    try:
+        in_range = EARLIEST <= dt.astimezone(UTC) <= LATEST
+    except OverflowError:  # its UTC instant is outside year 1-9999
+        in_range = False
+    if not in_range:
+        shown = given if given is not None and not isinstance(given, datetime) else dt.isoformat()
+        raise InputError(f"timestamp {shown!r} is out of range", hint=_RANGE_HINT)
+    return dt
+
+
+def ago(span: timedelta, *, now: datetime | None = None) -> datetime:
+    """The instant ``span`` before ``now`` (``--since 7d``), or an ``InputError`` before ``EARLIEST``."""
+    try:
+        return check_instant((now or utcnow()) - span, f"{span.days}d ago")
+    except OverflowError:
+        raise InputError(f"{span.days} days ago is out of range", hint=_RANGE_HINT) from None
 
 
 def is_duration(text: str) -> bool:
@@ -261,10 +297,13 @@ def is_duration(text: str) -> bool:
 
 def parse_duration(text: str) -> timedelta:
     """``30d``, ``12h``, ``15m``, ``2w``, ``90s``."""
-    m = _DURATION.match(text or "")
+    m = _DURATION.match(text or "") if isinstance(text, str) else None
     if not m:
         raise InputError(f"{text!r} is not a duration", hint="use a number and a unit: 90s, 15m, 12h, 7d, 2w")
-    return timedelta(seconds=float(m[1]) * _UNITS[m[2]])
+    try:
+        return timedelta(seconds=float(m[1]) * _UNITS[m[2]])
+    except OverflowError:
+        raise InputError(f"duration {text!r} is too long", hint="at most 999,999,999 days") from None
 
 
 def parse_half_life(text: str | None) -> timedelta | None:
@@ -291,7 +330,11 @@ class Memory:
     hash: str = ""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.text, str) or not self.text.strip():
+        if not isinstance(self.text, str):
+            raise InputError(
+                f"memory text must be a string, not {type(self.text).__name__}", hint='e.g. {"text": "Alice: done"}'
+            )
+        if not self.text.strip():
             raise InputError("memory text is empty")
         if len(self.text) > MAX_TEXT:
             raise InputError(f"memory text is {len(self.text)} characters; the limit is {MAX_TEXT}")
@@ -299,6 +342,10 @@ class Memory:
             raise InputError("memory text contains a NUL character", hint="PostgreSQL text cannot hold NUL; strip it")
         validate_agent_id(self.agent_id)
         validate_kind(self.kind)
+        if not isinstance(self.created_at, datetime):
+            raise InputError(f"created_at must be a timestamp, not {type(self.created_at).__name__}")
+        # The Python API takes datetimes as given: naive is UTC, as on the command line.
+        self.created_at = parse_datetime(self.created_at)
         if not isinstance(self.metadata, dict):
             raise InputError("metadata must be a JSON object")
         try:

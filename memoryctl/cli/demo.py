@@ -8,6 +8,7 @@ again changes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from importlib import resources
@@ -72,8 +73,8 @@ def demo(
             MemoryQuery(where=[Where.parse("sentiment < 0")], since=parse_since("7d")),
         ),
     ]
-    for title, q in examples:
-        q.agent_id, q.limit = AGENT, 5
+    for title, example in examples:
+        q = dataclasses.replace(example, agent_id=AGENT, limit=5)
         out.print(Rule(f"memoryctl query {title}"), markup=False)
         result = c.client.query(q)
         render.hits(result.as_dict())

@@ -2,6 +2,11 @@
 
 The rich consoles are built on first use: importing rich costs ~100 ms, which ``--help``,
 ``--json`` output and commands answered by ``memoryctl serve`` need not pay.
+
+Nothing printed is read as console markup: both consoles are made with ``markup=False``, so a
+memory whose text is ``only [/] here`` or ``Eve said [red]hello[/red]`` prints as written, in
+every table cell, title and tree label, whatever the call site passes (issue 22, item 8). Style
+comes from rich objects (``Text`` with a style), never from brackets inside a string.
 """
 
 from __future__ import annotations
@@ -35,8 +40,8 @@ class _LazyConsole:
 
 
 # Piped output (no terminal) would default to 80 columns; tables of memories need more.
-out = cast("Console", _LazyConsole(width=None if sys.stdout.isatty() else 140))
-err = cast("Console", _LazyConsole(stderr=True, soft_wrap=True))
+out = cast("Console", _LazyConsole(markup=False, width=None if sys.stdout.isatty() else 140))
+err = cast("Console", _LazyConsole(markup=False, stderr=True, soft_wrap=True))
 
 
 def to_json(data: Any) -> str:
@@ -49,7 +54,9 @@ def print_json(data: Any) -> None:
 
 
 def warn(message: str) -> None:
-    err.print(f"[yellow]warning:[/] {message}", highlight=False, markup=True)
+    from rich.text import Text
+
+    err.print(Text.assemble(("warning:", "yellow"), f" {message}"), highlight=False)
 
 
 def emit(reply: Reply, as_json: bool, human: Callable[[Any], None]) -> int:

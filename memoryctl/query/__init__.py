@@ -1,2 +1,3 @@
 """The unified query: what a caller asks (``spec``), how it is planned (``plan``), run (``engine``,
-``context``, ``guard``, ``fusion``, ``relational``) and answered (``results``)."""
+``executor``, ``calls``, ``context``, ``guard``, ``fusion``, ``relational``), ranked (``hydrate``,
+``ranking``, ``turns``, ``named``) and answered (``results``)."""

@@ -65,7 +65,7 @@ Even bounded, a 30-day preference was no gain where the evidence is spread over 
 benchmarks/recall.py (dev, test, general, ci) it changed the outcome of 14 of 833 questions
 (recall@10 or the rank of the first evidence turn), 7 better and 7 worse (general: hit@5 0.550 ->
 0.542), so it is not the default. Exactly equal scores go to the newer memory, then the lower id,
-with or without a half-life (``engine._order``).
+with or without a half-life (``ranking.order``).
 
 **``or`` queries: reciprocal rank fusion (RRF)** across legs (text, graph, where): their scores
 are not on one scale (a hop count, a match) and RRF uses ranks only (k = 60, Cormack et al.

@@ -1,30 +1,35 @@
 """The query plan as a value: which stores are asked what, in which order, decided in one place.
 
 ``plan(query, facts, options)`` is a pure function. It returns a ``Plan`` that the executor
-(``memoryctl.query.engine``) runs and ``--explain`` prints, or a ``Need`` when the choice depends
+(``memoryctl.query.executor``) runs and ``--explain`` prints, or a ``Need`` when the choice depends
 on something only a store can say (the start entity's fan-out, the size of the agent's scope); the
-executor asks the store and calls ``plan`` again with the answer in ``Facts``. Nothing here talks
+engine asks the store and calls ``plan`` again with the answer in ``Facts``. Nothing here talks
 to a store, so every plan shape is unit-tested without one.
+
+A ``Plan`` is a ``shape`` (a tagged union: one class per shape below, each holding exactly the
+stages it runs) and the ``ranking`` rule that orders its hydrated candidates (``ByRelevance``,
+``ByFusedRank``, ``NewestFirst``, applied by ``memoryctl.query.ranking``). The executor matches on
+the shape's class and the ranking on the rule's; neither guesses either from what is empty.
 
 Plan shapes (the README's "Query engine" table):
 
-- ``vector``: text (+ where/time) → one vector search with everything the payload holds pushed
+- ``vector`` (``VectorSearch``): text (+ where/time) → one vector search with everything the payload holds pushed
   into its filter, and in parallel the lexical search in PostgreSQL under the same scope; the two
   rankings are fused (hybrid retrieval, ``TextSearch``). PostgreSQL then only hydrates. Where
   clauses the payload cannot answer exactly (``agent_id``/``created_at`` with ``!=``/``in``) are
   checked in PostgreSQL afterwards. Every shape below that has text runs the same two legs.
-- ``graph-first``: text + graph → traverse → candidate ids → one vector search whose filter
+- ``graph-first`` (``GraphFirst``): text + graph → traverse → candidate ids → one vector search whose filter
   carries the ids (chunked by the adapter), the agent, the time range and every where clause.
-- ``vector-first``: text + graph at one hop when the start entity reaches many memories (the
+- ``vector-first`` (``VectorFirst``): text + graph at one hop when the start entity reaches many memories (the
   graph's degree count says so without traversing): the same vector search without ids for the
   top K, then the graph checks which of those K are connected. Exact as soon as enough of them
   are (every memory outside the top K scores lower than all of them); otherwise the executor runs
   the plan's ``fallback``, graph-first. A high fan-out traversal (20k ids) is the most expensive
   thing a query can do; this plan never runs it.
-- ``graph``: graph only → the graph store applies the time range, orders newest first and cuts.
-- ``graph-filter``: graph + where, no text → traverse → PostgreSQL filters the candidates.
-- ``postgres``: where and/or time only → PostgreSQL alone, newest first.
-- ``or``: every leg (vector, graph, where) is a plan of its own; they run in parallel and their
+- ``graph`` (``GraphOnly``): graph only → the graph store applies the time range, orders newest first and cuts.
+- ``graph-filter`` (``GraphThenPostgres``): graph + where, no text → traverse → PostgreSQL filters the candidates.
+- ``postgres`` (``PostgresOnly``): where and/or time only → PostgreSQL alone, newest first.
+- ``or`` (``AnyOf``): every leg (vector, graph, where) is a shape of its own; they run in parallel and their
   rankings are fused with RRF.
 
 A leg that fails falls back where a fallback exists (vector search → PostgreSQL full-text;
@@ -35,17 +40,16 @@ executor, and named in the answer's ``degraded`` list.
 from __future__ import annotations
 
 import math
-import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Literal
+from datetime import timedelta
+from typing import ClassVar, Literal
 
-from memoryctl.query.spec import MemoryQuery, Where
-from memoryctl.stores.protocols import GraphTraversal, MetaCondition, VectorFilter
+from memoryctl.model import EntityRef
+from memoryctl.query.pushdown import depth, needs_postgres_filter, pushdown, pushed_terms, traversal
+from memoryctl.query.spec import MemoryQuery
+from memoryctl.query.turns import CONTEXT_TURNS
+from memoryctl.stores.protocols import GraphTraversal, VectorFilter
 
-OVERFETCH = 2  # hits fetched per requested hit: PostgreSQL may veto a few (deleted since)
-GRAPH_CANDIDATE_CAP = 100_000
 # Vector-first sizing. Below VECTOR_FIRST_MIN_FANOUT reachable memories the traversal is cheap and
 # graph-first wins; vector-first asks the vector store for VECTOR_FIRST_SAFETY times the hits it
 # expects to need and gives up beyond VECTOR_FIRST_MAX_K. Measured with benchmarks/query.py (100k
@@ -57,96 +61,6 @@ VECTOR_FIRST_MAX_K = 2_000
 VECTOR_FIRST_SAFETY = 3.0
 
 Leg = Literal["vector", "lexical"]
-PlanKind = Literal["or", "vector", "graph-first", "vector-first", "graph", "graph-filter", "postgres"]
-
-
-def depth(q: MemoryQuery) -> int:
-    """How many ranked candidates a leg produces for ``q.limit`` hits."""
-    return q.limit * OVERFETCH + 10
-
-
-# ---- what the vector search can answer ---------------------------------------------------------
-
-
-def pushdown(q: MemoryQuery, *, with_where: bool, ids: Sequence[uuid.UUID] | None = None) -> VectorFilter | None:
-    """The vector filter: agent scope, time range, and every ``where`` the payload can answer.
-
-    None when the conditions contradict each other (nothing can match).
-    """
-    kinds: list[str] | None = None
-    exclude: list[str] = []
-    agent = q.agent_id
-    created_from, created_to = q.since, q.until
-    meta: list[MetaCondition] = []
-    for w in q.where if with_where else []:
-        if w.field == "kind":
-            if w.op == "!=":
-                exclude.append(w.value)
-            else:
-                wanted = set(w.value if w.op == "in" else [w.value])
-                kinds = sorted(wanted if kinds is None else wanted & set(kinds))
-                if not kinds:
-                    return None
-        elif w.field == "agent_id":
-            # Only '=' narrows the scope here; '!=' and 'in' are checked in PostgreSQL afterwards.
-            if w.op == "=":
-                if agent is not None and agent != w.value:
-                    return None  # contradiction: nothing can match
-                agent = w.value
-        elif w.field == "created_at":
-            created_from, created_to = narrow_time(w, created_from, created_to)
-        else:
-            meta.append(MetaCondition(w.field[5:], w.op, w.value))
-    return VectorFilter(
-        agent_id=agent,
-        ids=ids,
-        kinds=kinds,
-        exclude_kinds=exclude or None,
-        created_from=created_from,
-        created_to=created_to,
-        meta=tuple(meta),
-    )
-
-
-def narrow_time(w: Where, lo: datetime | None, hi: datetime | None) -> tuple[datetime | None, datetime | None]:
-    """The time window ``[lo, hi)`` narrowed by one ``created_at`` clause (``!=``/``in`` leave it)."""
-    if w.op in (">", ">="):
-        lo = w.value if lo is None else max(lo, w.value)
-    elif w.op in ("<", "<="):
-        hi = w.value if hi is None else min(hi, w.value)
-    elif w.op == "=":
-        lo = hi = w.value
-    return lo, hi
-
-
-def needs_postgres_filter(q: MemoryQuery) -> bool:
-    """Where clauses the vector payload cannot answer exactly (checked again in PostgreSQL)."""
-    return any(w.field in ("agent_id", "created_at") and w.op in ("!=", "in") for w in q.where)
-
-
-def pushed_terms(q: MemoryQuery) -> tuple[str, ...]:
-    """What the vector search's filter carries, in words, for the plan line."""
-    terms = ["agent" if q.agent_id else "all agents"]
-    if q.since or q.until:
-        terms.append("time")
-    return (*terms, *(f"{w.field} {w.op}" for w in q.where))
-
-
-def traversal(q: MemoryQuery, *, newest_first: bool = False) -> GraphTraversal:
-    """Nearest first with the candidate cap, or (graph only) the query's window newest first."""
-    assert q.graph is not None and q.agent_id is not None  # MemoryQuery.validate refuses otherwise
-    g = q.graph
-    return GraphTraversal(
-        agent_id=q.agent_id,
-        start_key=g.entity.key(q.agent_id),
-        relation_types=g.via,
-        hops=g.hops,
-        direction=g.direction,
-        limit=depth(q) if newest_first else GRAPH_CANDIDATE_CAP,
-        created_from=q.since if newest_first else None,
-        created_to=q.until if newest_first else None,
-        newest_first=newest_first,
-    )
 
 
 def vector_first_k(want: int, scope: int, fanout: int) -> int:
@@ -158,7 +72,7 @@ def vector_first_k(want: int, scope: int, fanout: int) -> int:
     return max(4 * want, math.ceil(want * max(scope, 1) / fanout * VECTOR_FIRST_SAFETY))
 
 
-# ---- the plan value ----------------------------------------------------------------------------
+# ---- the stages ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +81,8 @@ class PlanOptions:
 
     vector_first_min_fanout: int = VECTOR_FIRST_MIN_FANOUT  # 0 = never vector-first
     vector_first_max_k: int = VECTOR_FIRST_MAX_K
+    context_turns: int = CONTEXT_TURNS  # a text ranking's conversational context (0: none)
+    dense_without_names: bool = True  # the dense leg embeds the question without the names it says
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,15 +100,19 @@ class Facts:
 
 @dataclass(frozen=True, slots=True)
 class Need:
-    """The planner needs a fact first: ``fanout`` (graph) or ``scope`` (vector store)."""
+    """The planner needs a fact first: ``fanout`` (the graph's degree count of ``traverse``'s start)
+    or ``scope`` (the vector store's point count for the agent)."""
 
     fact: Literal["fanout", "scope"]
+    traverse: Traverse | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Traverse:
-    """The graph store: memories reachable from the start entity (fallback: PostgreSQL mentions)."""
+    """The graph store: memories reachable from ``start`` (fallback: PostgreSQL mentions of it, one
+    hop)."""
 
+    start: EntityRef
     traversal: GraphTraversal
 
 
@@ -205,6 +125,8 @@ class TextSearch:
 
     ``filter`` None: the where clauses contradict each other and nothing can match. With
     ``among_candidates`` the executor puts the ids the graph produced into both legs' scope.
+    ``without_names``: the dense leg embeds the question without the entity names it says
+    (``query/named.py``).
     """
 
     filter: VectorFilter | None
@@ -213,6 +135,7 @@ class TextSearch:
     among_candidates: bool = False
     threshold: float | None = None
     legs: tuple[Leg, ...] = ("vector", "lexical")
+    without_names: bool = True
 
     @property
     def label(self) -> str:
@@ -221,116 +144,246 @@ class TextSearch:
 
 @dataclass(frozen=True, slots=True)
 class PostgresFilter:
-    """PostgreSQL's scope + where filter, newest first.
+    """PostgreSQL's scope (+ where) filter, newest first, cut at ``limit``: over every memory in
+    scope or over the graph's candidates, as the shape says. ``tag``: the score part each row
+    carries into fusion and the hit's sources."""
 
-    ``among``: every memory in scope (``all``), the graph's candidates (``candidates``), or the
-    ranked hits of an earlier stage (``ranked``: a post-filter that keeps their order).
-    ``tag``: the score part each row carries into fusion and the hit's sources.
-    """
-
-    among: Literal["all", "candidates", "ranked"]
-    limit: int | None  # None: as many as come in (the ranked post-filter)
+    limit: int
     with_where: bool = True
     tag: str | None = None
 
 
+# ---- the shapes: one class per row of the README's "Query engine" table ------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class VectorSearch:
+    """``vector``: the text search with everything the payload holds pushed into its filter;
+    ``recheck``: the where clauses the payload cannot answer exactly are checked in PostgreSQL on
+    the ranked hits afterwards (``needs_postgres_filter``)."""
+
+    search: TextSearch
+    recheck: bool
+    pushed: tuple[str, ...]
+    kind: ClassVar[str] = "vector"
+
+    def describe(self, figures: Figures) -> str:
+        return f"{self.search.label}(pushdown: {', '.join(self.pushed)})"
+
+
+@dataclass(frozen=True, slots=True)
+class GraphFirst:
+    """``graph-first``: traverse, then the text search among the candidates (and ``recheck``)."""
+
+    traverse: Traverse
+    search: TextSearch
+    recheck: bool
+    pushed: tuple[str, ...]
+    kind: ClassVar[str] = "graph-first"
+
+    def describe(self, figures: Figures) -> str:
+        if not figures.candidates:
+            return "graph → (no candidates)"
+        terms = (self.pushed[0], f"{figures.candidates} ids", *self.pushed[1:])
+        return f"graph → {self.search.label}(pushdown: {', '.join(terms)})"
+
+
 @dataclass(frozen=True, slots=True)
 class VectorFirst:
-    """Search the top ``k`` without ids, keep the connected ones; exact when ``depth`` of them are."""
+    """``vector-first``: search the top ``k`` without ids, keep the connected ones; exact when
+    ``depth`` of them are, else ``fallback`` (graph-first of the same query) runs instead."""
 
-    traversal: GraphTraversal
+    traverse: Traverse
     fanout: int
     k: int
     depth: int
     search: TextSearch
+    fallback: GraphFirst
+    pushed: tuple[str, ...]
+    kind: ClassVar[str] = "vector-first"
+
+    def describe(self, figures: Figures) -> str:
+        return (
+            f"graph fan-out {self.fanout} → vector-first({self.search.label}, top {self.k},"
+            f" pushdown: {', '.join(self.pushed)}) → graph.verify → {figures.kept} kept"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GraphOnly:
+    """``graph``: the graph store applies the time range, orders newest first and cuts. When the
+    traversal falls back to PostgreSQL mentions, ``fallback`` orders and cuts the candidates."""
+
+    traverse: Traverse
+    fallback: PostgresFilter
+    kind: ClassVar[str] = "graph"
+
+    def describe(self, figures: Figures) -> str:
+        if not figures.fell_back:
+            return "graph(time pushed down, newest first)"
+        return "graph → postgres(filter, newest first)" if figures.candidates else "graph → (no candidates)"
+
+
+@dataclass(frozen=True, slots=True)
+class GraphThenPostgres:
+    """``graph-filter``: traverse, then PostgreSQL filters the candidates, newest first."""
+
+    traverse: Traverse
+    filter: PostgresFilter
+    kind: ClassVar[str] = "graph-filter"
+
+    def describe(self, figures: Figures) -> str:
+        return "graph → postgres(filter, newest first)" if figures.candidates else "graph → (no candidates)"
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresOnly:
+    """``postgres``: where and/or time only: PostgreSQL alone, newest first."""
+
+    filter: PostgresFilter
+    kind: ClassVar[str] = "postgres"
+
+    def describe(self, figures: Figures) -> str:
+        return "postgres(filter, newest first)"
+
+
+@dataclass(frozen=True, slots=True)
+class AnyOf:
+    """``or``: every leg is a shape of its own; they run in parallel, fused by RRF."""
+
+    legs: tuple[tuple[str, LegShape], ...]
+    kind: ClassVar[str] = "or"
+
+    def describe(self, figures: Figures) -> str:
+        return "or: parallel legs fused by RRF"
+
+
+LegShape = VectorSearch | GraphThenPostgres | PostgresOnly
+Shape = VectorSearch | GraphFirst | VectorFirst | GraphOnly | GraphThenPostgres | PostgresOnly | AnyOf
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """What a shape's ``--explain`` line says once it ran: ``candidates``, ids the traversal
+    produced; ``kept``, connected hits of vector-first; ``fell_back``, the traversal was answered by
+    PostgreSQL mentions instead of the graph."""
+
+    candidates: int | None = None
+    kept: int | None = None
+    fell_back: bool = False
+
+
+# ---- the ranking rules: how the hydrated candidates of a shape are ordered ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ByRelevance:
+    """A text ranking (``memoryctl.query.ranking``): the fused relevance, with the named-entity leg
+    when the question has words (``named``), each candidate read with its conversational context
+    (``context_turns``, 0: none; ``context_adds``: the turns written just after a candidate may
+    join, not under a graph filter or a threshold they were not checked against), and recency
+    within a band when ``half_life`` is set."""
+
+    half_life: timedelta | None = None
+    named: bool = True
+    context_turns: int = 0
+    context_adds: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ByFusedRank:
+    """``or``: the legs' reciprocal rank fusion, ties newest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewestFirst:
+    """Shapes without a text ranking: every hit scores 1.0, newest first."""
+
+
+Ranking = ByRelevance | ByFusedRank | NewestFirst
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """One plan shape and its stages. Stages not used by a shape are None.
+    """One query's plan: the ``shape`` the executor runs, the ``ranking`` that orders its hydrated
+    candidates, the first ``window`` of which are hydrated and ranked for ``limit`` hits."""
 
-    - ``graph``: ``filter`` runs only when the traversal fell back to PostgreSQL mentions, which
-      the graph store's own newest-first cut then no longer applies to.
-    - ``vector`` / ``graph-first``: ``filter`` is the ranked post-filter, when the where clauses
-      need one (``needs_postgres_filter``).
-    - ``vector-first``: ``fallback`` is the graph-first plan of the same query.
-    - ``or``: ``legs`` are (name, plan) pairs fused by RRF.
-    """
+    shape: Shape
+    ranking: Ranking
+    window: int
+    limit: int
 
-    kind: PlanKind
-    traverse: Traverse | None = None
-    search: TextSearch | None = None
-    filter: PostgresFilter | None = None
-    vector_first: VectorFirst | None = None
-    legs: tuple[tuple[str, Plan], ...] = ()
-    fallback: Plan | None = None
-    pushed: tuple[str, ...] = ()
+    @property
+    def kind(self) -> str:
+        return self.shape.kind
 
-    def describe(self, *, candidates: int | None = None, kept: int | None = None, fell_back: bool = False) -> str:
-        """The plan line of ``--explain``, with the figures known once it ran.
+    def describe(self, figures: Figures | None = None) -> str:
+        """The plan line of ``--explain``, with the figures known once it ran."""
+        return self.shape.describe(figures or Figures())
 
-        ``candidates``: ids the traversal produced; ``kept``: connected hits of vector-first;
-        ``fell_back``: the traversal was answered by PostgreSQL mentions instead of the graph.
-        """
-        if self.kind == "or":
-            return "or: parallel legs fused by RRF"
-        if self.kind == "postgres":
-            return "postgres(filter, newest first)"
-        if self.kind == "vector":
-            assert self.search is not None
-            return f"{self.search.label}(pushdown: {', '.join(self.pushed)})"
-        if self.kind == "vector-first":
-            vf = self.vector_first
-            assert vf is not None
-            return (
-                f"graph fan-out {vf.fanout} → vector-first({vf.search.label}, top {vf.k},"
-                f" pushdown: {', '.join(self.pushed)}) → graph.verify → {kept} kept"
-            )
-        if self.kind == "graph" and not fell_back:
-            return "graph(time pushed down, newest first)"
-        if not candidates:
-            return "graph → (no candidates)"
-        if self.kind == "graph-first":
-            assert self.search is not None
-            terms = (self.pushed[0], f"{candidates} ids", *self.pushed[1:])
-            return f"graph → {self.search.label}(pushdown: {', '.join(terms)})"
-        return "graph → postgres(filter, newest first)"
+
+# ---- the planner -------------------------------------------------------------------------------
 
 
 def plan(q: MemoryQuery, facts: Facts | None = None, options: PlanOptions | None = None) -> Plan | Need:
-    """The plan for a validated query, or the fact that must be fetched before choosing."""
+    """The plan for a validated query (its half-life resolved), or the fact that must be fetched
+    before choosing."""
     facts = facts or Facts()
     options = options or PlanOptions()
+    chosen = _shape(q, facts, options)
+    if isinstance(chosen, Need):
+        return chosen
+    return Plan(chosen, _ranking(q, chosen, options), depth(q), q.limit)
+
+
+def _ranking(q: MemoryQuery, shape: Shape, options: PlanOptions) -> Ranking:
+    if isinstance(shape, AnyOf):
+        return ByFusedRank()
+    if isinstance(shape, VectorSearch | GraphFirst | VectorFirst):
+        return ByRelevance(
+            half_life=q.half_life if q.decay else None,
+            named=q.text is not None,
+            context_turns=options.context_turns if q.text is not None else 0,
+            context_adds=q.graph is None and q.threshold is None,
+        )
+    return NewestFirst()
+
+
+def _shape(q: MemoryQuery, facts: Facts, options: PlanOptions) -> Shape | Need:
     want = depth(q)
     if q.combine == "or" and sum([q.has_vector_leg, q.graph is not None, bool(q.where)]) > 1:
-        return _or(q, want)
-    post = PostgresFilter("ranked", None) if needs_postgres_filter(q) else None
+        return _or(q, want, options)
+    recheck = needs_postgres_filter(q)
     if q.graph is None:
         if q.has_vector_leg:
-            return Plan("vector", search=_search(q, want), filter=post, pushed=pushed_terms(q))
-        return Plan("postgres", filter=PostgresFilter("all", q.limit))
+            return VectorSearch(_search(q, want, options), recheck, pushed_terms(q))
+        return PostgresOnly(PostgresFilter(q.limit))
     if not q.has_vector_leg:
         if not q.where:
-            fallback_filter = PostgresFilter("candidates", q.limit, tag="graph")
-            return Plan("graph", traverse=Traverse(traversal(q, newest_first=True)), filter=fallback_filter)
-        return Plan(
-            "graph-filter", traverse=Traverse(traversal(q)), filter=PostgresFilter("candidates", q.limit, tag="graph")
-        )
-    graph_first = Plan(
-        "graph-first",
-        traverse=Traverse(traversal(q)),
-        search=_search(q, want, among_candidates=True),
-        filter=post,
-        pushed=pushed_terms(q),
-    )
-    if post is not None:
+            return GraphOnly(_traverse(q, newest_first=True), PostgresFilter(q.limit, tag="graph"))
+        return GraphThenPostgres(_traverse(q), PostgresFilter(q.limit, tag="graph"))
+    graph_first = GraphFirst(_traverse(q), _search(q, want, options, among_candidates=True), recheck, pushed_terms(q))
+    if recheck:
         return graph_first  # vector-first has no ranked post-filter
     return _vector_first(q, facts, options, graph_first)
 
 
-def _search(q: MemoryQuery, want: int, *, with_where: bool = True, among_candidates: bool = False) -> TextSearch:
+def _traverse(q: MemoryQuery, *, newest_first: bool = False) -> Traverse:
+    assert q.graph is not None
+    return Traverse(q.graph.entity, traversal(q, newest_first=newest_first))
+
+
+def _search(
+    q: MemoryQuery, want: int, options: PlanOptions, *, with_where: bool = True, among_candidates: bool = False
+) -> TextSearch:
     return TextSearch(
-        pushdown(q, with_where=with_where), want, with_where, among_candidates, q.threshold, ranking_legs(q)
+        pushdown(q, with_where=with_where),
+        want,
+        with_where,
+        among_candidates,
+        q.threshold,
+        ranking_legs(q),
+        options.dense_without_names,
     )
 
 
@@ -343,23 +396,18 @@ def ranking_legs(q: MemoryQuery) -> tuple[Leg, ...]:
     return ("vector", "lexical")
 
 
-def _or(q: MemoryQuery, want: int) -> Plan:
-    legs: list[tuple[str, Plan]] = []
+def _or(q: MemoryQuery, want: int, options: PlanOptions) -> AnyOf:
+    legs: list[tuple[str, LegShape]] = []
     if q.has_vector_leg:
-        legs.append(("text", Plan("vector", search=_search(q, want, with_where=False))))
+        legs.append(("text", VectorSearch(_search(q, want, options, with_where=False), False, ())))
     if q.graph is not None:
-        graph_leg = Plan(
-            "graph-filter",
-            traverse=Traverse(traversal(q)),
-            filter=PostgresFilter("candidates", want, with_where=False, tag="graph"),
-        )
-        legs.append(("graph", graph_leg))
+        legs.append(("graph", GraphThenPostgres(_traverse(q), PostgresFilter(want, with_where=False, tag="graph"))))
     if q.where:
-        legs.append(("where", Plan("postgres", filter=PostgresFilter("all", want, tag="where"))))
-    return Plan("or", legs=tuple(legs))
+        legs.append(("where", PostgresOnly(PostgresFilter(want, tag="where"))))
+    return AnyOf(tuple(legs))
 
 
-def _vector_first(q: MemoryQuery, facts: Facts, options: PlanOptions, graph_first: Plan) -> Plan | Need:
+def _vector_first(q: MemoryQuery, facts: Facts, options: PlanOptions, graph_first: GraphFirst) -> Shape | Need:
     assert q.graph is not None
     if not options.vector_first_min_fanout or q.graph.hops != 1 or not facts.graph_checks_cheaply:
         # Beyond one hop, checking a candidate means walking from dense intermediate nodes (an
@@ -367,7 +415,7 @@ def _vector_first(q: MemoryQuery, facts: Facts, options: PlanOptions, graph_firs
         # figure too.
         return graph_first
     if facts.fanout is None:
-        return Need("fanout")
+        return Need("fanout", graph_first.traverse)
     if facts.fanout < options.vector_first_min_fanout:
         return graph_first
     if facts.scope is None:
@@ -376,10 +424,6 @@ def _vector_first(q: MemoryQuery, facts: Facts, options: PlanOptions, graph_firs
     k = vector_first_k(want, facts.scope, facts.fanout)
     if facts.scope <= 0 or k > options.vector_first_max_k:
         return graph_first
-    search = _search(q, k)
-    return Plan(
-        "vector-first",
-        vector_first=VectorFirst(traversal(q), facts.fanout, k, want, search),
-        fallback=graph_first,
-        pushed=pushed_terms(q),
+    return VectorFirst(
+        graph_first.traverse, facts.fanout, k, want, _search(q, k, options), graph_first, pushed_terms(q)
     )

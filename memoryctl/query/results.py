@@ -63,7 +63,7 @@ class Step:
 class QueryResult:
     hits: list[Hit]
     degraded: list[str]
-    plan: str  # the plan that ran, with its runtime figures (``Plan.describe``)
+    plan: str  # the plan that ran, with its runtime figures (``executor.Candidates.describe``)
     steps: list[Step]
     query: MemoryQuery
     ms: float = 0.0

@@ -6,7 +6,9 @@ values stay values (bound parameters in SQL/Cypher, payload values in Qdrant).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import re
 import uuid
 from collections.abc import Sequence
@@ -17,6 +19,7 @@ from typing import Any, Literal
 from memoryctl.errors import InputError
 from memoryctl.model import (
     EntityRef,
+    ago,
     is_duration,
     parse_datetime,
     parse_duration,
@@ -43,7 +46,7 @@ _WHERE = re.compile(
 def parse_since(text: str, *, now: datetime | None = None) -> datetime:
     """An ISO timestamp, or a duration meaning 'that long ago' (``7d`` = the last 7 days)."""
     if is_duration(text):
-        return (now or datetime.now(UTC)) - parse_duration(text)
+        return ago(parse_duration(text), now=now or datetime.now(UTC))
     return parse_datetime(text)
 
 
@@ -114,22 +117,123 @@ class Where:
         return cls(name, op, values if op == "in" else values[0])
 
 
+QUOTING_HINT = (
+    'a value in double quotes is a JSON string (\\" and \\\\ inside), in single quotes an SQL-style string'
+    " ('' inside is one '); unquoted, a number, true or false, else the text as written;"
+    " `in` takes a JSON array or a comma-separated list of such values"
+)
+
+
 def _value(raw: str, op: str) -> Any:
+    """The value of ``field OP value`` by rules a user can predict (README, "--where values"):
+
+    - ``"…"`` is a JSON string, ``'…'`` an SQL-style string (``''`` is one quote); the quote
+      must close at the end of the value, else it is an error, never a guess;
+    - unquoted: a JSON number, ``true`` or ``false``; anything else is the text as written
+      (trimmed): ``note = hello world``; ``null``, ``NaN`` and ``Infinity`` are refused (no
+      memory's value equals them, and no store orders them the same way);
+    - ``in``: a JSON array, or a comma-separated list (optionally in ``()`` or ``[]``) of values
+      following the rules above; a comma inside quotes belongs to the value.
+    """
+    text = raw.strip()
+    if op == "in":
+        if text.startswith("["):
+            parsed = _json(text)
+            if isinstance(parsed, list):
+                return [_checked(v) for v in parsed]
+        if text[:1] + text[-1:] in ("()", "[]"):
+            text = text[1:-1]
+        return [_scalar(part) for part in _split_list(text)]
+    return _scalar(text)
+
+
+def _json(text: str) -> Any:
+    """``text`` as JSON, with NaN and Infinity refused; ``_NOT_JSON`` when it is not JSON."""
     try:
-        value = json.loads(raw)
+        return json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError:
-        if op == "in":
-            return [_scalar(p.strip()) for p in raw.strip("()[]").split(",") if p.strip()]
-        return raw.strip().strip("'\"") if raw.strip()[:1] in "'\"" else raw.strip()
-    return value
+        return _NOT_JSON
+    except RecursionError:
+        raise InputError("--where value nested too deeply") from None
+
+
+_NOT_JSON = object()
+
+
+def _no_constant(name: str) -> Any:
+    raise InputError(
+        f"--where value {name} is not a number a filter can compare",
+        hint=f'write a finite number, or "{name}" in quotes for the text',
+    )
 
 
 def _scalar(text: str) -> Any:
-    try:
-        value = json.loads(text)
-        return value if not isinstance(value, list | dict) else text
-    except json.JSONDecodeError:
-        return text.strip("'\"")
+    text = text.strip()
+    if not text:
+        raise InputError("--where value is empty", hint="write '' for the empty string")
+    if text[0] == '"':
+        value = _json(text)
+        if not isinstance(value, str):
+            raise InputError(f"unbalanced or malformed double-quoted value {text!r}", hint=QUOTING_HINT)
+        return value
+    if text[0] == "'":
+        body = text[1:-1] if len(text) >= 2 and text[-1] == "'" else None
+        if body is None or body.replace("''", "").count("'"):
+            raise InputError(f"unbalanced single-quoted value {text!r}", hint=QUOTING_HINT)
+        return body.replace("''", "'")
+    if text in ("NaN", "Infinity", "-Infinity"):
+        _no_constant(text)
+    value = _json(text)
+    if value is _NOT_JSON:
+        return text
+    return value if isinstance(value, list | dict) else _checked(value)
+
+
+def _checked(value: Any) -> Any:
+    """A JSON scalar a filter can compare: no null, numbers finite and within a double's range."""
+    if value is None:
+        raise InputError("--where value null matches nothing", hint="write 'null' in quotes for the text")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"--where value {value} is not a finite number", hint="write a finite number")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_EXACT_INT:
+        raise InputError(
+            f"--where value {value} is beyond the integers a filter compares exactly (+-2**53)",
+            hint="write it in quotes to match it as text",
+        )
+    return value
+
+
+# The stores compare metadata numbers as doubles (jsonb numeric casts, Qdrant's range filter):
+# integers beyond 2**53 would compare approximately, so they are refused instead of half-matched.
+MAX_EXACT_INT = 2**53
+
+
+def _split_list(text: str) -> list[str]:
+    """Split on commas outside quotes; a quote opened and never closed is an error."""
+    parts, current, quote, i = [], "", "", 0
+    while i < len(text):
+        c = text[i]
+        if not quote:
+            if c == ",":
+                parts.append(current)
+                current = ""
+            else:
+                quote = c if c in "'\"" and not current.strip() else ""
+                current += c
+        else:
+            current += c
+            nxt = text[i + 1 : i + 2]
+            if quote == '"' and c == "\\" and nxt:
+                current, i = current + nxt, i + 1  # an escaped character stays inside
+            elif quote == "'" and c == "'" and nxt == "'":
+                current, i = current + nxt, i + 1  # '' is one quote inside
+            elif c == quote and len(current.strip()) > 1:
+                quote = ""
+        i += 1
+    if quote:
+        raise InputError(f"unbalanced quote in --where list {text!r}", hint=QUOTING_HINT)
+    parts.append(current)
+    return [p for p in parts if p.strip()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +251,14 @@ class GraphFilter:
             raise InputError(f"direction must be out, in or both, not {self.direction!r}")
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class MemoryQuery:
-    """One question over all three stores. ``agent_id`` scopes it unless ``all_agents``."""
+    """One question over all three stores. ``agent_id`` scopes it unless ``all_agents``.
+
+    A value: nothing changes it once made. ``validate`` returns the normalised query the engine
+    runs (blank text dropped, ``all_agents`` without an agent id), and the engine resolves the
+    configured half-life into a copy of its own; the caller's query stays as it was asked.
+    """
 
     text: str | None = None
     vector: Sequence[float] | None = None
@@ -158,7 +267,7 @@ class MemoryQuery:
     since: datetime | None = None
     until: datetime | None = None
     graph: GraphFilter | None = None
-    where: list[Where] = field(default_factory=list)
+    where: Sequence[Where] = ()
     combine: Combine = "and"
     limit: int = 10
     threshold: float | None = None
@@ -167,16 +276,21 @@ class MemoryQuery:
     retrieval: Retrieval = "hybrid"
     query_id: uuid.UUID = field(default_factory=uuid.uuid4)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "where", tuple(self.where))
+
     def validate(self) -> MemoryQuery:
+        """The query as the engine runs it (a new value when anything was normalised), or
+        ``InputError`` naming what is wrong."""
         if self.text is not None and not self.text.strip():
-            self.text = None
+            return dataclasses.replace(self, text=None).validate()
+        if self.all_agents and self.agent_id is not None:
+            return dataclasses.replace(self, agent_id=None).validate()
         if self.text is not None and self.vector is not None:
             raise InputError("give text or a vector, not both")
-        if self.all_agents:
-            self.agent_id = None
-        elif not self.agent_id:
+        if not self.all_agents and not self.agent_id:
             raise InputError("a query is scoped to one agent", hint="pass --agent A, or --all-agents as an operator")
-        else:
+        if self.agent_id is not None:
             validate_agent_id(self.agent_id)
         if self.graph is not None and self.agent_id is None:
             raise InputError(

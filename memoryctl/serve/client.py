@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memoryctl.errors import ExitCode, MemoryctlError
-from memoryctl.serve.wire import CONFIG_DIFFERS, CONFIG_HEADER, EXIT_HEADER, WARNINGS_HEADER, Reply, load_token
+from memoryctl.serve.wire import (
+    CONFIG_DIFFERS,
+    CONFIG_DIFFERS_MARK,
+    CONFIG_HEADER,
+    EXIT_HEADER,
+    WARNINGS_HEADER,
+    Reply,
+    load_token,
+)
 
 if TYPE_CHECKING:
     from memoryctl.config import Settings
@@ -191,7 +199,8 @@ def _reply(status: int, headers: dict[str, str], payload: bytes, where: str) -> 
         raise MemoryctlError(f"memoryctl serve at {where} answered {status} with a non-JSON body") from None
     if status != 200:
         error = data if isinstance(data, dict) else {}
-        kind = ConfigDiffers if status == CONFIG_DIFFERS else ServiceError
+        differs = status == CONFIG_DIFFERS and headers.get(CONFIG_HEADER.lower()) == CONFIG_DIFFERS_MARK
+        kind = ConfigDiffers if differs else ServiceError
         raise kind(
             str(error.get("error") or f"memoryctl serve answered {status}"),
             hint=error.get("hint"),

@@ -180,6 +180,8 @@ def _query(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progr
         if entity
         else None
     )
+    # "off" overrides a configured half-life; none given: the agent's configured one, if any.
+    half_life = parse_half_life(p["half_life"]) if p.get("half_life") else None
     q = MemoryQuery(
         text=p.get("text"),
         agent_id=_agent(client, p),
@@ -192,11 +194,9 @@ def _query(client: MemoryClient, p: dict[str, Any], _upload: Path | None, _progr
         limit=limit,
         threshold=p.get("threshold"),
         retrieval=p.get("retrieval", "hybrid"),
+        half_life=half_life,
+        decay=half_life is not None or not p.get("half_life"),
     )
-    if p.get("half_life"):
-        # "off" overrides a configured half-life; none given: the agent's configured one, if any.
-        q.half_life = parse_half_life(p["half_life"])
-        q.decay = q.half_life is not None
     result = client.query(q)
     reply = Reply(result.as_dict())
     if result.degraded:
@@ -285,12 +285,16 @@ def _import(client: MemoryClient, p: dict[str, Any], upload: Path | None, progre
         return Reply(
             data,
             int(ExitCode.USAGE),
-            ["import refused (--strict): nothing was written; fix the lines above"],
+            [
+                f"error: import refused (--strict): {len(outcome.invalid)} invalid line(s); nothing was written",
+                "hint: fix the lines listed, or import without --strict to skip them",
+            ],
         )
     reply = pending_warning(outcome)
     reply.data = data
     if outcome.invalid and reply.exit_code == ExitCode.OK:
-        reply.exit_code = int(ExitCode.PARTIAL)
+        # Bad input and nothing else: 2, as documented for bad input (3 says a store is behind).
+        reply.exit_code = int(ExitCode.USAGE)
     return reply
 
 

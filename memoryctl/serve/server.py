@@ -44,10 +44,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from memoryctl.errors import ConfigError, ExitCode, MemoryctlError, NotFoundError, StoreError
+from memoryctl.errors import ConfigError, ConflictError, ExitCode, MemoryctlError, NotFoundError, StoreError
 from memoryctl.serve.operations import OPERATIONS, run
 from memoryctl.serve.wire import (
     CONFIG_DIFFERS,
+    CONFIG_DIFFERS_MARK,
     CONFIG_HEADER,
     EXIT_HEADER,
     WARNINGS_HEADER,
@@ -78,7 +79,10 @@ def encode(data: Any) -> bytes:
 
 
 def status_for(exc: MemoryctlError) -> int:
-    """HTTP status of a deliberate error: bad input 400, unknown id 404, store down 503."""
+    """HTTP status of a deliberate error: bad input 400, an id of another agent 409, unknown id
+    404, store down 503."""
+    if isinstance(exc, ConflictError):
+        return ConflictError.http_status
     if isinstance(exc, NotFoundError):
         return 404
     if isinstance(exc, StoreError):
@@ -379,6 +383,7 @@ class Service:
                 CONFIG_DIFFERS,
                 "memoryctl serve runs with another configuration than this command read",
                 hint="the command validates its own configuration and calls again without the digest",
+                headers={CONFIG_HEADER: CONFIG_DIFFERS_MARK},
             )
 
     def _length(self, headers: Any, *, required: bool) -> int:

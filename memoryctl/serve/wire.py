@@ -25,6 +25,9 @@ WARNINGS_HEADER = "Memoryctl-Warnings"
 # service answers 409, running nothing, when its own differ; the CLI then validates them itself.
 CONFIG_HEADER = "Memoryctl-Config-Digest"
 CONFIG_DIFFERS = 409
+# The 409 that means "configuration differs" carries this value in CONFIG_HEADER; a 409 without it
+# is a conflict of the data (an id that exists under another agent), an error like any other.
+CONFIG_DIFFERS_MARK = "differs"
 
 
 @dataclass(slots=True)

@@ -21,7 +21,7 @@ import psycopg
 from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
-from memoryctl.errors import StoreError
+from memoryctl.errors import ConflictError, StoreError
 from memoryctl.model import EntityRef, Memory, node_from_json
 from memoryctl.stores import lexical_terms, names
 from memoryctl.stores.pg import Pool, pg_errors, set_local_timeout
@@ -36,6 +36,7 @@ class UpsertResult:
     inserted: list[uuid.UUID] = field(default_factory=list)
     updated: list[uuid.UUID] = field(default_factory=list)
     unchanged: list[uuid.UUID] = field(default_factory=list)
+    conflicts: list[int] = field(default_factory=list)  # positions of memories of another agent's ids: not written
 
     @property
     def changed(self) -> list[uuid.UUID]:
@@ -86,6 +87,15 @@ def row_to_memory(row: dict[str, Any]) -> Memory:
     )
 
 
+def conflict_error(ids: Sequence[uuid.UUID]) -> ConflictError:
+    shown = ", ".join(map(str, ids[:3])) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+    return ConflictError(
+        f"memory id {shown} already belongs to another agent",
+        ids=list(ids),
+        hint='an id names one memory of one agent: leave --id / "id" out to get a new one',
+    )
+
+
 def _same(existing: dict[str, Any], m: Memory) -> bool:
     return bool(
         existing["content_hash"] == m.hash
@@ -104,22 +114,35 @@ class RecordStore:
         self.pool = pool
 
     # ---- writes -------------------------------------------------------------------------------
-    def upsert(self, memories: Sequence[Memory]) -> UpsertResult:
-        """Insert new memories, update changed ones, and enqueue delivery — one transaction."""
+    def upsert(self, memories: Sequence[Memory], *, skip_conflicts: bool = False) -> UpsertResult:
+        """Insert new memories, update changed ones, and enqueue delivery — one transaction.
+
+        An id that exists under another agent (or comes twice in the batch with two agents) is a
+        conflict, never a move: the memory stays its owner's. By default the whole batch is
+        refused (``ConflictError``, nothing written); with ``skip_conflicts`` the others are
+        written and the positions of the refused ones listed in the result (an import reports their
+        lines).
+        """
         result = UpsertResult()
         if not memories:
             return result
-        by_id: dict[uuid.UUID, Memory] = {}
-        for m in memories:  # last one wins within a batch
-            by_id[m.id] = m
         with pg_errors(), self.pool.connection() as conn, conn.transaction():
             existing = {
                 r["id"]: r
                 for r in conn.execute(
                     f"SELECT {_COLUMNS} FROM memories WHERE id = ANY(%s) FOR UPDATE",  # noqa: S608 - constant
-                    (list(by_id),),
+                    (list({m.id for m in memories}),),
                 )
             }
+            owner = {mid: r["agent_id"] for mid, r in existing.items()}
+            by_id: dict[uuid.UUID, Memory] = {}
+            for i, m in enumerate(memories):  # the last one wins within a batch, within its owner
+                if owner.setdefault(m.id, m.agent_id) == m.agent_id:
+                    by_id[m.id] = m
+                else:
+                    result.conflicts.append(i)
+            if result.conflicts and not skip_conflicts:
+                raise conflict_error([memories[i].id for i in result.conflicts])
             rows = []
             for mid, m in by_id.items():
                 old = existing.get(mid)
@@ -140,7 +163,7 @@ class RecordStore:
                         "INSERT INTO memories (id, agent_id, text, kind, created_at, updated_at, content_hash,"
                         " metadata, entities, relations, deleted_at)"
                         " VALUES (%s, %s, %s, %s, %s, now(), %s, %s, %s, %s, NULL)"
-                        " ON CONFLICT (id, created_at) DO UPDATE SET agent_id = EXCLUDED.agent_id,"
+                        " ON CONFLICT (id, created_at) DO UPDATE SET"
                         " text = EXCLUDED.text, kind = EXCLUDED.kind, updated_at = now(),"
                         " content_hash = EXCLUDED.content_hash, metadata = EXCLUDED.metadata,"
                         " entities = EXCLUDED.entities, relations = EXCLUDED.relations",
@@ -212,6 +235,14 @@ class RecordStore:
                 (list(ids), include_deleted),
             ).fetchall()
         return {r["id"]: row_to_memory(r) for r in rows}
+
+    def owners(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """The agent of each id that exists (forgotten ones too)."""
+        if not ids:
+            return {}
+        with pg_errors(), self.pool.connection() as conn:
+            rows = conn.execute("SELECT id, agent_id FROM memories WHERE id = ANY(%s)", (list(set(ids)),)).fetchall()
+        return {r["id"]: r["agent_id"] for r in rows}
 
     def get(self, mid: uuid.UUID) -> Memory | None:
         return self.get_many([mid]).get(mid)

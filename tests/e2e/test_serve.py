@@ -132,7 +132,7 @@ def test_same_output_and_exit_codes_with_and_without_the_service(
     assert not (data_dir / "serve.sock").exists()
     codes = {tuple(argv): code for argv, code, _, _ in in_process}
     assert codes[("get", MISSING)] == 1 and codes[("query", "x", "--via", "AUTHORED")] == 2
-    assert codes[("import", str(tmp_path / "bad.jsonl"))] == 3
+    assert codes[("import", str(tmp_path / "bad.jsonl"))] == 2  # bad lines and nothing else: bad input
     assert codes[("import", str(tmp_path / "bad.jsonl"), "--strict", "--json")] == 2
     for local, served in zip(in_process, through_service, strict=True):
         assert local == served

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from memoryctl.client import MemoryClient
-from memoryctl.errors import ExitCode, InputError
+from memoryctl.errors import ConflictError, ExitCode, InputError
 from memoryctl.model import EntityRef, Memory, MemoryRef, Relation
 from memoryctl.serve import operations
 from tests.conftest import cluster_settings
@@ -190,7 +190,7 @@ def lexical_terms(client: MemoryClient) -> tuple[dict[tuple[str, str], int], dic
 
 def test_lexical_terms_follow_every_write(cluster: MemoryClient) -> None:
     """The lexical leg's word statistics and the agents' entity names (schema 0009) equal a
-    recount after inserts, re-imports, changed texts and entities, a memory moved to another
+    recount after inserts, re-imports, changed texts and entities, a refused move to another
     agent, soft deletes and purges (each its own transaction)."""
     ids = [uuid.uuid4() for _ in range(6)]
     alice = [EntityRef("User", "Alice")]
@@ -203,19 +203,22 @@ def test_lexical_terms_follow_every_write(cluster: MemoryClient) -> None:
     assert kept[("a1", "entity alice")] == 4 and kept[("a2", "entity alice")] == 2
     cluster.add(mems, extract=False)  # unchanged: nothing counted twice
     assert lexical_terms(cluster) == (counted, counted)
-    changed = [
-        Memory(id=ids[0], text="the deploy went fine", agent_id="a1", entities=[EntityRef("Customer", " Acme  Corp.")]),
-        Memory(id=ids[4], text="payments down", agent_id="a1", entities=alice),  # moved to a1
-    ]
-    cluster.add(changed, extract=False)
+    changed = Memory(
+        id=ids[0], text="the deploy went fine", agent_id="a1", entities=[EntityRef("Customer", " Acme  Corp.")]
+    )
+    moved = Memory(id=ids[4], text="payments down", agent_id="a1", entities=alice)  # a2's id: refused
+    with pytest.raises(ConflictError):
+        cluster.add([changed, moved], extract=False)
+    assert lexical_terms(cluster) == (counted, counted)  # the batch was refused whole
+    cluster.add([changed], extract=False)
     kept, counted = lexical_terms(cluster)
-    assert kept == counted and kept[("a1", "rollb")] == 1 and kept[("a1", "")] == 5 and kept[("a2", "")] == 1
-    assert kept[("a1", "entity alice")] == 4 and kept[("a1", "entity acme corp")] == 1
+    assert kept == counted and kept[("a1", "rollb")] == 1 and kept[("a1", "")] == 4 and kept[("a2", "")] == 2
+    assert kept[("a1", "entity alice")] == 3 and kept[("a1", "entity acme corp")] == 1
     cluster.forget([ids[1], ids[2]], agent_id="a1")
     cluster.forget([ids[1]], agent_id="a1")  # already forgotten: nothing taken twice
     kept, counted = lexical_terms(cluster)
-    assert kept == counted and ("a1", "rollb") not in kept and kept[("a1", "")] == 3
-    assert kept[("a1", "entity alice")] == 2
+    assert kept == counted and ("a1", "rollb") not in kept and kept[("a1", "")] == 2
+    assert kept[("a1", "entity alice")] == 1
     assert set(cluster.stack.records.purge([ids[1], ids[2]])) == {ids[1], ids[2]}  # already out of the counts
     assert lexical_terms(cluster) == (counted, counted)
 

@@ -6,6 +6,7 @@ the same behaviour against the real stores is in tests/integration/test_query_en
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -121,7 +122,8 @@ def search_where(r: QueryResult) -> list[Where]:
 
 def test_answers_match_brute_force(world: World) -> None:
     s = Stack(world)
-    s.engine.context_turns = 0  # each memory ranked alone: the dense leg's own order
+    # each memory ranked alone: the dense leg's own order
+    s.engine.options = dataclasses.replace(s.engine.options, context_turns=0)
     q = MemoryQuery(text="rollback of payments", agent_id="a", decay=False, retrieval="dense")
     assert [h.id for h in s.engine.run(q).hits] == cosine_rank(world, q)
 
@@ -162,7 +164,7 @@ def test_a_turn_is_read_with_the_turns_before_it() -> None:
     (following,) = s.relational.calls.args("following")
     assert following["turns"] == 2 and set(following["ids"]) == {turns[0].id, turns[5].id}
     # off: each memory ranked alone, nothing joins, no extra statement
-    s.engine.context_turns = 0
+    s.engine.options = dataclasses.replace(s.engine.options, context_turns=0)
     alone = s.engine.run(q)
     assert [h.memory.text for h in alone.hits] == [t for t in ranked if t in {turns[0].text, turns[5].text}]
     assert "postgres.context" not in [st.name for st in alone.steps]
@@ -373,12 +375,12 @@ def test_the_dense_leg_embeds_the_question_without_the_names_it_says() -> None:
     assert embedded("Acme Corp renewal", agent="b")[0] == "renewal"
     assert embedded("Bob?")[0] == "Bob?"
     # off: the whole question, no lookup
-    s.engine.names_out_of_dense = False
+    s.engine.options = dataclasses.replace(s.engine.options, dense_without_names=False)
     assert embedded("All the risks Bob raised")[0] == "All the risks Bob raised"
     s.relational.calls.log.clear()
     assert embedded("All the risks Bob raised")[0] == "All the risks Bob raised"
     assert "names_said" not in s.relational.calls.names()
-    s.engine.names_out_of_dense = True
+    s.engine.options = dataclasses.replace(s.engine.options, dense_without_names=True)
     s.relational.calls.fail["names_said"] = StoreUnavailable("postgres", "canceling statement due to statement timeout")
     r = s.engine.run(MemoryQuery(text="All the risks Bob raised", agent_id="a", retrieval="dense"))
     assert r.hits and any("whole question" in n for n in r.notes) and r.degraded == []

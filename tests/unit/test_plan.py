@@ -14,15 +14,25 @@ import pytest
 from memoryctl.errors import InputError
 from memoryctl.model import EntityRef
 from memoryctl.query.plan import (
-    GRAPH_CANDIDATE_CAP,
+    AnyOf,
+    ByFusedRank,
+    ByRelevance,
     Facts,
+    Figures,
+    GraphFirst,
+    GraphOnly,
+    GraphThenPostgres,
     Need,
+    NewestFirst,
     Plan,
     PlanOptions,
-    depth,
+    PostgresOnly,
+    VectorFirst,
+    VectorSearch,
     plan,
     vector_first_k,
 )
+from memoryctl.query.pushdown import GRAPH_CANDIDATE_CAP, depth
 from memoryctl.query.spec import GraphFilter, MemoryQuery, Where
 
 ALICE = GraphFilter(EntityRef("User", "Alice"), ("AUTHORED",))
@@ -41,36 +51,44 @@ def chosen(query: MemoryQuery, facts: Facts | None = None, **options: int) -> Pl
     return p
 
 
+def described(p: Plan, **figures: object) -> str:
+    return p.describe(Figures(**figures))  # type: ignore[arg-type]
+
+
 def test_text_pushes_everything_the_payload_holds_into_one_search() -> None:
     where = [Where.parse("kind = ticket"), Where.parse("sentiment < 0")]
     p = chosen(q(text="latency", since=SINCE, where=where))
-    assert p.kind == "vector" and p.traverse is None and p.filter is None  # PostgreSQL only hydrates
-    assert p.search is not None and p.search.with_where and not p.search.among_candidates
-    flt = p.search.filter
+    shape = p.shape
+    assert isinstance(shape, VectorSearch) and not shape.recheck  # PostgreSQL only hydrates
+    assert shape.search.with_where and not shape.search.among_candidates
+    flt = shape.search.filter
     assert flt is not None
     assert (flt.agent_id, flt.kinds, flt.created_from) == ("a", ["ticket"], SINCE)
     assert [(m.key, m.op, m.value) for m in flt.meta] == [("sentiment", "<", 0)]
     assert p.describe() == "vector+lexical(pushdown: agent, time, kind =, meta.sentiment <)"
-    assert p.search.legs == ("vector", "lexical")  # hybrid by default
+    assert shape.search.legs == ("vector", "lexical")  # hybrid by default
+    # a text ranking: relevance, the names the question says, the context; no recency unless asked
+    assert p.ranking == ByRelevance(half_life=None, named=True, context_turns=2, context_adds=True)
+    assert (p.window, p.limit) == (depth(q(text="x")), 10)
 
 
 def test_where_the_payload_cannot_answer_is_checked_in_postgres_after_the_search() -> None:
     p = chosen(q(text="latency", where=[Where.parse("agent_id != b")]))
-    assert p.kind == "vector" and p.filter is not None and p.filter.among == "ranked"
+    assert isinstance(p.shape, VectorSearch) and p.shape.recheck
 
 
 def test_contradicting_where_clauses_match_nothing() -> None:
     p = chosen(q(text="x", where=[Where.parse("kind = a"), Where.parse("kind = b")]))
-    assert p.search is not None and p.search.filter is None
+    assert isinstance(p.shape, VectorSearch) and p.shape.search.filter is None
     other_agent = chosen(q(text="x", where=[Where.parse("agent_id = b")]))
-    assert other_agent.search is not None and other_agent.search.filter is None
+    assert isinstance(other_agent.shape, VectorSearch) and other_agent.shape.search.filter is None
 
 
 def test_created_at_clauses_narrow_the_time_window() -> None:
     late = datetime(2026, 3, 1, tzinfo=UTC)
     p = chosen(q(text="x", since=SINCE, where=[Where.parse(f"created_at >= {late.isoformat()}")]))
-    assert p.search is not None and p.search.filter is not None
-    assert p.search.filter.created_from == late
+    assert isinstance(p.shape, VectorSearch) and p.shape.search.filter is not None
+    assert p.shape.search.filter.created_from == late
 
 
 @pytest.mark.parametrize(
@@ -83,59 +101,64 @@ def test_created_at_clauses_narrow_the_time_window() -> None:
 )
 def test_no_text_no_graph_is_postgres_alone(query: dict[str, object]) -> None:
     p = chosen(q(limit=7, **query))
-    assert p.kind == "postgres" and p.filter is not None
-    assert (p.filter.among, p.filter.limit, p.filter.with_where, p.filter.tag) == ("all", 7, True, None)
+    assert isinstance(p.shape, PostgresOnly) and p.ranking == NewestFirst()
+    assert (p.shape.filter.limit, p.shape.filter.with_where, p.shape.filter.tag) == (7, True, None)
     assert p.describe() == "postgres(filter, newest first)"
 
 
 def test_graph_only_is_cut_by_the_graph_newest_first() -> None:
     p = chosen(q(graph=ALICE, since=SINCE, limit=3))
-    assert p.kind == "graph" and p.search is None and p.traverse is not None
-    t = p.traverse.traversal
+    assert isinstance(p.shape, GraphOnly) and p.ranking == NewestFirst()
+    t = p.shape.traverse.traversal
     assert (t.newest_first, t.created_from, t.limit, t.start_key) == (
         True,
         SINCE,
         depth(q(graph=ALICE, limit=3)),
         "a/User:alice",
     )
-    assert p.describe(candidates=5) == "graph(time pushed down, newest first)"
+    assert described(p, candidates=5) == "graph(time pushed down, newest first)"
     # When PostgreSQL mentions answered instead of the graph, PostgreSQL orders and cuts.
-    assert p.filter is not None and (p.filter.among, p.filter.limit, p.filter.tag) == ("candidates", 3, "graph")
-    assert p.describe(candidates=5, fell_back=True) == "graph → postgres(filter, newest first)"
-    assert p.describe(candidates=0, fell_back=True) == "graph → (no candidates)"
+    assert (p.shape.fallback.limit, p.shape.fallback.tag) == (3, "graph")
+    assert described(p, candidates=5, fell_back=True) == "graph → postgres(filter, newest first)"
+    assert described(p, candidates=0, fell_back=True) == "graph → (no candidates)"
 
 
 def test_graph_and_where_without_text_filters_the_candidates() -> None:
     p = chosen(q(graph=ALICE, where=[Where.parse("kind = note")]))
-    assert p.kind == "graph-filter" and p.traverse is not None and not p.traverse.traversal.newest_first
-    assert p.traverse.traversal.limit == GRAPH_CANDIDATE_CAP
-    assert p.filter is not None and (p.filter.among, p.filter.with_where, p.filter.tag) == ("candidates", True, "graph")
-    assert p.describe(candidates=4) == "graph → postgres(filter, newest first)"
+    assert isinstance(p.shape, GraphThenPostgres) and not p.shape.traverse.traversal.newest_first
+    assert p.shape.traverse.traversal.limit == GRAPH_CANDIDATE_CAP
+    assert (p.shape.filter.with_where, p.shape.filter.tag) == (True, "graph")
+    assert described(p, candidates=4) == "graph → postgres(filter, newest first)"
 
 
 def test_graph_and_text_is_graph_first_when_the_graph_cannot_check_cheaply() -> None:
     p = chosen(q(text="rollback", graph=ALICE, since=SINCE))
-    assert p.kind == "graph-first" and p.traverse is not None and p.search is not None
-    assert p.search.among_candidates and p.search.filter is not None and p.search.filter.created_from == SINCE
-    assert p.describe(candidates=4) == "graph → vector+lexical(pushdown: agent, 4 ids, time)"
-    assert p.describe(candidates=0) == "graph → (no candidates)"
+    shape = p.shape
+    assert isinstance(shape, GraphFirst) and shape.traverse.start == ALICE.entity
+    assert shape.search.among_candidates and shape.search.filter is not None
+    assert shape.search.filter.created_from == SINCE
+    assert described(p, candidates=4) == "graph → vector+lexical(pushdown: agent, 4 ids, time)"
+    assert described(p, candidates=0) == "graph → (no candidates)"
+    # under a graph filter the context reorders the candidates but adds none
+    assert isinstance(p.ranking, ByRelevance) and not p.ranking.context_adds
 
 
 def test_vector_first_asks_for_the_fanout_then_the_scope() -> None:
     query = q(text="rollback", graph=ALICE, limit=3)
-    assert plan(query, CHEAP) == Need("fanout")
+    need = plan(query, CHEAP)
+    assert isinstance(need, Need) and need.fact == "fanout" and need.traverse is not None
+    assert need.traverse.traversal.start_key == "a/User:alice"  # the degree count of the start entity
     assert chosen(query, Facts(True, fanout=1999)).kind == "graph-first"  # cheap traversal: graph-first
     assert plan(query, Facts(True, fanout=2000)) == Need("scope")
     p = chosen(query, Facts(True, fanout=20_000, scope=100_000))
-    assert p.kind == "vector-first" and p.vector_first is not None and p.fallback is not None
+    vf = p.shape
+    assert isinstance(vf, VectorFirst) and isinstance(vf.fallback, GraphFirst)
     want = depth(query)
-    assert p.vector_first.depth == want and p.vector_first.k == vector_first_k(want, 100_000, 20_000)
-    assert p.vector_first.search.depth == p.vector_first.k and p.vector_first.search.filter is not None
-    assert p.vector_first.search.filter.ids is None  # no ids: that is the point
-    assert p.fallback.kind == "graph-first"
+    assert vf.depth == want and vf.k == vector_first_k(want, 100_000, 20_000)
+    assert vf.search.depth == vf.k and vf.search.filter is not None
+    assert vf.search.filter.ids is None  # no ids: that is the point
     assert (
-        p.describe(kept=40)
-        == f"graph fan-out 20000 → vector-first(vector+lexical, top {p.vector_first.k}, pushdown: agent)"
+        described(p, kept=40) == f"graph fan-out 20000 → vector-first(vector+lexical, top {vf.k}, pushdown: agent)"
         " → graph.verify → 40 kept"
     )
 
@@ -164,22 +187,17 @@ def test_when_vector_first_is_not_chosen(query: dict[str, object], facts: Facts,
 
 def test_or_runs_each_leg_as_its_own_plan() -> None:
     p = chosen(q(text="rollback", graph=ALICE, where=[Where.parse("kind = note")], combine="or", limit=4))
-    assert p.kind == "or" and [name for name, _ in p.legs] == ["text", "graph", "where"]
-    legs = dict(p.legs)
+    assert isinstance(p.shape, AnyOf) and [name for name, _ in p.shape.legs] == ["text", "graph", "where"]
+    assert p.ranking == ByFusedRank()
+    legs = dict(p.shape.legs)
     want = depth(q(text="x", limit=4))
     vector, graph, where = legs["text"], legs["graph"], legs["where"]
-    assert vector.search is not None and not vector.search.with_where and vector.search.filter is not None
+    assert isinstance(vector, VectorSearch) and not vector.search.with_where and vector.search.filter is not None
     assert vector.search.filter.kinds is None  # each leg answers its own part of the question
-    assert graph.filter is not None and (graph.filter.limit, graph.filter.with_where, graph.filter.tag) == (
-        want,
-        False,
-        "graph",
-    )
-    assert where.filter is not None and (where.filter.limit, where.filter.with_where, where.filter.tag) == (
-        want,
-        True,
-        "where",
-    )
+    assert isinstance(graph, GraphThenPostgres)
+    assert (graph.filter.limit, graph.filter.with_where, graph.filter.tag) == (want, False, "graph")
+    assert isinstance(where, PostgresOnly)
+    assert (where.filter.limit, where.filter.with_where, where.filter.tag) == (want, True, "where")
     assert p.describe() == "or: parallel legs fused by RRF"
 
 
@@ -196,3 +214,29 @@ def test_plan_is_a_value() -> None:
     a = chosen(q(text="rollback", graph=ALICE, since=SINCE - timedelta(days=1)))
     b = chosen(q(text="rollback", graph=ALICE, since=SINCE - timedelta(days=1)))
     assert a == b and a is not b
+
+
+def test_the_ranking_rule_comes_with_the_plan() -> None:
+    """What the ranking does is decided with the shape, from the query and the options; the
+    executor never reads it back from the scores a candidate carries."""
+    month = timedelta(days=30)
+    assert chosen(q(text="x", half_life=month)).ranking == ByRelevance(half_life=month, context_turns=2)
+    assert chosen(q(text="x", half_life=month, decay=False)).ranking == ByRelevance(context_turns=2)
+    # a raw vector has no words: no names to match, no context to read
+    raw = chosen(q(vector=[0.1, 0.2]))
+    assert raw.ranking == ByRelevance(named=False, context_turns=0)
+    assert chosen(q(text="x", threshold=0.5)).ranking == ByRelevance(context_turns=2, context_adds=False)
+    off = plan(q(text="x"), None, PlanOptions(context_turns=0, dense_without_names=False))
+    assert isinstance(off, Plan) and off.ranking == ByRelevance(context_turns=0)
+    assert isinstance(off.shape, VectorSearch) and not off.shape.search.without_names
+    assert chosen(q(graph=ALICE, where=[Where.parse("kind = note")])).ranking == NewestFirst()
+
+
+def test_a_query_is_a_value() -> None:
+    """Validation returns the normalised query; the one asked stays as it was."""
+    asked = MemoryQuery(text="  ", vector=[0.1], agent_id="a", all_agents=True, where=[Where.parse("kind = note")])
+    ran = asked.validate()
+    assert (asked.text, asked.agent_id) == ("  ", "a") and (ran.text, ran.agent_id) == (None, None)
+    assert isinstance(ran.where, tuple)
+    with pytest.raises(AttributeError):
+        asked.limit = 3  # type: ignore[misc]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -13,7 +14,7 @@ from memoryctl.errors import InputError
 from memoryctl.model import EntityRef, parse_duration
 from memoryctl.query.fusion import rrf
 from memoryctl.query.guard import Guard
-from memoryctl.query.plan import pushdown
+from memoryctl.query.pushdown import pushdown
 from memoryctl.query.relational import where_sql
 from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_since
 
@@ -145,3 +146,68 @@ META_TEMPLATES = {
     "metadata -> %s = ANY(%s::jsonb[])",
     *(f"metadata -> %s {op} %s::jsonb" for op in ("=", "<>", "<", "<=", ">", ">=")),
 }
+
+
+# ---- issue 22, items 7 and 9: --where values by rules a user can predict ------------------------
+def _sql_quoted(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text())
+def test_a_quoted_value_is_exactly_its_text(s: str) -> None:
+    """Single quotes (SQL style, '' for a quote) and double quotes (a JSON string) give back the text
+    byte for byte, alone and in an `in` list, whatever it holds: quotes, commas, brackets, SQL."""
+    assert Where.parse(f"note = {_sql_quoted(s)}").value == s
+    assert Where.parse(f"note = {json.dumps(s)}").value == s
+    assert Where.parse(f"note in {_sql_quoted(s)}, {json.dumps(s)}").value == [s, s]
+    assert Where.parse(f"note in ({_sql_quoted(s)})").value == [s]
+
+
+def test_the_issue_s_value_keeps_its_quote_or_is_refused() -> None:
+    """`--where "note = '; DROP TABLE memories; --"` silently became `; DROP TABLE memories; --`."""
+    assert Where.parse("note = '; DROP TABLE memories; --'").value == "; DROP TABLE memories; --"
+    assert Where.parse("note = ''''").value == "'"
+    assert Where.parse("note = it's").value == "it's"  # unquoted: the text as written
+    assert Where.parse("note = hello world").value == "hello world"
+    assert Where.parse('note = "3"').value == "3" and Where.parse("note = 3").value == 3
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "note = '; DROP TABLE memories; --",  # the issue's: unbalanced
+        "note = 'a'b'",
+        'note = "abc',
+        'note = "a" b',
+        "note in 'a, b",
+        "note in a, 'b",
+    ],
+)
+def test_an_unbalanced_quote_is_an_error(text: str) -> None:
+    with pytest.raises(InputError, match=r"unbalanced|malformed") as caught:
+        Where.parse(text)
+    assert caught.value.hint and "single quotes" in caught.value.hint
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "sentiment < NaN",
+        "sentiment > -Infinity",
+        "sentiment = Infinity",
+        "sentiment < 1e999",
+        "sentiment in [1, NaN]",
+        "sentiment = null",
+        "sentiment = 9007199254740993",
+    ],
+)
+def test_values_no_store_compares_are_refused(text: str) -> None:
+    """They reached PostgreSQL as JSON it refused (exit 1, 503 over HTTP)."""
+    with pytest.raises(InputError) as caught:
+        Where.parse(text)
+    assert caught.value.hint
+
+
+def test_quoted_nan_is_text() -> None:
+    assert Where.parse('note = "NaN"').value == "NaN" and Where.parse("note = 'Infinity'").value == "Infinity"
