@@ -52,8 +52,8 @@ MAX_COMMON = 3
 _WORDS = (
     "SELECT DISTINCT CASE WHEN length(w) >= 5 THEN left(w, 5) ELSE w END AS key,"
     " CASE WHEN length(w) >= 5 THEN quote_literal(left(w, 5)) || ':*' ELSE quote_literal(w) END AS tq"
-    " FROM unnest(tsvector_to_array(to_tsvector('simple', %s) || to_tsvector('simple', memoryctl_cjk_grams(%s, false))))"
-    " AS w"
+    " FROM unnest(tsvector_to_array("
+    "to_tsvector('simple', %s) || to_tsvector('simple', memoryctl_cjk_grams(%s, false)))) AS w"
     " WHERE position(chr(92) in w) = 0 AND to_tsvector('english', w) <> ''::tsvector"
 )
 
