@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import calendar
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -36,6 +37,7 @@ _DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
 _YEAR = r"(?P<year>(?:19|20)\d\d)"
 _NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
 _UNITS = {"day": 1, "week": 7, "month": 30, "year": 365}
+_I = re.IGNORECASE
 
 # Most specific first; a span of the question that one pattern read is not read again by another.
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
@@ -46,10 +48,13 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("any-day", re.compile(rf"\b{_MONTH}\s+{_DAY}\b(?!\s*:)", re.IGNORECASE)),
     ("any-day", re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}\b", re.IGNORECASE)),
     # A month alone only after a preposition of time: "may" is also a verb.
-    ("any-month", re.compile(rf"\b(?:in|during|since|until|before|after|by|early|late|mid|of)\s+{_MONTH}\b", re.IGNORECASE)),
+    ("any-month", re.compile(rf"\b(?:in|during|since|until|before|after|by|early|late|mid|of)\s+{_MONTH}\b", _I)),
     ("year", re.compile(rf"\b{_YEAR}\b")),
-    ("relative", re.compile(r"\b(?P<rel>today|yesterday|(?:this|last|past|previous)\s+(?:week(?:end)?|month|year))\b", re.IGNORECASE)),
-    ("ago", re.compile(r"\b(?P<n>\d+|a|an|one|two|three|four|five|six)\s+(?P<unit>day|week|month|year)s?\s+ago\b", re.IGNORECASE)),
+    (
+        "relative",
+        re.compile(r"\b(?P<rel>today|yesterday|(?:this|last|past|previous)\s+(?:week(?:end)?|month|year))\b", _I),
+    ),
+    ("ago", re.compile(r"\b(?P<n>\d+|a|an|one|two|three|four|five|six)\s+(?P<unit>day|week|month|year)s?\s+ago\b", _I)),
 ]
 
 
@@ -94,7 +99,7 @@ def _month_window(year: int, month: int) -> Window:
     return Window(start, end)
 
 
-def _read(kind: str, m: re.Match[str], now: datetime) -> Window | None:
+def _read(kind: str, m: re.Match[str], now: datetime | None) -> Window | None:
     g = m.groupdict()
     month = int(g["month"]) if kind == "iso" else MONTHS.get((g.get("month") or "").lower().rstrip("."), 0)
     try:
@@ -103,17 +108,19 @@ def _read(kind: str, m: re.Match[str], now: datetime) -> Window | None:
             return Window(start, start + timedelta(days=1))
         if kind == "month":
             return _month_window(int(g["year"]), month)
-        if kind == "any-day":
-            start = datetime(now.year, month, int(g["day"]), tzinfo=UTC)
+        if kind == "any-day":  # a leap year, so that 29 February is a day too; the year is any
+            start = datetime(2000, month, int(g["day"]), tzinfo=UTC)
             return Window(start, start + timedelta(days=1), yearly=True)
         if kind == "any-month":
-            w = _month_window(now.year, month)
+            w = _month_window(2000, month)
             return Window(w.start, w.end, yearly=True)
     except ValueError:  # 31 June, month 13: not a date
         return None
     if kind == "year":
         year = int(g["year"])
         return Window(datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC))
+    if now is None:  # relative to nothing known
+        return None
     today = datetime(now.year, now.month, now.day, tzinfo=UTC)
     if kind == "ago":
         n = int(g["n"]) if g["n"].isdigit() else _NUMBER_WORDS[g["n"].lower()]
@@ -133,21 +140,24 @@ def _read(kind: str, m: re.Match[str], now: datetime) -> Window | None:
     return Window(today - timedelta(days=0 if this else days), today + timedelta(days=1) if this else today)
 
 
-def windows(text: str, now: datetime) -> list[Window]:
-    """The time windows ``text`` names, most specific reading of each span first."""
-    taken: list[tuple[int, int]] = []
-    found: list[Window] = []
+def _spans(text: str, now: datetime | None) -> list[tuple[Window, tuple[int, int]]]:
+    """Each time window ``text`` names and where it says it, most specific reading of each span first."""
+    found: list[tuple[Window, tuple[int, int]]] = []
     for kind, pattern in _PATTERNS:
         for m in pattern.finditer(text):
-            if any(m.start() < e and s < m.end() for s, e in taken):
+            if any(m.start() < e and s < m.end() for _, (s, e) in found):
                 continue
             w = _read(kind, m, now)
             if w is not None:
-                taken.append(m.span())
-                found.append(w)
+                found.append((w, m.span()))
     return found
 
 
-def closeness(at: datetime, named: list[Window]) -> float:
+def windows(text: str, now: datetime | None) -> list[Window]:
+    """The time windows ``text`` names; relative ones ("last week") only when ``now`` is known."""
+    return [w for w, _ in _spans(text, now)]
+
+
+def closeness(at: datetime, named: Sequence[Window]) -> float:
     """1 inside one of the windows, halving with every window length outside (the nearest counts)."""
     return max((0.5 ** (w.distance(at) / w.length) for w in named), default=0.0)
