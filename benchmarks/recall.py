@@ -15,6 +15,8 @@ Methods (every one asks the engine, scoped to the conversation's agent, top 10):
 - ``recency``: ``--half-life 30d``, the opt-in bounded recency preference;
 - ``no-context``: ``default`` with ``[query] context_turns = 0``: each turn ranked alone, without
   the turns written just before it (``memoryctl/query/turns.py``);
+- ``no-dates``: ``default`` with ``[query] dates_named = false``: no preference for the memories
+  written at the times the question names (``memoryctl/query/dates.py``);
 - ``with-names``: ``default`` with ``[query] dense_without_names = false``: the dense leg embeds the
   whole question, the names of the entities it says included (``memoryctl/query/named.py``);
 - ``dense``: the vector leg alone (``--retrieval dense``), no recency;
@@ -104,7 +106,19 @@ from memoryctl.query.spec import GraphFilter, MemoryQuery  # noqa: E402
 from memoryctl.stores.protocols import EmbeddingModelInfo  # noqa: E402
 
 K = 10
-METHODS = ("default", "no-decay", "recency", "no-context", "with-names", "dense", "lexical", "hybrid", "graph", "bm25")
+METHODS = (
+    "default",
+    "no-decay",
+    "recency",
+    "no-context",
+    "no-dates",
+    "with-names",
+    "dense",
+    "lexical",
+    "hybrid",
+    "graph",
+    "bm25",
+)
 RECENCY = timedelta(days=30)  # the ``recency`` method's half-life, the one the README shows
 RESCORE_METHODS = ("rescore", "second")
 SPLITS = ("dev", "test", "general")
@@ -276,7 +290,8 @@ class EmbeddingCache:
             for start in range(0, len(keys), 500):
                 part = keys[start : start + 500]
                 marks = ",".join("?" * len(part))
-                rows = self.db.execute(f"SELECT sha, vec FROM v WHERE model = ? AND sha IN ({marks})", [model, *part])
+                query = f"SELECT sha, vec FROM v WHERE model = ? AND sha IN ({marks})"  # noqa: S608 (placeholders only)
+                rows = self.db.execute(query, [model, *part])
                 for sha, blob in rows:
                     found[shas[sha]] = np.frombuffer(blob, dtype=np.float32).copy()
         return found
@@ -328,7 +343,8 @@ class QueryVectors:
         if text in self.cache:
             return self.cache[text]
         model = "query:" + self.info.model_id
-        stored = self.disk.get(model, [text]).get(text) if self.disk is not None and len(self.ms) >= self.TIMED else None
+        timed = self.disk is None or len(self.ms) < self.TIMED
+        stored = None if timed else self.disk.get(model, [text]).get(text)  # type: ignore[union-attr]
         if stored is None:
             t0 = time.perf_counter()
             stored = self.inner.embed_query(text)
@@ -424,6 +440,12 @@ def methods(
         with options(context_turns=0):
             return ask(q)
 
+    def undated(q: Question) -> list[uuid.UUID]:
+        """``default`` with ``[query] dates_named = false``: no preference for the memories
+        written at the times the question names (``memoryctl/query/dates.py``)."""
+        with options(dated=False):
+            return ask(q)
+
     def named(q: Question) -> list[uuid.UUID]:
         """``default`` with ``[query] dense_without_names = false``: the dense leg embeds the
         whole question, the names of entities it says included (``memoryctl/query/named.py``)."""
@@ -440,6 +462,7 @@ def methods(
         "no-decay": lambda q: ask(q, decay=False),
         "recency": lambda q: ask(q, half_life=RECENCY),
         "no-context": alone,
+        "no-dates": undated,
         "with-names": named,
         "dense": lambda q: ask(q, decay=False, retrieval="dense"),
         "lexical": lambda q: ask(q, decay=False, retrieval="lexical"),
