@@ -41,7 +41,6 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from memoryctl.config import Neo4jSettings  # noqa: E402
 from memoryctl.model import entity_key  # noqa: E402
 from memoryctl.stores.protocols import GraphEdge, GraphEntity, GraphMemory, GraphStore  # noqa: E402
 
@@ -96,7 +95,7 @@ def open_store(engine: str, timeout_s: float) -> Iterator[tuple[GraphStore, str]
 
         uri = os.environ["MEMORYCTL_TEST_NEO4J_URI"]
         password = os.environ.get("MEMORYCTL_TEST_NEO4J_PASSWORD") or None
-        store = Neo4jGraphStore(Neo4jSettings(uri=uri, password=password, timeout_s=timeout_s))  # type: ignore[arg-type]
+        store = Neo4jGraphStore(uri, password=password, timeout_s=timeout_s)
         try:
             yield store, uri
         finally:
@@ -140,7 +139,7 @@ def clear_plans(store: GraphStore) -> None:
     """Forget Neo4j's cached plans: the next statements are planned with the statistics of now."""
     neo4j = _neo4j(store)
     if neo4j is not None:
-        with neo4j._driver.session(database=neo4j._settings.database) as session:
+        with neo4j.backend.driver.session(database=neo4j.backend.database) as session:
             session.run("CALL db.clearQueryCaches()").consume()
 
 
@@ -155,7 +154,7 @@ def drop_agent(store: GraphStore, agent: str) -> None:
     neo4j = _neo4j(store)
     if neo4j is None:
         return
-    with neo4j._driver.session(database=neo4j._settings.database) as session:
+    with neo4j.backend.driver.session(database=neo4j.backend.database) as session:
         for statement in (
             "MATCH (n:Entity {agent_id: $agent})-[r]-() CALL (r) { DELETE r } IN TRANSACTIONS OF 5000 ROWS",
             "MATCH (n:Memory {agent_id: $agent})-[r]-() CALL (r) { DELETE r } IN TRANSACTIONS OF 5000 ROWS",

@@ -144,9 +144,9 @@ def main() -> None:
 
             graph = SqlGraphStore(stack.pool)
         else:
-            from memoryctl.stores.graph_neo4j import Neo4jGraphStore
+            from memoryctl.stack import neo4j_graph
 
-            graph = Neo4jGraphStore(settings.neo4j)
+            graph = neo4j_graph(settings.neo4j)
             if graph.count() > 0:
                 sys.exit("refusing to run against a Neo4j that already holds memories (use a scratch server)")
         graph.ensure_schema()

@@ -97,7 +97,7 @@ from memoryctl.query.pushdown import OVERFETCH, pushdown, traversal  # noqa: E40
 from memoryctl.query.relational import scope_sql  # noqa: E402
 from memoryctl.query.results import QueryResult  # noqa: E402
 from memoryctl.query.spec import GraphFilter, MemoryQuery, Retrieval, Where  # noqa: E402
-from memoryctl.stack import Stack  # noqa: E402
+from memoryctl.stack import Stack, neo4j_graph  # noqa: E402
 from memoryctl.stores.graph_neo4j import Neo4jGraphStore  # noqa: E402
 from memoryctl.stores.protocols import VectorFilter  # noqa: E402
 from memoryctl.stores.records import RecordStore, row_to_memory  # noqa: E402
@@ -316,7 +316,7 @@ def open_env(
     stack = Stack(settings)
     vectors = EdgeVectorStore(vec_dir, meta_indexes=settings.qdrant.indexed_metadata)
     vectors.ensure_collection(stack.embedder.info)
-    graph = Neo4jGraphStore(settings.neo4j)
+    graph = neo4j_graph(settings.neo4j)
     graph.ensure_schema()
     stack._vectors, stack._graph = vectors, graph
     stack._tried.update({"vector", "graph"})
@@ -362,7 +362,7 @@ def load(env: Env, ds: Dataset, *, graph_batch: int = 5000, log: Callable[[str],
     log(f"  postgres: {len(ds.memories)} rows by COPY + ANALYZE in {times['postgres']:.1f} s")
 
     t0 = time.perf_counter()
-    loader = Neo4jGraphStore(env.graph._settings.model_copy(update={"timeout_s": 600.0}))
+    loader = neo4j_graph(env.client.settings.neo4j.model_copy(update={"timeout_s": 600.0}))
     try:
         for i, batch in enumerate(_batches(ds.memories, graph_batch)):
             loader.upsert_memories([graph_memory(m) for m in batch])
@@ -394,8 +394,8 @@ def load(env: Env, ds: Dataset, *, graph_batch: int = 5000, log: Callable[[str],
 
 def drop_graph(env: Env, agents: Sequence[str]) -> None:
     """Delete this run's nodes only (the server may be shared)."""
-    driver = env.graph._driver
-    with driver.session(database=env.graph._settings.database) as session:
+    driver = env.graph.backend.driver
+    with driver.session(database=env.graph.backend.database) as session:
         session.run(
             "MATCH (n) WHERE n.agent_id IN $agents CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS",
             agents=list(agents),

@@ -41,6 +41,9 @@ if TYPE_CHECKING:  # the operations are imported when called: `import memoryctl`
     from memoryctl.ops.reembed import ReembedReport
 
 IMPORT_BATCH = 500
+# Batches of other pending deliveries a single add or forget takes along (an import takes them all):
+# enough to drain what a killed process left within a few writes, bounded so one add stays quick.
+BACKLOG_PER_WRITE = 1
 
 
 @dataclass(slots=True)
@@ -128,7 +131,7 @@ class MemoryClient:
         out.ids = [m.id for m in batch]
         out.add(result)
         if deliver and result.changed:
-            out.delivery = self._deliver(result.changed)
+            out.delivery = self._deliver(result.changed, backlog=BACKLOG_PER_WRITE)
         out.pending = self._pending(out.ids)
         return out
 
@@ -173,6 +176,11 @@ class MemoryClient:
                     batch = []
             if batch:
                 self._import_batch(batch, out, deliver, progress)
+        working = [t for t in ("vector", "graph") if t not in out.delivery.failed]
+        if deliver and working:
+            # What is still pending for a store that took this import: e.g. what a killed run of
+            # the same import left behind (its lines are unchanged now, so nothing above sent them).
+            out.delivery.merge(self._deliver([], targets=working, backlog=-1))
         out.invalid.sort(key=lambda b: b.line)
         out.pending = self._pending(None)
         return out
@@ -215,7 +223,7 @@ class MemoryClient:
             )
         out = WriteOutcome(ids=list(done), updated=len(done))
         if done:
-            out.delivery = self._deliver(done)
+            out.delivery = self._deliver(done, backlog=BACKLOG_PER_WRITE)
         out.pending = self._pending(done)
         return out
 
@@ -235,17 +243,45 @@ class MemoryClient:
         return report, pending
 
     def _deliver(
-        self, ids: Sequence[uuid.UUID] | None, *, batch: int = 256, targets: Sequence[str] = ("vector", "graph")
+        self,
+        ids: Sequence[uuid.UUID] | None,
+        *,
+        batch: int = 256,
+        targets: Sequence[str] = ("vector", "graph"),
+        backlog: int = 0,
     ) -> DeliveryReport:
+        """Deliver ``ids`` (None: everything due); then, to each store that just took them, up to
+        ``backlog`` batches of what else is due (-1: all of it, deferred rows made due first).
+
+        The backlog is work a killed import or an earlier outage left behind: a store that works
+        again gets it from the next write, nobody has to know to run ``sync`` (issue 22, item 3).
+        """
         vectors = self.stack.vectors() if "vector" in targets else None
         graph = self.stack.graph() if "graph" in targets else None
         usable = [t for t, store in (("vector", vectors), ("graph", graph)) if t in targets and store is not None]
         deliverer = Deliverer(self.stack.records, vectors, graph, self.stack.embedder if vectors else None)
         report = deliverer.deliver(memory_ids=ids, batch=batch, targets=usable)
+        working = [t for t in usable if t not in report.failed]
+        if ids is not None and backlog and working:
+            if backlog < 0:
+                self.stack.records.retry_now(working)
+            report.merge(deliverer.deliver(batch=batch, targets=working, max_batches=None if backlog < 0 else backlog))
         for target in targets:
             if target not in usable:
                 report.failed[target] = self.stack.unavailable.get(self.stack.store_names[target], "unavailable")
         return report
+
+    def set_aside(self, *, limit: int = 1000) -> list[dict[str, Any]]:
+        """Outbox rows delivery set aside after they failed alone, oldest first, with their error."""
+        return self.stack.records.set_aside_rows(limit=limit)
+
+    def retry_set_aside(self, rows: Sequence[int] | None = None) -> int:
+        """Put rows set aside (all, or these outbox row ids) back in the queue; how many."""
+        return self.stack.records.retry_set_aside(rows)
+
+    def drop_set_aside(self, rows: Sequence[int] | None = None) -> int:
+        """Delete rows set aside (all, or these outbox row ids); how many."""
+        return self.stack.records.drop_set_aside(rows)
 
     def _pending(self, ids: Sequence[uuid.UUID] | None) -> dict[str, int]:
         counts = self.stack.records.pending_count(ids)
@@ -335,16 +371,14 @@ class MemoryClient:
 
     def cypher(self, statement: str, params: dict[str, Any], *, agent_id: str) -> list[dict[str, Any]]:
         """Raw Cypher in a READ transaction (write clauses refused); ``$agent_id`` is bound."""
-        graph = self.stack.require_graph()
-        run_read = getattr(graph, "run_read", None)
-        if run_read is None:
+        reader = self.stack.cypher()
+        if reader is None:
             raise InputError(
                 f"raw Cypher needs Neo4j; the {self.settings.profile} profile's graph is "
-                f"{getattr(graph, 'engine', graph.name)}",
+                f"{self.stack.require_graph().engine}",
                 hint="use `memoryctl query --entity … --via …` (structured graph filters work on every profile)",
             )
-        rows: list[dict[str, Any]] = run_read(statement, params, agent_id)
-        return rows
+        return reader.run_read(statement, params, agent_id)
 
     # ---- operations -----------------------------------------------------------------------------
     def health(self, *, deadline_s: float = 1.8) -> HealthReport:

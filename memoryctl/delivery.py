@@ -2,8 +2,19 @@
 
 Each target drains independently: Neo4j being down must not hold back Qdrant. A batch is claimed
 with ``FOR UPDATE SKIP LOCKED``, projected from the memories' current rows, written with idempotent
-upserts keyed by the memory UUID, and only then removed from the outbox. A failure leaves the batch
-in the outbox with a back-off and the error recorded: delayed, never lost.
+upserts keyed by the memory UUID, and only then removed from the outbox. An outage (the store
+cannot be reached, times out, or this process cannot deliver to it now) leaves the batch in the
+outbox with a back-off and the error recorded: delayed, never lost.
+
+One bad record must not stop the rest (issue 22: a memory whose timestamp PostgreSQL stored but
+could not give back stopped every delivery, for every agent). Any other failure is narrowed down:
+the batch is halved until the memories that fail alone are found, and the rest is delivered. A
+memory that fails alone is **set aside** (``RecordStore.set_aside``: out of the queue, its error
+kept; ``memoryctl health`` shows it, ``memoryctl outbox list|retry|drop`` handle it) when the store
+said the data is at fault (``BadRecord``) or when other memories of the same batch were delivered
+(the store works, this record does not). Without either (a batch of one, or a second memory that
+fails alone before any went through) the target is failing, not the records: the batch waits
+with a back-off, as in an outage, and is narrowed down again in a later, larger batch.
 """
 
 from __future__ import annotations
@@ -14,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memoryctl.errors import MemoryctlError, StoreError
+from memoryctl.errors import BadRecord, MemoryctlError, StoreError, StoreUnavailable
 from memoryctl.model import Memory, MemoryRef, NodeRef
 from memoryctl.stores import names
 from memoryctl.stores.protocols import GraphEdge, GraphEntity, GraphMemory, GraphStore, VectorPoint, VectorStore
@@ -38,6 +49,14 @@ def vector_point(m: Memory, vector: Sequence[float]) -> VectorPoint:
         deleted=m.deleted_at is not None,
         meta={k: v for k, v in m.metadata.items() if isinstance(v, SCALAR)},
     )
+
+
+@dataclass(slots=True)
+class _Narrowing:
+    """What narrowing a failed batch down found so far: delivered items, items failing alone."""
+
+    delivered: list[OutboxItem] = field(default_factory=list)
+    failed: list[tuple[OutboxItem, MemoryctlError]] = field(default_factory=list)
 
 
 def _node_id(node: NodeRef, agent_id: str) -> str | uuid.UUID:
@@ -124,29 +143,70 @@ class Deliverer:
         while max_batches is None or n < max_batches:
             n += 1
             try:
-                done = self._one_batch(target, batch, memory_ids, wait_s)
+                done, claimed = self._one_batch(target, batch, memory_ids, wait_s)
             except MemoryctlError as exc:
                 return total, exc
-            if done == 0:
+            if claimed == 0:
                 break
             total += done
         return total, None
 
-    def _one_batch(self, target: str, limit: int, memory_ids: Sequence[uuid.UUID] | None, wait_s: float | None) -> int:
-        failure: MemoryctlError | None = None
-        failed_items: list[OutboxItem] = []
+    def _one_batch(
+        self, target: str, limit: int, memory_ids: Sequence[uuid.UUID] | None, wait_s: float | None
+    ) -> tuple[int, int]:
+        """One claimed batch: (memories delivered, outbox rows claimed); an outage is raised."""
         with self.records.claim(target, limit=limit, memory_ids=memory_ids, wait_s=wait_s) as items:
             if not items:
-                return 0
+                return 0, 0
+            claimed = list(items)
+            narrowing = _Narrowing()
             try:
-                self._apply(target, items)
+                self._isolate(target, claimed, narrowing)
+                outage = None
             except MemoryctlError as exc:
-                failure, failed_items = exc, list(items)
-                items.clear()  # nothing is removed from the outbox
-        if failure is not None:
-            self.records.defer(failed_items, failure.message)
-            raise failure
-        return len({i.memory_id for i in items})
+                outage = exc
+            blamed = [error for _, error in narrowing.failed if not isinstance(error, BadRecord)]
+            if outage is None and blamed and not narrowing.delivered:
+                outage = blamed[0]  # no evidence the store takes anything: it waits, as in an outage
+            items[:] = narrowing.delivered if outage is None else []  # only these leave the outbox
+        if outage is not None:
+            self.records.defer(claimed, outage.message)
+            raise outage
+        if narrowing.failed:
+            self.records.set_aside([(item, error.message) for item, error in narrowing.failed])
+        return len({i.memory_id for i in narrowing.delivered}), len(claimed)
+
+    def _isolate(self, target: str, items: list[OutboxItem], narrowing: _Narrowing) -> None:
+        """Deliver ``items``; when that fails otherwise than by an outage, halve them (a memory's
+        items stay together) until each memory that fails alone is known (``narrowing``).
+
+        Raised, so that the whole claim waits: an outage (what was delivered before it is delivered
+        again later: upserts are idempotent), and the target failing rather than the records -- a
+        second memory failing alone, with nothing delivered and no ``BadRecord`` to blame the data.
+        """
+        try:
+            self._apply(target, items)
+            narrowing.delivered += items
+            return
+        except StoreUnavailable:
+            raise
+        except MemoryctlError as exc:
+            error = exc
+        except Exception as exc:  # a bug or a library's surprise for one record: narrowed down too
+            error = StoreError(target, f"{type(exc).__name__}: {exc}"[:500])
+        ids = sorted({i.memory_id for i in items})
+        if len(ids) > 1:
+            first = set(ids[: len(ids) // 2])
+            self._isolate(target, [i for i in items if i.memory_id in first], narrowing)
+            self._isolate(target, [i for i in items if i.memory_id not in first], narrowing)
+            return
+        if (
+            not isinstance(error, BadRecord)
+            and not narrowing.delivered
+            and any(not isinstance(e, BadRecord) for _, e in narrowing.failed)
+        ):
+            raise error  # two memories failed alone and none went through: the target is failing
+        narrowing.failed += [(i, error) for i in items]
 
     def _apply(self, target: str, items: Sequence[OutboxItem]) -> None:
         purge = sorted({i.memory_id for i in items if i.op == "purge"})
@@ -165,7 +225,7 @@ class Deliverer:
 
     def _vector(self, memories: list[Memory], purge: list[uuid.UUID]) -> None:
         if self.vectors is None or self.embedder is None:
-            raise StoreError(names.VECTORS, "no vector store configured")
+            raise StoreUnavailable(names.VECTORS, "no vector store configured")
         live = [m for m in memories if m.deleted_at is None]
         dead = [m.id for m in memories if m.deleted_at is not None]
         if live:
@@ -175,7 +235,7 @@ class Deliverer:
             model_id = self.embedder.info.model_id
             active = self.vectors.active_model()
             if active is not None and active.model_id != model_id:
-                raise StoreError(
+                raise StoreUnavailable(  # to this process: another one delivers
                     names.VECTORS,
                     f"embedder {model_id!r} is not the active model {active.model_id!r}; delivery waits",
                     hint="restart long-running memoryctl processes after `memoryctl migrate` (they then embed "
@@ -192,7 +252,7 @@ class Deliverer:
 
     def _graph(self, memories: list[Memory], purge: list[uuid.UUID]) -> None:
         if self.graph is None:
-            raise StoreError(names.NEO4J, "no graph store configured")
+            raise StoreUnavailable(names.NEO4J, "no graph store configured")
         if memories:
             self.graph.upsert_memories([graph_memory(m) for m in memories])
         if purge:

@@ -14,6 +14,7 @@ Hierarchy::
     │       └── ConflictError      exit 2  an id that exists under another agent (HTTP 409)
     ├── NotFoundError              exit 1  a memory id that does not exist
     ├── StoreError                 exit 1  a store answered with an error
+    │   ├── BadRecord              exit 1  it refused one record's data (delivery sets that record aside)
     │   └── StoreUnavailable       exit 1  a store could not be reached (refused, breaker open)
     │       └── StoreTimeout       exit 1  it did not answer within the deadline (callers may retry smaller)
     └── PartialFailure             exit 3  the primary write/read succeeded, a secondary store is degraded
@@ -83,6 +84,13 @@ class StoreError(MemoryctlError):
     def __init__(self, store: str, message: str, *, hint: str | None = None) -> None:
         super().__init__(f"{store}: {message}", hint=hint)
         self.store = store
+
+
+class BadRecord(StoreError):
+    """The store answered that this data cannot be taken or read (a PostgreSQL data exception, a
+    Qdrant 400, a Neo4j type or constraint error): retrying the same record cannot help, so the
+    outbox sets it aside instead of letting it hold back every other delivery (memoryctl.delivery).
+    """
 
 
 class StoreUnavailable(StoreError):

@@ -1,7 +1,8 @@
 """Prometheus text exposition of what ``health`` and ``backup status`` found (textfile collector).
 
 The alert rules (templates/prometheus/memoryctl.rules.yml) are written against these names:
-``memoryctl_outbox_oldest_age_seconds``, ``memoryctl_last_run_timestamp_seconds`` /
+``memoryctl_outbox_oldest_age_seconds``, ``memoryctl_outbox_set_aside`` (rows delivery set aside
+after they failed alone), ``memoryctl_last_run_timestamp_seconds`` /
 ``memoryctl_last_run_success`` per maintenance command, ``memoryctl_reconcile_drift`` per store
 (what the last reconcile found and did not repair), and the ``memoryctl_backup_*`` family.
 """
@@ -56,6 +57,10 @@ def health_metrics(components: dict[str, dict[str, Any]]) -> list[str]:
     for target in ("vector", "graph"):
         if isinstance(outbox.get(target), dict):
             out.sample({"target": target}, float(outbox[target].get("oldest_age_s") or 0.0))
+    out.family("memoryctl_outbox_set_aside", "Outbox rows set aside after failing alone (memoryctl outbox list).")
+    for target in ("vector", "graph"):
+        if isinstance(outbox.get(target), dict):
+            out.sample({"target": target}, int(outbox[target].get("set_aside") or 0))
     last = components.get("runs", {}).get("last", {})
     out.family("memoryctl_last_run_timestamp_seconds", "Start of the last run of each maintenance command.")
     for command, run in sorted(last.items()):

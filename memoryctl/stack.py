@@ -11,7 +11,7 @@ import contextlib
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from memoryctl.config import Settings
+from memoryctl.config import Neo4jSettings, Settings
 from memoryctl.errors import MemoryctlError, StoreUnavailable
 from memoryctl.stores import names
 from memoryctl.stores.events import EventLog
@@ -22,7 +22,8 @@ from memoryctl.stores.schema import apply_schema, schema_state
 if TYPE_CHECKING:
     from memoryctl.embed import Embedder
     from memoryctl.extract import Extractor
-    from memoryctl.stores.protocols import GraphStore, VectorStore
+    from memoryctl.stores.graph_neo4j import Neo4jGraphStore
+    from memoryctl.stores.protocols import CypherReader, GraphStore, VectorStore
 
 
 class Stack:
@@ -33,6 +34,7 @@ class Stack:
         self._embedded_pg: EmbeddedPostgres | None = None
         self._vectors: VectorStore | None = None
         self._graph: GraphStore | None = None
+        self._cypher: CypherReader | None = None
         self._tried: set[str] = set()
         # Logical store names in reports: the embedded graph is SQL tables, not Neo4j.
         self.store_names = {
@@ -125,15 +127,23 @@ class Stack:
             from memoryctl.stores.graph_sql import SqlGraphStore
 
             return SqlGraphStore(self.pool)
-        from memoryctl.stores.graph_neo4j import Neo4jGraphStore
+        from memoryctl.stores.cypher_sandbox import ReadOnlyCypher
 
-        return Neo4jGraphStore(s.neo4j)
+        store = neo4j_graph(s.neo4j)
+        self._cypher = ReadOnlyCypher(store.backend)
+        return store
 
     def require_vectors(self) -> VectorStore:
         store = self.vectors()
         if store is None:
             raise StoreUnavailable(names.VECTORS, self.unavailable.get(names.VECTORS, "unavailable"))
         return store
+
+    def cypher(self) -> CypherReader | None:
+        """Caller-written read-only Cypher, on the graph this profile opened: Neo4j offers it,
+        the embedded profile's SQL graph does not (None)."""
+        self.require_graph()
+        return self._cypher
 
     def require_graph(self) -> GraphStore:
         store = self.graph()
@@ -157,3 +167,13 @@ class Stack:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def neo4j_graph(settings: Neo4jSettings) -> Neo4jGraphStore:
+    """The Neo4j graph store for ``[neo4j]``: the adapter gets its connection, not the settings."""
+    from memoryctl.stores.graph_neo4j import Neo4jGraphStore
+
+    password = settings.password.get_secret_value() if settings.password is not None else None
+    return Neo4jGraphStore(
+        settings.uri, user=settings.user, password=password, database=settings.database, timeout_s=settings.timeout_s
+    )

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from memoryctl._version import __version__
-from memoryctl.cli import backup, demo, maint, nightly, ops, query, serve, writes
+from memoryctl.cli import backup, demo, maint, nightly, ops, outbox, query, serve, writes
 from memoryctl.cli.context import Ctx
 
 app = typer.Typer(
@@ -25,6 +25,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(backup.backup_app, name="backup")
 app.add_typer(backup.restore_app, name="restore")
 app.add_typer(backup.rebuild_app, name="rebuild")
+app.add_typer(outbox.outbox_app, name="outbox")
 
 
 def _version(value: bool) -> None:

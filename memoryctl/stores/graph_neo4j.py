@@ -1,8 +1,10 @@
 """The graph in Neo4j (the cluster profile), through the official Python driver over Bolt.
 
-Semantics (origin-tracked edges, traversal rules, ordering, purge of orphan entities) are defined
-once in ``memoryctl.stores.graph_sql`` and shared with ``SqlGraphStore``; the integration tests run
-the same cases against both. This module only turns them into Cypher.
+A ``GraphBackend`` (``graph_core``): validation, write chunking, relationship assembly and paging
+are ``GraphCore``'s, the semantics (origin-tracked edges, traversal rules, ordering, purge of
+orphan entities) ``graph_semantics``'; the integration tests run the same cases against this and
+``SqlGraphStore``. This module only turns them into Cypher. Caller-written Cypher (``memoryctl
+cypher``) is not this module's: ``cypher_sandbox`` checks and runs it over ``Neo4jBackend.read``.
 
 Why the Cypher looks the way it does:
 
@@ -24,33 +26,21 @@ Why the Cypher looks the way it does:
 
 from __future__ import annotations
 
-import re
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
-from itertools import islice
 from typing import Any, TypeVar
 
 import neo4j
 from neo4j import exceptions as nx
 
-from memoryctl.config import Neo4jSettings
-from memoryctl.errors import InputError, StoreError, StoreTimeout, StoreUnavailable, UsageError
-from memoryctl.model import RELATION_TYPE_SHAPE, validate_agent_id
+from memoryctl.errors import BadRecord, InputError, StoreError, StoreTimeout, StoreUnavailable
+from memoryctl.model import RELATION_TYPE_SHAPE
 from memoryctl.stores import names
-from memoryctl.stores.graph_semantics import (
-    CheckedTraversal,
-    PreparedEdge,
-    check_ids,
-    check_page,
-    check_traversal,
-    node_ref,
-    prepare_batch,
-    relationship,
-    relationship_sort_key,
-)
-from memoryctl.stores.protocols import GraphMemory, GraphRecord, GraphTraversal
+from memoryctl.stores.graph_core import GraphCore, RelationshipRow
+from memoryctl.stores.graph_semantics import CheckedTraversal, PreparedBatch, PreparedEdge, node_ref
+from memoryctl.stores.protocols import GraphRecord
 
 T = TypeVar("T")
 # Rows (memories + the edges they declare) per write transaction. Writes cost O(rows) (see
@@ -72,20 +62,17 @@ _TERMINATED = frozenset(
         "Neo.TransientError.Transaction.LockClientStopped",
     }
 )
+# Neo4j refused the values of this write, not the store or the statement: the record is set aside
+# by delivery (memoryctl.errors.BadRecord) instead of holding back every other one.
+_DATA_ERRORS = frozenset(
+    {
+        "Neo.ClientError.Statement.TypeError",
+        "Neo.ClientError.Statement.ArgumentError",
+        "Neo.ClientError.Schema.ConstraintValidationFailed",
+    }
+)
 _ARROWS = {"out": ("-", "->"), "in": ("<-", "-"), "both": ("-", "-")}
 _REVERSED = {"out": "in", "in": "out", "both": "both"}
-_LOAD_CSV = re.compile(r"\bLOAD\s+CSV\b", re.IGNORECASE)
-# Procedures a read-only power-user query may call: those the server itself declares READ-mode
-# (``SHOW PROCEDURES``), plus ``dbms.components`` (a version probe). Community Edition has no roles,
-# and DBMS-mode procedures (``dbms.killConnections``, ``dbms.listConfig``, ``db.clearQueryCaches``,
-# ...) run even in a READ transaction, so the plan is inspected before the query runs.
-_EXTRA_PROCEDURES = frozenset({"dbms.components"})
-_READ_ONLY = (
-    "run_read runs in a read-only transaction, and this query writes "
-    "(CREATE, MERGE, DELETE, SET, REMOVE, schema or write procedures are refused)"
-)
-_WRITE_HINT = "use memoryctl's write commands to change the graph"
-_PROCEDURE_MODES = "SHOW PROCEDURES YIELD name, mode RETURN collect([name, mode]) AS modes"
 
 
 def _rel(rel_type: str) -> str:
@@ -256,58 +243,34 @@ def _origin_index_cypher(rel_type: str) -> str:
     return f"CREATE INDEX rel_origin_{rel_type.lower()} IF NOT EXISTS FOR ()-[r:{_rel(rel_type)}]-() ON (r.origin)"
 
 
-def _native(value: Any) -> Any:
-    """Driver values -> plain Python (neo4j.time -> datetime, graph objects -> dicts)."""
-    if isinstance(value, neo4j.graph.Node):
-        return {"labels": sorted(value.labels), **{k: _native(v) for k, v in value.items()}}
-    if isinstance(value, neo4j.graph.Relationship):
-        return {"type": value.type, **{k: _native(v) for k, v in value.items()}}
-    if isinstance(value, neo4j.graph.Path):
-        return {"nodes": [_native(n) for n in value.nodes], "relationships": [_native(r) for r in value.relationships]}
-    if isinstance(value, list):
-        return [_native(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _native(v) for k, v in value.items()}
-    to_native = getattr(value, "to_native", None)
-    return to_native() if callable(to_native) else value
-
-
 def _terminated(exc: Exception) -> bool:
     """Did the server end this transaction for running out of time (or an operator stop it)?"""
     code = getattr(exc, "code", None) or ""
     return code in _TERMINATED or code.endswith(("TimedOut", "Timeout"))
 
 
-def _plan_operators(plan: Any) -> Iterator[tuple[str, str]]:
-    """(operatorType, details) for every operator of an EXPLAIN plan (a dict tree from the driver)."""
-    if not isinstance(plan, dict):
-        return
-    args = plan.get("args") or {}
-    yield str(plan.get("operatorType", "")), str(args.get("Details", ""))
-    for child in plan.get("children") or ():
-        yield from _plan_operators(child)
-
-
-class Neo4jGraphStore:
-    """``GraphStore`` on Neo4j 5 (Bolt). Also offers ``run_read`` for read-only power-user Cypher."""
+class Neo4jBackend:
+    """The Cypher primitives of ``GraphBackend`` on Neo4j 5 (Bolt), and ``read``, the one place a
+    read transaction is opened (``cypher_sandbox`` runs caller-written Cypher through it)."""
 
     name = names.NEO4J
     engine = "neo4j"
     cheap_membership = True  # connected() at one hop: per candidate plus one expansion of s
+    write_rows = WRITE_ROWS
 
-    def __init__(self, settings: Neo4jSettings) -> None:
-        self._settings = settings
-        self._timeout = float(settings.timeout_s)
-        self._modes: dict[str, str] | None = None
+    def __init__(
+        self, uri: str, *, user: str = "neo4j", password: str | None, database: str = "neo4j", timeout_s: float = 5.0
+    ) -> None:
+        self.uri, self.database = uri, database
+        self.timeout = float(timeout_s)
         self._origin_indexes: set[str] = set()  # relationship types whose origin index exists
-        password = settings.password.get_secret_value() if settings.password is not None else None
         try:
-            self._driver = neo4j.GraphDatabase.driver(
-                settings.uri,
-                auth=(settings.user, password) if password is not None else None,
-                connection_timeout=self._timeout,
-                connection_acquisition_timeout=self._timeout,
-                max_transaction_retry_time=self._timeout,
+            self.driver = neo4j.GraphDatabase.driver(
+                uri,
+                auth=(user, password) if password is not None else None,
+                connection_timeout=self.timeout,
+                connection_acquisition_timeout=self.timeout,
+                max_transaction_retry_time=self.timeout,
                 max_connection_pool_size=16,
                 notifications_min_severity="OFF",
             )
@@ -320,14 +283,13 @@ class Neo4jGraphStore:
     def _errors(self, what: str) -> Iterator[None]:
         """Map driver failures onto memoryctl's errors (StoreUnavailable = degrade, not crash)."""
         hint = (
-            f"check that Neo4j is running and reachable at {self._settings.uri} "
-            "(memoryctl health; neo4j.uri / neo4j.timeout_s)"
+            f"check that Neo4j is running and reachable at {self.uri} (memoryctl health; neo4j.uri / neo4j.timeout_s)"
         )
         try:
             yield
         except (nx.ServiceUnavailable, nx.SessionExpired, nx.ConnectionPoolError, nx.TransientError) as exc:
             if _terminated(exc):
-                raise StoreTimeout(self.name, f"{what}: timed out after {self._timeout}s", hint=hint) from exc
+                raise StoreTimeout(self.name, f"{what}: timed out after {self.timeout}s", hint=hint) from exc
             raise StoreUnavailable(self.name, f"{what}: Neo4j unavailable ({exc})", hint=hint) from exc
         except nx.AuthError as exc:
             raise StoreError(
@@ -337,46 +299,35 @@ class Neo4jGraphStore:
             ) from exc
         except nx.Neo4jError as exc:
             if _terminated(exc):
-                raise StoreTimeout(self.name, f"{what}: timed out after {self._timeout}s", hint=hint) from exc
-            raise StoreError(self.name, f"{what}: {exc.code}: {exc.message}") from exc
+                raise StoreTimeout(self.name, f"{what}: timed out after {self.timeout}s", hint=hint) from exc
+            kind = BadRecord if exc.code in _DATA_ERRORS else StoreError
+            raise kind(self.name, f"{what}: {exc.code}: {exc.message}") from exc
         except nx.DriverError as exc:
             raise StoreError(self.name, f"{what}: {exc}") from exc
         except (TimeoutError, OSError) as exc:
             raise StoreUnavailable(self.name, f"{what}: {exc}", hint=hint) from exc
 
     def _session(self, mode: str = neo4j.WRITE_ACCESS) -> neo4j.Session:
-        return self._driver.session(database=self._settings.database, default_access_mode=mode)
+        return self.driver.session(database=self.database, default_access_mode=mode)
 
     def _write(self, what: str, fn: Callable[[neo4j.ManagedTransaction], T]) -> T:
         with self._errors(what), self._session() as session:
-            return session.execute_write(neo4j.unit_of_work(timeout=self._timeout)(fn))
+            return session.execute_write(neo4j.unit_of_work(timeout=self.timeout)(fn))
 
-    def _read(self, what: str, fn: Callable[[neo4j.ManagedTransaction], T]) -> T:
+    def read(self, what: str, fn: Callable[[neo4j.ManagedTransaction], T]) -> T:
+        """``fn`` in a READ transaction under the store's timeout; driver failures mapped."""
         with self._errors(what), self._session(neo4j.READ_ACCESS) as session:
-            return session.execute_read(neo4j.unit_of_work(timeout=self._timeout)(fn))
+            return session.execute_read(neo4j.unit_of_work(timeout=self.timeout)(fn))
 
-    # -- GraphStore -------------------------------------------------------------------------
+    # -- GraphBackend -----------------------------------------------------------------------
 
     def ensure_schema(self) -> None:
         """Constraints and indexes; schema commands need auto-commit transactions, one each."""
         with self._errors("ensure_schema"), self._session() as session:
             for stmt in _SCHEMA:
-                session.run(neo4j.Query(stmt, timeout=max(self._timeout, 30.0))).consume()
+                session.run(neo4j.Query(stmt, timeout=max(self.timeout, 30.0))).consume()
 
-    def upsert_memories(self, items: Sequence[GraphMemory]) -> None:
-        """Bounded transactions: at most ``WRITE_ROWS`` rows each, split further if one times out.
-
-        Every memory is written whole or not at all (its node and edges share a transaction); when
-        a call fails part-way, the memories of the transactions that committed are complete and the
-        caller's outbox still holds all of them, so delivering them again converges.
-        """
-        prepare_batch(items)  # refuse a batch with one bad item before anything is written
-        latest = list({item.id: item for item in items}.values())  # later items win, as in prepare_batch
-        for chunk in _chunks(latest, WRITE_ROWS, lambda m: 1 + len(m.mentions) + len(m.edges)):
-            self._split_on_timeout("upsert_memories", chunk, self._upsert_chunk)
-
-    def _upsert_chunk(self, items: Sequence[GraphMemory]) -> None:
-        batch = prepare_batch(items)
+    def upsert(self, batch: PreparedBatch) -> None:
         groups: dict[tuple[str, bool, bool], list[dict[str, Any]]] = {}
         remote: dict[str, set[str]] = {m["id"]: set() for m in batch.memories}
         for e in batch.edges:
@@ -415,56 +366,36 @@ class Neo4jGraphStore:
             return
         with self._errors("ensure_origin_index"), self._session() as session:
             for t in new:
-                session.run(neo4j.Query(_origin_index_cypher(t), timeout=max(self._timeout, 30.0))).consume()
+                session.run(neo4j.Query(_origin_index_cypher(t), timeout=max(self.timeout, 30.0))).consume()
                 session.run("CALL db.awaitIndex($name, 30)", name=f"rel_origin_{t.lower()}").consume()
         self._origin_indexes.update(new)
 
-    def _split_on_timeout(self, what: str, items: Sequence[T], write: Callable[[Sequence[T]], None]) -> None:
-        """Write ``items`` in one transaction; if it times out, in two halves, and so on down to one."""
-        try:
-            write(items)
-        except StoreTimeout:
-            if len(items) <= 1:
-                raise
-            half = len(items) // 2
-            self._split_on_timeout(what, items[:half], write)
-            self._split_on_timeout(what, items[half:], write)
+    def set_deleted(self, ids: Sequence[str], deleted: bool) -> None:
+        self._write(
+            "set_deleted",
+            lambda tx: tx.run(
+                "UNWIND $ids AS mid MATCH (m:Memory {id: mid}) SET m.deleted = $deleted", ids=list(ids), deleted=deleted
+            ).consume(),
+        )
 
-    def set_deleted(self, ids: Sequence[uuid.UUID], deleted: bool = True) -> None:
-        def write(keys: Sequence[str]) -> None:
-            self._write(
-                "set_deleted",
-                lambda tx: tx.run(
-                    "UNWIND $ids AS mid MATCH (m:Memory {id: mid}) SET m.deleted = $deleted",
-                    ids=list(keys),
-                    deleted=bool(deleted),
-                ).consume(),
-            )
+    def delete(self, ids: Sequence[str]) -> None:
+        keys = list(ids)
 
-        for chunk in _chunks(check_ids(ids), WRITE_ROWS, lambda _: 1):
-            self._split_on_timeout("set_deleted", chunk, write)
+        def work(tx: neo4j.ManagedTransaction) -> None:
+            old_types = [rec["t"] for rec in tx.run(_REMOTE_TYPES, ids=keys)]
+            touched = _drop_declared(tx, keys, old_types)
+            for rec in tx.run(_DELETE_MEMORIES, ids=keys):
+                touched.update(rec["near"])
+            if touched:
+                tx.run(_PURGE_ORPHANS, eids=sorted(touched)).consume()
 
-    def delete(self, ids: Sequence[uuid.UUID]) -> None:
-        def write(keys: Sequence[str]) -> None:
-            def work(tx: neo4j.ManagedTransaction) -> None:
-                old_types = [rec["t"] for rec in tx.run(_REMOTE_TYPES, ids=list(keys))]
-                touched = _drop_declared(tx, list(keys), old_types)
-                for rec in tx.run(_DELETE_MEMORIES, ids=list(keys)):
-                    touched.update(rec["near"])
-                if touched:
-                    tx.run(_PURGE_ORPHANS, eids=sorted(touched)).consume()
+        self._write("delete", work)
 
-            self._write("delete", work)
-
-        # A memory's edges go with it: weigh each by a few edges, as written.
-        for chunk in _chunks(check_ids(ids), WRITE_ROWS // 4, lambda _: 1):
-            self._split_on_timeout("delete", chunk, write)
-
-    def traverse(self, query: GraphTraversal) -> list[uuid.UUID]:
-        q = check_traversal(query)
+    def traverse(self, query: CheckedTraversal) -> list[uuid.UUID]:
+        q = query
         assert type(q.hops) is int and 1 <= q.hops <= 3
         cypher = _TRAVERSE % {
-            **self._fragments(q),
+            **_fragments(q),
             "limit": "LIMIT $limit" if q.limit is not None else "",
             "order": _ORDER[q.newest_first],
         }
@@ -483,52 +414,31 @@ class Neo4jGraphStore:
             rec = tx.run(cypher, params).single()
             return [uuid.UUID(i) for i in rec["ids"]] if rec is not None else []
 
-        return self._read("traverse", work)
+        return self.read("traverse", work)
 
-    def _fragments(self, q: CheckedTraversal) -> dict[str, Any]:
-        left, right = _ARROWS[q.direction]
-        rleft, rright = _ARROWS[_REVERSED[q.direction]]  # the same pattern written from the far end
-        return {
-            "left": left,
-            "right": right,
-            "rleft": rleft,
-            "rright": rright,
-            "types": ":" + "|".join(_rel(t) for t in q.relation_types) if q.relation_types else "",
-            "hops": q.hops,
-            "node_ok": _NODE_OK,
-        }
-
-    def fanout(self, query: GraphTraversal) -> int:
-        q = check_traversal(query)
-        cypher = _FANOUT % self._fragments(q)
+    def fanout(self, query: CheckedTraversal) -> int:
+        cypher = _FANOUT % _fragments(query)
 
         def work(tx: neo4j.ManagedTransaction) -> int:
-            rec = tx.run(cypher, {"start": q.start_key, "agent": q.agent_id}).single()
+            rec = tx.run(cypher, {"start": query.start_key, "agent": query.agent_id}).single()
             return int(rec["n"]) if rec is not None else 0
 
-        return self._read("fanout", work)
+        return self.read("fanout", work)
 
-    def near_entities(self, query: GraphTraversal) -> frozenset[str] | None:
-        q = check_traversal(query)
-        if q.hops != 1:
+    def near_entities(self, query: CheckedTraversal) -> frozenset[str] | None:
+        if query.hops != 1:
             return None
-        cypher = _NEAR_ENTITIES_1 % self._fragments(q)
+        cypher = _NEAR_ENTITIES_1 % _fragments(query)
 
         def work(tx: neo4j.ManagedTransaction) -> frozenset[str]:
-            rec = tx.run(cypher, {"start": q.start_key, "agent": q.agent_id, "eids": None}).single()
+            rec = tx.run(cypher, {"start": query.start_key, "agent": query.agent_id, "eids": None}).single()
             return frozenset(rec["near"]) if rec is not None else frozenset()
 
-        return self._read("near_entities", work)
+        return self.read("near_entities", work)
 
-    def connected(
-        self, query: GraphTraversal, ids: Sequence[uuid.UUID], *, near: frozenset[str] | None = None
-    ) -> set[uuid.UUID]:
-        q = check_traversal(query)
-        keys = check_ids(ids)
-        if not keys:
-            return set()
-        frags = self._fragments(q)
-        params: dict[str, Any] = {"start": q.start_key, "agent": q.agent_id, "ids": keys}
+    def connected(self, query: CheckedTraversal, ids: list[str], near: frozenset[str] | None) -> set[uuid.UUID]:
+        frags = _fragments(query)
+        params: dict[str, Any] = {"start": query.start_key, "agent": query.agent_id, "ids": ids}
 
         def general(tx: neo4j.ManagedTransaction) -> set[uuid.UUID]:
             rec = tx.run(_CONNECTED % frags, params).single()
@@ -548,63 +458,46 @@ class Neo4jGraphStore:
             found.update(uuid.UUID(mid) for mid, via in rest if not adjacent.isdisjoint(via))
             return found
 
-        return self._read("connected", one_hop if q.hops == 1 else general)
+        return self.read("connected", one_hop if query.hops == 1 else general)
 
-    def relationships(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
-        keys = check_ids(ids)
-        result: dict[uuid.UUID, list[dict[str, Any]]] = {uuid.UUID(k): [] for k in keys}
-        if not keys:
-            return result
+    def relationship_rows(self, ids: list[str]) -> Iterable[RelationshipRow]:
+        def work(tx: neo4j.ManagedTransaction) -> list[dict[str, Any]]:
+            return [rec.data() for rec in tx.run(_RELATIONSHIPS, ids=ids)]
+
+        for row in self.read("relationships", work):
+            other = node_ref(row["xid"])[0] if row["is_memory"] else row["key"]
+            yield row["mid"], row["type"], row["direction"], other, row["is_memory"], row["etype"], row["name"]
+
+    def page(self, agent_id: str | None, after: uuid.UUID | None, batch: int) -> list[GraphRecord]:
+        params = {"agent": agent_id, "after": str(after) if after is not None else "", "batch": batch}
 
         def work(tx: neo4j.ManagedTransaction) -> list[dict[str, Any]]:
-            return [rec.data() for rec in tx.run(_RELATIONSHIPS, ids=keys)]
+            return [
+                rec.data()
+                for rec in tx.run(
+                    "MATCH (m:Memory) WHERE m.id > $after AND m.agent_id IS NOT NULL"
+                    " AND ($agent IS NULL OR m.agent_id = $agent)"
+                    " RETURN m.id AS id, m.agent_id AS agent_id, coalesce(m.deleted, false) AS deleted"
+                    " ORDER BY m.id LIMIT $batch",
+                    params,
+                )
+            ]
 
-        for row in self._read("relationships", work):
-            other = node_ref(row["xid"])[0] if row["is_memory"] else row["key"]
-            rel = relationship(row["type"], row["direction"], other, row["is_memory"], row["etype"], row["name"])
-            result[uuid.UUID(row["mid"])].append(rel)
-        for rels in result.values():
-            rels.sort(key=relationship_sort_key)
-        return result
+        return [
+            GraphRecord(id=uuid.UUID(r["id"]), agent_id=r["agent_id"], deleted=r["deleted"])
+            for r in self.read("scroll", work)
+        ]
 
-    def scroll(self, *, agent_id: str | None = None, batch: int = 1000) -> Iterator[list[GraphRecord]]:
-        agent = check_page(agent_id, batch)
-        after = ""
-        while True:
-            params = {"agent": agent, "after": after, "batch": batch}
-
-            def work(tx: neo4j.ManagedTransaction, params: dict[str, Any] = params) -> list[dict[str, Any]]:
-                return [
-                    rec.data()
-                    for rec in tx.run(
-                        "MATCH (m:Memory) WHERE m.id > $after AND m.agent_id IS NOT NULL"
-                        " AND ($agent IS NULL OR m.agent_id = $agent)"
-                        " RETURN m.id AS id, m.agent_id AS agent_id, coalesce(m.deleted, false) AS deleted"
-                        " ORDER BY m.id LIMIT $batch",
-                        params,
-                    )
-                ]
-
-            rows = self._read("scroll", work)
-            if not rows:
-                return
-            yield [GraphRecord(id=uuid.UUID(r["id"]), agent_id=r["agent_id"], deleted=r["deleted"]) for r in rows]
-            if len(rows) < batch:
-                return
-            after = rows[-1]["id"]
-
-    def count(self, *, agent_id: str | None = None) -> int:
-        agent = validate_agent_id(agent_id) if agent_id is not None else None
-
+    def count(self, agent_id: str | None) -> int:
         def work(tx: neo4j.ManagedTransaction) -> int:
             rec = tx.run(
                 "MATCH (m:Memory) WHERE m.agent_id IS NOT NULL AND ($agent IS NULL OR m.agent_id = $agent)"
                 " RETURN count(m) AS c",
-                agent=agent,
+                agent=agent_id,
             ).single()
             return int(rec["c"]) if rec else 0
 
-        return self._read("count", work)
+        return self.read("count", work)
 
     def ping(self) -> dict[str, Any]:
         def work(tx: neo4j.ManagedTransaction) -> dict[str, Any]:
@@ -615,8 +508,8 @@ class Neo4jGraphStore:
             ent = tx.run("MATCH (e:Entity) RETURN count(e) AS c").single()
             return {
                 "engine": self.engine,
-                "uri": self._settings.uri,
-                "database": self._settings.database,
+                "uri": self.uri,
+                "database": self.database,
                 "name": comp["name"] if comp else None,
                 "version": (comp["versions"] or [None])[0] if comp else None,
                 "edition": comp["edition"] if comp else None,
@@ -625,89 +518,36 @@ class Neo4jGraphStore:
             }
 
         with self._errors("ping"):
-            self._driver.verify_connectivity()
-        return self._read("ping", work)
+            self.driver.verify_connectivity()
+        return self.read("ping", work)
 
     def close(self) -> None:
-        self._driver.close()
+        self.driver.close()
 
-    # -- power users ------------------------------------------------------------------------
 
-    def _procedure_modes(self) -> dict[str, str]:
-        """Every procedure's mode as the server declares it, asked once (it changes with the server only)."""
-        if self._modes is None:
-            rec = self._read("procedures", lambda tx: tx.run(_PROCEDURE_MODES).single())
-            self._modes = {str(name): str(mode) for name, mode in (rec["modes"] if rec is not None else [])}
-        return self._modes
+class Neo4jGraphStore(GraphCore):
+    """``GraphStore`` on Neo4j 5 (Bolt): ``GraphCore`` over a ``Neo4jBackend``."""
 
-    def run_read(
-        self,
-        cypher: str,
-        params: dict[str, Any] | None = None,
-        agent_id: str | None = None,
-        *,
-        limit: int = 1000,
-    ) -> list[dict[str, Any]]:
-        """Run caller-written Cypher in a READ transaction and return at most ``limit`` rows.
+    backend: Neo4jBackend
 
-        The server refuses every write (CREATE, MERGE, DELETE, SET, REMOVE, schema commands, write
-        procedures) in a read transaction; that refusal is reported as a ``UsageError`` saying so.
-        Because Community Edition has no roles, the plan is checked first (``EXPLAIN``) and
-        ``LOAD CSV`` and DBMS procedures other than ``dbms.components`` are refused too.
-        With ``agent_id`` the query gets ``$agent_id`` and must use it (scoping is the caller's
-        Cypher, so at least make forgetting it an error).
-        """
-        if not isinstance(cypher, str) or not cypher.strip():
-            raise UsageError("empty Cypher query")
-        bound: dict[str, Any] = dict(params or {})
-        if not all(isinstance(k, str) for k in bound):
-            raise UsageError("Cypher parameter names must be strings")
-        if agent_id is not None:
-            agent = validate_agent_id(agent_id)
-            if bound.get("agent_id", agent) != agent:
-                raise UsageError("params['agent_id'] differs from the agent the query is scoped to")
-            if "$agent_id" not in cypher:
-                raise UsageError(
-                    "this query is scoped to an agent but does not use $agent_id",
-                    hint="filter with e.g. WHERE m.agent_id = $agent_id",
-                )
-            bound["agent_id"] = agent
-        if type(limit) is not int or limit < 1:
-            raise UsageError(f"limit must be a positive integer, not {limit!r}")
-        if _LOAD_CSV.search(cypher):
-            raise UsageError("LOAD CSV is not allowed in read-only queries")
+    def __init__(
+        self, uri: str, *, user: str = "neo4j", password: str | None, database: str = "neo4j", timeout_s: float = 5.0
+    ) -> None:
+        super().__init__(Neo4jBackend(uri, user=user, password=password, database=database, timeout_s=timeout_s))
 
-        def work(tx: neo4j.ManagedTransaction) -> list[dict[str, Any]]:
-            plan = tx.run("EXPLAIN " + cypher, bound).consume().plan
-            for op, details in _plan_operators(plan):
-                if "LoadCSV" in op:
-                    raise UsageError("LOAD CSV is not allowed in read-only queries")
-                if "ProcedureCall" not in op:
-                    continue
-                name = details.split("(")[0].strip().replace("`", "")
-                mode = "READ" if name in _EXTRA_PROCEDURES else self._procedure_modes().get(name)
-                if mode in ("WRITE", "SCHEMA"):
-                    raise UsageError(f"write refused: {_READ_ONLY} ({name} is a {mode} procedure)", hint=_WRITE_HINT)
-                if mode != "READ":
-                    raise UsageError(
-                        f"procedure call {name!r} is not allowed in read-only queries",
-                        hint="READ-mode procedures (SHOW PROCEDURES) and dbms.components are allowed",
-                    )
-            result = tx.run(cypher, bound)
-            return [{k: _native(rec[k]) for k in rec.keys()} for rec in islice(result, limit)]
 
-        try:
-            return self._read("run_read", work)
-        except StoreError as exc:
-            cause = exc.__cause__
-            code = getattr(cause, "code", "") or ""
-            if code == "Neo.ClientError.Statement.AccessMode":
-                raise UsageError(
-                    f"write refused: {_READ_ONLY}: {getattr(cause, 'message', '')}", hint=_WRITE_HINT
-                ) from cause
-            if code.startswith(("Neo.ClientError.Statement.", "Neo.ClientError.Procedure.", "Neo.ClientError.Schema.")):
-                raise UsageError(f"Cypher rejected: {code}: {getattr(cause, 'message', '')}") from cause
-            raise
+def _fragments(q: CheckedTraversal) -> dict[str, Any]:
+    left, right = _ARROWS[q.direction]
+    rleft, rright = _ARROWS[_REVERSED[q.direction]]  # the same pattern written from the far end
+    return {
+        "left": left,
+        "right": right,
+        "rleft": rleft,
+        "rright": rright,
+        "types": ":" + "|".join(_rel(t) for t in q.relation_types) if q.relation_types else "",
+        "hops": q.hops,
+        "node_ok": _NODE_OK,
+    }
 
 
 def _drop_declared(tx: neo4j.ManagedTransaction, ids: list[str], old_types: Sequence[str]) -> set[str]:
@@ -736,17 +576,4 @@ def _create_edges_cypher(rel_type: str, src_is_memory: bool, dst_is_memory: bool
     )
 
 
-def _chunks(items: Sequence[T], budget: int, weight: Callable[[T], int]) -> Iterator[Sequence[T]]:
-    """Consecutive runs of ``items`` whose weights add up to at most ``budget`` (at least one item each)."""
-    lo, used = 0, 0
-    for i, item in enumerate(items):
-        w = weight(item)
-        if i > lo and used + w > budget:
-            yield items[lo:i]
-            lo, used = i, 0
-        used += w
-    if lo < len(items):
-        yield items[lo:]
-
-
-__all__ = ["Neo4jGraphStore"]
+__all__ = ["Neo4jBackend", "Neo4jGraphStore"]

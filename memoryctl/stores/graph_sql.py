@@ -6,16 +6,18 @@ DDL, datetimes) or do not install on Python 3.11. The structured graph filter is
 entity, whitelisted relation types, 1-3 hops, a direction, an agent -- so it compiles exactly to a
 recursive CTE over two node tables and one edge table in the PostgreSQL we already run. The
 integration tests run the same cases against this and ``Neo4jGraphStore``; what both must
-agree on is defined in ``graph_semantics``.
+agree on is defined in ``graph_semantics``, and everything but the SQL is ``GraphCore``'s
+(``graph_core``: validation, relationship assembly, paging).
 
 Every identifier in the SQL is a constant or a ``psycopg.sql.Identifier``; every value is bound.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 import psycopg
@@ -24,19 +26,11 @@ from psycopg import sql
 from psycopg.rows import tuple_row
 
 from memoryctl.errors import InputError, StoreError, StoreUnavailable
-from memoryctl.model import validate_agent_id
 from memoryctl.stores import names
-from memoryctl.stores.graph_semantics import (
-    check_ids,
-    check_page,
-    check_traversal,
-    node_ref,
-    prepare_batch,
-    relationship,
-    relationship_sort_key,
-)
+from memoryctl.stores.graph_core import GraphCore, RelationshipRow
+from memoryctl.stores.graph_semantics import CheckedTraversal, PreparedBatch, node_ref
 from memoryctl.stores.pg import set_local_timeout
-from memoryctl.stores.protocols import GraphMemory, GraphRecord, GraphTraversal
+from memoryctl.stores.protocols import GraphRecord
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -117,12 +111,13 @@ GROUP BY id, created_at ORDER BY {order}
 _ORDER = {False: "min(d), id", True: "created_at DESC, id"}
 
 
-class SqlGraphStore:
-    """``GraphStore`` over node/edge tables in PostgreSQL (the embedded profile's graph)."""
+class SqlGraphBackend:
+    """The SQL primitives of ``GraphBackend`` over node/edge tables in PostgreSQL."""
 
     name = names.SQL_GRAPH
     engine = "postgres-sql"
     cheap_membership = False  # see connected()
+    write_rows = None  # one transaction per call: PostgreSQL holds a batch's rows without trouble
 
     def __init__(
         self,
@@ -173,10 +168,7 @@ class SqlGraphStore:
 
         self._run(work)
 
-    def upsert_memories(self, items: Sequence[GraphMemory]) -> None:
-        batch = prepare_batch(items)
-        if not batch.memories:
-            return
+    def upsert(self, batch: PreparedBatch) -> None:
         ents, mems, edges = batch.entities, batch.memories, batch.edges
 
         def work(cur: psycopg.Cursor[Any]) -> None:
@@ -244,20 +236,16 @@ class SqlGraphStore:
                 (sorted(keys),),
             )
 
-    def set_deleted(self, ids: Sequence[uuid.UUID], deleted: bool = True) -> None:
-        keys = check_ids(ids)
-        if keys:
-            self._run(
-                lambda cur: cur.execute(
-                    self._q("UPDATE {s}.graph_memories SET deleted = %s WHERE id = ANY(%s::uuid[])"),
-                    (bool(deleted), keys),
-                )
+    def set_deleted(self, ids: Sequence[str], deleted: bool) -> None:
+        self._run(
+            lambda cur: cur.execute(
+                self._q("UPDATE {s}.graph_memories SET deleted = %s WHERE id = ANY(%s::uuid[])"),
+                (deleted, list(ids)),
             )
+        )
 
-    def delete(self, ids: Sequence[uuid.UUID]) -> None:
-        keys = check_ids(ids)
-        if not keys:
-            return
+    def delete(self, ids: Sequence[str]) -> None:
+        keys = list(ids)
 
         def work(cur: psycopg.Cursor[Any]) -> None:
             cur.execute(
@@ -273,8 +261,8 @@ class SqlGraphStore:
 
         self._run(work)
 
-    def traverse(self, query: GraphTraversal) -> list[uuid.UUID]:
-        q = check_traversal(query)
+    def traverse(self, query: CheckedTraversal) -> list[uuid.UUID]:
+        q = query
         assert q.direction in _STEP  # the step fragment is picked by a validated key
         text = _TRAVERSE + (" LIMIT %(limit)s" if q.limit is not None else "")
         stmt = sql.SQL(text).format(
@@ -298,8 +286,8 @@ class SqlGraphStore:
 
         return cast(list[uuid.UUID], self._run(work))
 
-    def fanout(self, query: GraphTraversal) -> int:
-        q = check_traversal(query)
+    def fanout(self, query: CheckedTraversal) -> int:
+        q = query
         assert q.direction in _STEP
         side = {"out": "g.src = s.key", "in": "g.dst = s.key", "both": "(g.src = s.key OR g.dst = s.key)"}[q.direction]
         stmt = self._q(
@@ -319,34 +307,17 @@ class SqlGraphStore:
 
         return cast(int, self._run(work))
 
-    def near_entities(self, query: GraphTraversal) -> frozenset[str] | None:
+    def near_entities(self, query: CheckedTraversal) -> frozenset[str] | None:
         return None  # connected() does not use it here
 
-    def connected(
-        self, query: GraphTraversal, ids: Sequence[uuid.UUID], *, near: frozenset[str] | None = None
-    ) -> set[uuid.UUID]:
+    def connected(self, query: CheckedTraversal, ids: list[str], near: frozenset[str] | None) -> set[uuid.UUID]:
         """Here by intersection with the full traversal: correct, not cheap (a recursive CTE walks
         forward from the start anyway). The planner asks ``fanout`` first and this store's
         ``cheap_membership`` is False, so the engine keeps the graph-first plan on it."""
-        wanted = set(ids)
-        check_ids(list(wanted))
-        if not wanted:
-            return set()
-        full = GraphTraversal(
-            agent_id=query.agent_id,
-            start_key=query.start_key,
-            relation_types=query.relation_types,
-            hops=query.hops,
-            direction=query.direction,
-            limit=None,
-        )
-        return wanted.intersection(self.traverse(full))
+        full = dataclasses.replace(query, limit=None, created_from=None, created_to=None, newest_first=False)
+        return {uuid.UUID(i) for i in ids}.intersection(self.traverse(full))
 
-    def relationships(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
-        keys = check_ids(ids)
-        result: dict[uuid.UUID, list[dict[str, Any]]] = {uuid.UUID(k): [] for k in keys}
-        if not keys:
-            return result
+    def relationship_rows(self, ids: list[str]) -> Iterable[RelationshipRow]:
         stmt = self._q(
             """
             WITH rel AS (
@@ -365,47 +336,29 @@ class SqlGraphStore:
         )
 
         def work(cur: psycopg.Cursor[Any]) -> list[tuple[Any, ...]]:
-            cur.execute(stmt, {"ids": keys})
+            cur.execute(stmt, {"ids": ids})
             return cur.fetchall()
 
         for me, rtype, direction, other, etype, ename, _mem in self._run(work):
             other_id, other_is_memory = node_ref(other)  # a memory, or one referenced before its upsert arrived
-            result[uuid.UUID(me)].append(relationship(rtype, direction, other_id, other_is_memory, etype, ename))
-        for rels in result.values():
-            rels.sort(key=relationship_sort_key)
-        return result
+            yield me, rtype, direction, other_id, other_is_memory, etype, ename
 
-    def scroll(self, *, agent_id: str | None = None, batch: int = 1000) -> Iterator[list[GraphRecord]]:
-        agent = check_page(agent_id, batch)
+    def page(self, agent_id: str | None, after: uuid.UUID | None, batch: int) -> list[GraphRecord]:
         # Two statements, not "(%(after)s IS NULL OR id > %(after)s)": see records.keyset_after.
-        first, rest = (
-            self._q(
-                "SELECT id, agent_id, deleted FROM {s}.graph_memories"  # noqa: S608 - constant fragments
-                " WHERE (%(agent)s::text IS NULL OR agent_id = %(agent)s)" + bound + " ORDER BY id LIMIT %(batch)s"
-            )
-            for bound in ("", " AND id > %(after)s")
+        bound = "" if after is None else " AND id > %(after)s"
+        stmt = self._q(
+            "SELECT id, agent_id, deleted FROM {s}.graph_memories"  # noqa: S608 - constant fragments
+            " WHERE (%(agent)s::text IS NULL OR agent_id = %(agent)s)" + bound + " ORDER BY id LIMIT %(batch)s"
         )
-        after: uuid.UUID | None = None
-        while True:
-            params = {"agent": agent, "after": after, "batch": batch}
-            stmt = first if after is None else rest
 
-            def work(
-                cur: psycopg.Cursor[Any], params: dict[str, Any] = params, stmt: sql.Composed = stmt
-            ) -> list[tuple[Any, ...]]:
-                cur.execute(stmt, params)
-                return cur.fetchall()
+        def work(cur: psycopg.Cursor[Any]) -> list[tuple[Any, ...]]:
+            cur.execute(stmt, {"agent": agent_id, "after": after, "batch": batch})
+            return cur.fetchall()
 
-            rows = self._run(work)
-            if not rows:
-                return
-            yield [GraphRecord(id=r[0], agent_id=r[1], deleted=r[2]) for r in rows]
-            if len(rows) < batch:
-                return
-            after = rows[-1][0]
+        return [GraphRecord(id=r[0], agent_id=r[1], deleted=r[2]) for r in self._run(work)]
 
-    def count(self, *, agent_id: str | None = None) -> int:
-        agent = validate_agent_id(agent_id) if agent_id is not None else None
+    def count(self, agent_id: str | None) -> int:
+        agent = agent_id
 
         def work(cur: psycopg.Cursor[Any]) -> int:
             cur.execute(
@@ -442,3 +395,15 @@ class SqlGraphStore:
 
     def close(self) -> None:
         """The pool belongs to the caller (it is shared with the record store); nothing to close."""
+
+
+class SqlGraphStore(GraphCore):
+    """``GraphStore`` over node/edge tables in PostgreSQL (the embedded profile's graph):
+    ``GraphCore`` over a ``SqlGraphBackend``."""
+
+    backend: SqlGraphBackend
+
+    def __init__(
+        self, pool: psycopg_pool.ConnectionPool[Any], *, schema: str | None = None, timeout_s: float = 5.0
+    ) -> None:
+        super().__init__(SqlGraphBackend(pool, schema=schema, timeout_s=timeout_s))

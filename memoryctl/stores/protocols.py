@@ -7,7 +7,9 @@ ops commands must not know which one they hold:
   ``EdgeVectorStore`` (Qdrant Edge, the Rust engine in-process, for the embedded profile and the
   benchmarks).
 - ``GraphStore``: ``Neo4jGraphStore`` (Bolt, Cypher) and ``SqlGraphStore`` (node/edge tables in the
-  embedded PostgreSQL, traversals compiled to recursive SQL).
+  embedded PostgreSQL, traversals compiled to recursive SQL), both ``GraphCore`` over an engine's
+  ``GraphBackend`` (``graph_core``), as both vector stores are ``VectorCore`` over a backend.
+- ``CypherReader``: caller-written read-only Cypher, on Neo4j only (``cypher_sandbox``).
 
 Every call may raise ``StoreUnavailable`` (could not reach it in time) or ``StoreError``.
 """
@@ -233,11 +235,27 @@ class GraphRecord:
     deleted: bool
 
 
-@runtime_checkable
-class GraphStore(Protocol):
-    name: str  # "neo4j" in reports, whichever implementation
-    cheap_membership: bool  # connected() at one hop costs per candidate, not per reachable memory
+class GraphIdentity(Protocol):
+    """What a graph store, and each engine's backend under it, says about itself."""
 
+    @property
+    def name(self) -> str:
+        """The graph's name in reports: "neo4j" (the cluster profile), "graph" (the embedded one)."""
+        ...
+
+    @property
+    def engine(self) -> str:
+        """Which engine implements it ("neo4j", "postgres-sql"), for ``ping`` and messages."""
+        ...
+
+    @property
+    def cheap_membership(self) -> bool:
+        """connected() at one hop costs per candidate, not per reachable memory."""
+        ...
+
+
+@runtime_checkable
+class GraphStore(GraphIdentity, Protocol):
     def ensure_schema(self) -> None: ...
 
     def upsert_memories(self, items: Sequence[GraphMemory]) -> None:
@@ -296,3 +314,15 @@ class GraphStore(Protocol):
     def ping(self) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
+
+
+class CypherReader(Protocol):
+    """Caller-written Cypher, read-only (``memoryctl cypher``; ``stores.cypher_sandbox``). Only a
+    Neo4j graph offers one; every refusal is a ``UsageError`` saying what was refused."""
+
+    def run_read(
+        self, cypher: str, params: dict[str, Any] | None = None, agent_id: str | None = None, *, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        """At most ``limit`` rows of ``cypher`` run in a read transaction; with ``agent_id`` the query
+        gets ``$agent_id`` bound and must use it."""
+        ...

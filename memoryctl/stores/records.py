@@ -334,23 +334,44 @@ class RecordStore:
                 (error[:2000], [i.id for i in items]),
             )
 
+    def set_aside(self, failed: Sequence[tuple[OutboxItem, str]]) -> None:
+        """Take rows out of the queue, each with the error it failed with alone (``memoryctl.delivery``).
+
+        A row set aside is an outbox row due at ``infinity``: never claimed, not counted as
+        pending, listed by ``set_aside_rows`` and put back (``retry_set_aside``) or dropped
+        (``drop_set_aside``) by the operator -- kept, never lost, and holding nothing back.
+        """
+        if not failed:
+            return
+        with pg_errors(), self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            cur.executemany(
+                "UPDATE outbox SET attempts = attempts + 1, last_error = %s, next_attempt_at = 'infinity'"
+                " WHERE id = %s",
+                [(error[:2000], item.id) for item, error in failed],
+            )
+
     def outbox_stats(self) -> dict[str, dict[str, Any]]:
         with pg_errors(), self.pool.connection() as conn:
             rows = conn.execute(
-                "SELECT target, count(*) AS pending, min(created_at) AS oldest, max(attempts) AS max_attempts,"
-                " (array_agg(last_error ORDER BY id DESC) FILTER (WHERE last_error IS NOT NULL))[1] AS last_error"
-                " FROM outbox GROUP BY target"
+                "SELECT target, count(*) FILTER (WHERE NOT aside) AS pending, min(created_at) FILTER (WHERE NOT aside)"
+                " AS oldest, max(attempts) FILTER (WHERE NOT aside) AS max_attempts,"
+                " (array_agg(last_error ORDER BY id DESC) FILTER (WHERE last_error IS NOT NULL AND NOT aside))[1]"
+                " AS last_error, count(*) FILTER (WHERE aside) AS set_aside,"
+                " (array_agg(last_error ORDER BY id DESC) FILTER (WHERE aside))[1] AS set_aside_error"
+                " FROM (SELECT *, next_attempt_at = 'infinity' AS aside FROM outbox) AS o GROUP BY target"
             ).fetchall()
-        stats = {t: {"pending": 0, "oldest": None, "max_attempts": 0, "last_error": None} for t in TARGETS}
+        keys = ("pending", "oldest", "max_attempts", "last_error", "set_aside", "set_aside_error")
+        stats = {t: dict.fromkeys(keys) | {"pending": 0, "max_attempts": 0, "set_aside": 0} for t in TARGETS}
         for r in rows:
-            stats[r["target"]] = {k: r[k] for k in ("pending", "oldest", "max_attempts", "last_error")}
+            stats[r["target"]] = {k: r[k] if r[k] is not None else stats[r["target"]][k] for k in keys}
         return stats
 
     def pending_count(self, memory_ids: Sequence[uuid.UUID] | None = None) -> dict[str, int]:
+        """Memories awaiting delivery per target (rows set aside are not awaiting anything)."""
         with pg_errors(), self.pool.connection() as conn:
             rows = conn.execute(
-                "SELECT target, count(DISTINCT memory_id) AS n FROM outbox"
-                " WHERE (%s::uuid[] IS NULL OR memory_id = ANY(%s)) GROUP BY target",
+                "SELECT target, count(DISTINCT memory_id) AS n FROM outbox WHERE next_attempt_at <> 'infinity'"
+                " AND (%s::uuid[] IS NULL OR memory_id = ANY(%s)) GROUP BY target",
                 (
                     list(memory_ids) if memory_ids is not None else None,
                     list(memory_ids) if memory_ids is not None else None,
@@ -358,10 +379,47 @@ class RecordStore:
             ).fetchall()
         return {r["target"]: int(r["n"]) for r in rows}
 
-    def retry_now(self) -> None:
-        """Make deferred rows due immediately (``sync`` run by an operator should not wait)."""
+    def retry_now(self, targets: Sequence[str] = TARGETS) -> None:
+        """Make deferred rows due immediately (``sync`` run by an operator should not wait); rows
+        set aside stay aside (``retry_set_aside`` puts them back)."""
         with pg_errors(), self.pool.connection() as conn, conn.transaction():
-            conn.execute("UPDATE outbox SET next_attempt_at = now() WHERE next_attempt_at > now()")
+            conn.execute(
+                "UPDATE outbox SET next_attempt_at = now() WHERE next_attempt_at > now()"
+                " AND next_attempt_at <> 'infinity' AND target = ANY(%s)",
+                (list(targets),),
+            )
+
+    def set_aside_rows(self, *, limit: int = 1000) -> list[dict[str, Any]]:
+        """The rows set aside, oldest first: what failed to be delivered where, and why."""
+        with pg_errors(), self.pool.connection() as conn:
+            return list(
+                conn.execute(
+                    "SELECT o.id, o.memory_id, m.agent_id, o.target, o.op, o.attempts, o.last_error, o.created_at"
+                    " FROM outbox AS o LEFT JOIN memories AS m ON m.id = o.memory_id"
+                    " WHERE o.next_attempt_at = 'infinity' ORDER BY o.id LIMIT %s",
+                    (limit,),
+                )
+            )
+
+    def retry_set_aside(self, ids: Sequence[int] | None = None) -> int:
+        """Put rows set aside (all, or these outbox ids) back in the queue, due now."""
+        with pg_errors(), self.pool.connection() as conn, conn.transaction():
+            cur = conn.execute(
+                "UPDATE outbox SET next_attempt_at = now(), attempts = 0 WHERE next_attempt_at = 'infinity'"
+                " AND (%s::bigint[] IS NULL OR id = ANY(%s))",
+                (_ids(ids), _ids(ids)),
+            )
+            return cur.rowcount
+
+    def drop_set_aside(self, ids: Sequence[int] | None = None) -> int:
+        """Delete rows set aside (all, or these outbox ids): that store will not get them (reconcile
+        then reports the memory as missing there)."""
+        with pg_errors(), self.pool.connection() as conn, conn.transaction():
+            cur = conn.execute(
+                "DELETE FROM outbox WHERE next_attempt_at = 'infinity' AND (%s::bigint[] IS NULL OR id = ANY(%s))",
+                (_ids(ids), _ids(ids)),
+            )
+            return cur.rowcount
 
     def enqueue(self, ids: Sequence[uuid.UUID], op: str = "upsert") -> None:
         with pg_errors(), self.pool.connection() as conn, conn.transaction():
@@ -425,6 +483,10 @@ class RunLog:
                 " FROM maintenance_runs ORDER BY command, started_at DESC"
             ).fetchall()
         return {r["command"]: r for r in rows}
+
+
+def _ids(ids: Sequence[int] | None) -> list[int] | None:
+    return None if ids is None else list(ids)
 
 
 def as_datetime(value: Any) -> datetime | None:

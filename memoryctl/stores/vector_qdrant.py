@@ -24,7 +24,7 @@ from qdrant_client import models as qm
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from memoryctl.config import QdrantSettings
-from memoryctl.errors import InputError, StoreError, StoreUnavailable
+from memoryctl.errors import BadRecord, InputError, StoreError, StoreUnavailable
 from memoryctl.stores import vector_filter as vf
 from memoryctl.stores.protocols import EmbeddingModelInfo, VectorHit, VectorPoint, VectorRecord
 from memoryctl.stores.vector_core import (
@@ -143,7 +143,8 @@ class QdrantBackend:
                 raise StoreUnavailable(STORE, f"{op}: {exc}", hint="Qdrant is overloaded or restarting") from exc
             else:
                 hint = None
-            raise StoreError(STORE, f"{op}: HTTP {exc.status_code}: {exc.content!r}"[:500], hint=hint) from exc
+            kind = BadRecord if exc.status_code in (400, 422) else StoreError  # the request's data
+            raise kind(STORE, f"{op}: HTTP {exc.status_code}: {exc.content!r}"[:500], hint=hint) from exc
         except Exception as exc:
             raise StoreError(STORE, f"{op}: {type(exc).__name__}: {exc}"[:500]) from exc
 

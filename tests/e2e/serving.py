@@ -11,10 +11,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -59,6 +61,24 @@ class Served:
             return status, head, json.loads(raw)
         except ValueError:
             return status, head, raw
+
+
+@contextlib.contextmanager
+def embedded_home(prefix: str) -> Iterator[Path]:
+    """A configuration file for the embedded profile (``hash`` embedder, no extractor) in a fresh
+    directory outside pytest's 0700 tree (as root, the embedded PostgreSQL runs as its own user);
+    yields the file, its data directory beside it, removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    root.chmod(0o755)
+    config = root / "memoryctl.toml"
+    config.write_text(
+        f'profile = "embedded"\ndata_dir = "{root / "d"}"\ndefault_agent = "support"\n'
+        '[embedder]\nkind = "hash"\n[extractor]\nkind = "none"\n'
+    )
+    try:
+        yield config
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def free_port() -> int:

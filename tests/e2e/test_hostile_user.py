@@ -7,8 +7,6 @@ own agents and ids, so they do not see each other's memories.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,25 +14,16 @@ from pathlib import Path
 import pytest
 
 from memoryctl.cli.main import _invoke
-from tests.e2e.serving import Served, running_service
+from tests.e2e.serving import Served, embedded_home, running_service
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def home() -> Iterator[Path]:
-    """Outside pytest's 0700 tree (as root, the embedded PostgreSQL runs as its own user)."""
-    root = Path(tempfile.mkdtemp(prefix="memoryctl-hostile-user-"))
-    root.chmod(0o755)
-    config = root / "memoryctl.toml"
-    config.write_text(
-        f'profile = "embedded"\ndata_dir = "{root / "d"}"\ndefault_agent = "support"\n'
-        '[embedder]\nkind = "hash"\n[extractor]\nkind = "none"\n'
-    )
-    with pytest.MonkeyPatch.context() as mp:
+    with embedded_home("memoryctl-hostile-user-") as config, pytest.MonkeyPatch.context() as mp:
         mp.setenv("MEMORYCTL_CONFIG", str(config))
-        yield root
-    shutil.rmtree(root, ignore_errors=True)
+        yield config.parent
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,8 @@ from pydantic import SecretStr
 from memoryctl.config import Neo4jSettings
 from memoryctl.errors import InputError, StoreError, StoreUnavailable, UsageError
 from memoryctl.model import entity_key
+from memoryctl.stack import neo4j_graph
+from memoryctl.stores.cypher_sandbox import ReadOnlyCypher
 from memoryctl.stores.graph_neo4j import Neo4jGraphStore
 from memoryctl.stores.graph_sql import SqlGraphStore
 from memoryctl.stores.protocols import (
@@ -88,7 +90,7 @@ def graph_neo4j_settings() -> Neo4jSettings:
         password=SecretStr(_env("MEMORYCTL_TEST_NEO4J_PASSWORD")),
         timeout_s=10.0,
     )
-    store = Neo4jGraphStore(settings)
+    store = neo4j_graph(settings)
     try:
         store.ensure_schema()
     except StoreError as exc:
@@ -147,7 +149,7 @@ def ctx(
         return
 
     settings: Neo4jSettings = request.getfixturevalue("graph_neo4j_settings")
-    store = Neo4jGraphStore(settings)
+    store = neo4j_graph(settings)
     assert settings.password is not None
     driver = neo4j.GraphDatabase.driver(settings.uri, auth=("neo4j", settings.password.get_secret_value()))
     context = Ctx(store, prefix, None)
@@ -603,9 +605,9 @@ def test_malformed_relation_type_refused_and_nothing_written(ctx: Ctx) -> None:
 
 
 @pytest.fixture
-def neo(graph_neo4j_settings: Neo4jSettings) -> Iterator[Neo4jGraphStore]:
-    store = Neo4jGraphStore(graph_neo4j_settings)
-    yield store
+def neo(graph_neo4j_settings: Neo4jSettings) -> Iterator[ReadOnlyCypher]:
+    store = neo4j_graph(graph_neo4j_settings)
+    yield ReadOnlyCypher(store.backend)
     store.close()
 
 
@@ -621,7 +623,7 @@ def neo(graph_neo4j_settings: Neo4jSettings) -> Iterator[Neo4jGraphStore]:
         "CREATE INDEX intruder IF NOT EXISTS FOR (n:Intruder) ON (n.x)",
     ],
 )
-def test_run_read_refuses_writes(neo: Neo4jGraphStore, cypher: str) -> None:
+def test_run_read_refuses_writes(neo: ReadOnlyCypher, cypher: str) -> None:
     with pytest.raises(UsageError, match="read-only transaction"):
         neo.run_read(cypher, agent_id="agent1" if "$agent_id" in cypher else None)
 
@@ -638,7 +640,7 @@ def test_run_read_refuses_writes(neo: Neo4jGraphStore, cypher: str) -> None:
         "load   csv from 'http://127.0.0.1:1/' AS line RETURN line",
     ],
 )
-def test_run_read_refuses_dbms_procedures_and_load_csv(neo: Neo4jGraphStore, cypher: str) -> None:
+def test_run_read_refuses_dbms_procedures_and_load_csv(neo: ReadOnlyCypher, cypher: str) -> None:
     with pytest.raises(UsageError, match="not allowed in read-only queries"):
         neo.run_read(cypher)
 
@@ -647,7 +649,8 @@ def test_run_read_refuses_dbms_procedures_and_load_csv(neo: Neo4jGraphStore, cyp
 def test_run_read_reads_and_scopes(ctx: Ctx) -> None:
     assert isinstance(ctx.store, Neo4jGraphStore)  # the SQL store deliberately offers no raw queries
     w = build_world(ctx)
-    rows = ctx.store.run_read(
+    reader = ReadOnlyCypher(ctx.store.backend)
+    rows = reader.run_read(
         "MATCH (m:Memory)-[:MENTIONS]->(e:Entity) WHERE m.agent_id = $agent_id AND e.name = $name"
         " RETURN m.id AS id, m.created_at AS created, e ORDER BY id",
         {"name": "Alice"},
@@ -656,16 +659,16 @@ def test_run_read_reads_and_scopes(ctx: Ctx) -> None:
     assert [r["id"] for r in rows] == [str(w.m[1]), str(w.m[6])]
     assert rows[0]["created"] == datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
     assert rows[0]["e"]["labels"] == ["Entity"] and rows[0]["e"]["name"] == "Alice"
-    assert len(ctx.store.run_read("UNWIND range(1, 50) AS i RETURN i", limit=7)) == 7
-    assert ctx.store.run_read("CALL dbms.components() YIELD edition RETURN edition") == [{"edition": "community"}]
+    assert len(reader.run_read("UNWIND range(1, 50) AS i RETURN i", limit=7)) == 7
+    assert reader.run_read("CALL dbms.components() YIELD edition RETURN edition") == [{"edition": "community"}]
     with pytest.raises(UsageError, match=r"\$agent_id"):
-        ctx.store.run_read("MATCH (m:Memory) RETURN m.id", agent_id=w.a)
+        reader.run_read("MATCH (m:Memory) RETURN m.id", agent_id=w.a)
     with pytest.raises(UsageError, match="Cypher rejected"):
-        ctx.store.run_read("MATCH (m:Memory RETURN m")
+        reader.run_read("MATCH (m:Memory RETURN m")
 
 
 def test_neo4j_unreachable_is_store_unavailable() -> None:
-    store = Neo4jGraphStore(Neo4jSettings(uri="bolt://127.0.0.1:1", password=SecretStr("x"), timeout_s=1.0))
+    store = neo4j_graph(Neo4jSettings(uri="bolt://127.0.0.1:1", password=SecretStr("x"), timeout_s=1.0))
     try:
         with pytest.raises(StoreUnavailable) as info:
             store.count()
@@ -678,7 +681,7 @@ def test_neo4j_unreachable_is_store_unavailable() -> None:
 
 def test_neo4j_wrong_password_is_store_error_not_unavailable(graph_neo4j_settings: Neo4jSettings) -> None:
     settings = graph_neo4j_settings.model_copy(update={"password": SecretStr("definitely-wrong")})
-    store = Neo4jGraphStore(settings)
+    store = neo4j_graph(settings)
     try:
         with pytest.raises(StoreError) as info:
             store.count()
@@ -689,10 +692,12 @@ def test_neo4j_wrong_password_is_store_error_not_unavailable(graph_neo4j_setting
 
 
 def test_neo4j_transaction_timeout_is_store_unavailable(graph_neo4j_settings: Neo4jSettings) -> None:
-    store = Neo4jGraphStore(graph_neo4j_settings.model_copy(update={"timeout_s": 1.0}))
+    store = neo4j_graph(graph_neo4j_settings.model_copy(update={"timeout_s": 1.0}))
     try:
         with pytest.raises(StoreUnavailable, match="timed out"):
-            store.run_read("UNWIND range(1, 1000000000) AS i WITH i WHERE i < 0 RETURN count(i) AS c")
+            ReadOnlyCypher(store.backend).run_read(
+                "UNWIND range(1, 1000000000) AS i WITH i WHERE i < 0 RETURN count(i) AS c"
+            )
     finally:
         store.close()
 
@@ -713,7 +718,7 @@ def test_sql_unreachable_is_store_unavailable() -> None:
 def test_sql_statement_timeout_is_store_unavailable(graph_pg_pool: psycopg_pool.ConnectionPool[Any]) -> None:
     store = SqlGraphStore(graph_pg_pool, timeout_s=0.2)
     with pytest.raises(StoreUnavailable, match="timed out"):
-        store._run(lambda cur: cur.execute("SELECT pg_sleep(2)"))
+        store.backend._run(lambda cur: cur.execute("SELECT pg_sleep(2)"))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -754,7 +759,7 @@ def test_random_graphs_same_answers_on_both_engines(
 
     schema = f"gtest_{uuid.uuid4().hex[:12]}"
     sql_store = SqlGraphStore(graph_pg_pool, schema=schema, timeout_s=20.0)
-    neo_store = Neo4jGraphStore(graph_neo4j_settings)
+    neo_store = neo4j_graph(graph_neo4j_settings)
     try:
         sql_store.ensure_schema()
         for store in (sql_store, neo_store):

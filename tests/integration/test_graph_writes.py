@@ -17,8 +17,10 @@ from pydantic import SecretStr
 from memoryctl.config import Neo4jSettings
 from memoryctl.errors import StoreTimeout
 from memoryctl.model import RELATION_TYPES, entity_key
+from memoryctl.stack import neo4j_graph
 from memoryctl.stores import graph_neo4j
-from memoryctl.stores.graph_neo4j import Neo4jGraphStore, _plan_operators
+from memoryctl.stores.cypher_sandbox import plan_operators
+from memoryctl.stores.graph_neo4j import Neo4jGraphStore
 from memoryctl.stores.protocols import GraphEdge, GraphEntity, GraphMemory
 
 pytestmark = pytest.mark.integration
@@ -36,13 +38,13 @@ def _settings(timeout_s: float) -> Neo4jSettings:
 def agent() -> Iterator[str]:
     name = f"gw-{uuid.uuid4().hex[:10]}"
     yield name
-    with Neo4jGraphStore(_settings(30.0))._driver as driver, driver.session() as session:
+    with neo4j_graph(_settings(30.0)).backend.driver as driver, driver.session() as session:
         session.run("MATCH (n) WHERE n.agent_id = $a OR n.key STARTS WITH $p DETACH DELETE n", a=name, p=name).consume()
 
 
 @pytest.fixture
 def store() -> Iterator[Neo4jGraphStore]:
-    s = Neo4jGraphStore(_settings(30.0))
+    s = neo4j_graph(_settings(30.0))
     s.ensure_schema()
     yield s
     s.close()
@@ -65,7 +67,7 @@ def _memory(agent: str, i: int, *, hub: bool) -> GraphMemory:
 
 def _stored(store: Neo4jGraphStore, mid: uuid.UUID) -> tuple[bool, int]:
     """(memory node exists, edges whose origin is this memory)."""
-    with store._driver.session() as session:
+    with store.backend.driver.session() as session:
         rec = session.run(
             "OPTIONAL MATCH (m:Memory {id: $id}) "
             "RETURN m IS NOT NULL AS node, COUNT { (m)-[r]-() WHERE r.origin = $id } AS edges",
@@ -76,9 +78,9 @@ def _stored(store: Neo4jGraphStore, mid: uuid.UUID) -> tuple[bool, int]:
 
 
 def _operators(store: Neo4jGraphStore, cypher: str, **params: object) -> list[str]:
-    with store._driver.session() as session:
+    with store.backend.driver.session() as session:
         plan = session.run("EXPLAIN " + cypher, params).consume().plan
-    return [op.split("@")[0] for op, _ in _plan_operators(plan)]
+    return [op.split("@")[0] for op, _ in plan_operators(plan)]
 
 
 @pytest.mark.parametrize("ends", [(False, True), (True, False), (False, False), (True, True)])
@@ -98,7 +100,7 @@ def test_drops_use_their_index_whatever_the_statistics(store: Neo4jGraphStore) -
     # A type's origin index is created the first time a remote edge of it is written, which is
     # before any memory can record that type as one to drop (the set of types is open).
     types = {*RELATION_TYPES, "SAID", f"ATTENDED_{uuid.uuid4().hex[:6].upper()}"}
-    store._ensure_origin_indexes(types)
+    store.backend._ensure_origin_indexes(types)
     for rel_type in sorted(types):
         ops = _operators(store, graph_neo4j._drop_remote_cypher(rel_type), ids=[])
         assert "DirectedRelationshipIndexSeek" in ops, (rel_type, ops)
@@ -109,10 +111,10 @@ def test_drops_use_their_index_whatever_the_statistics(store: Neo4jGraphStore) -
 def test_a_large_batch_is_written_in_bounded_transactions(
     store: Neo4jGraphStore, agent: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(graph_neo4j, "WRITE_ROWS", 25)
+    monkeypatch.setattr(store.backend, "write_rows", 25)
     sizes: list[int] = []
-    chunk = store._upsert_chunk
-    monkeypatch.setattr(store, "_upsert_chunk", lambda items: (sizes.append(len(items)), chunk(items))[1])
+    upsert = store.backend.upsert
+    monkeypatch.setattr(store.backend, "upsert", lambda batch: (sizes.append(len(batch.memories)), upsert(batch))[1])
     items = [_memory(agent, i, hub=True) for i in range(60)]  # 4 rows each: node, 2 mentions, 1 edge
     store.upsert_memories(items)
     assert sizes == [6, 6, 6, 6, 6, 6, 6, 6, 6, 6]
@@ -132,8 +134,8 @@ def test_a_timed_out_write_is_split_and_nothing_is_half_written(store: Neo4jGrap
     """
     items = [_memory(agent, 0, hub=False), _memory(agent, 1, hub=False), _memory(agent, 2, hub=True)]
     store.upsert_memories([items[2]])  # the hub exists
-    short = Neo4jGraphStore(_settings(1.5))
-    blocker = store._driver.session()
+    short = neo4j_graph(_settings(1.5))
+    blocker = store.backend.driver.session()
     tx = blocker.begin_transaction()
     try:
         tx.run("MATCH (u:Entity {key: $k}) SET u.name = u.name", k=entity_key(agent, "User", "hub")).consume()

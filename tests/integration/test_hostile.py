@@ -34,6 +34,7 @@ from memoryctl.client import MemoryClient
 from memoryctl.errors import MemoryctlError
 from memoryctl.model import RELATION_TYPES, EntityRef, Memory, MemoryRef, Relation, entity_key, normalise_name
 from memoryctl.query.spec import GraphFilter, MemoryQuery, Where
+from memoryctl.stores.protocols import CypherReader
 from tests.conftest import cluster_settings, fresh_database, report_line, wipe_neo4j
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -163,9 +164,14 @@ def qdrant_state(client: MemoryClient) -> dict[str, Any]:
     return out
 
 
+def _cypher(client: MemoryClient) -> CypherReader:
+    reader = client.stack.cypher()
+    assert reader is not None  # the cluster profile: Neo4j
+    return reader
+
+
 def neo4j_state(client: MemoryClient) -> dict[str, Any]:
-    graph = client.stack.require_graph()
-    read = graph.run_read  # type: ignore[attr-defined]
+    read = _cypher(client).run_read
     return {
         "labels": read("MATCH (n) UNWIND labels(n) AS l RETURN l, count(*) AS c ORDER BY l", {}, None),
         "rels": read("MATCH ()-[r]->() RETURN type(r) AS t, count(*) AS c ORDER BY t", {}, None),
@@ -303,7 +309,7 @@ def test_hostile_values_are_stored_as_data_in_every_store(world: World, unchange
             if f in ("agent_id", "kind", "meta_key", "meta_value", "entity_type", "entity_name"):
                 tally.add("qdrant", f, v)
     # Neo4j: memory nodes, entity nodes and typed edges, read back by key.
-    read = client.stack.require_graph().run_read  # type: ignore[attr-defined]
+    read = _cypher(client).run_read
     for m in memories:
         [node] = read("MATCH (m:Memory {id: $id}) RETURN m.agent_id AS agent", {"id": str(m.id)}, None)
         assert node == {"agent": m.agent_id}
@@ -508,7 +514,7 @@ def cypher_writes(rng: random.Random) -> Iterator[tuple[str, str]]:
 
 
 def test_cypher_writes_are_refused_with_their_reason(world: World, unchanged: None) -> None:
-    read = world.client.stack.require_graph().run_read  # type: ignore[attr-defined]
+    read = _cypher(world.client).run_read
     rng = random.Random(3)
     seen: set[str] = set()
     tally = Tally()

@@ -257,6 +257,7 @@ class FakeGraph:
     """
 
     name = names.NEO4J
+    engine = "fake"
 
     def __init__(self, world: World, *, cheap_membership: bool = True, fanout: int | None = None) -> None:
         self.world, self.calls = world, Calls()

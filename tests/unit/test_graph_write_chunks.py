@@ -1,4 +1,4 @@
-"""How the Neo4j store cuts a write into transactions (the store itself: tests/integration/test_graph_writes.py)."""
+"""How the graph core cuts a write into transactions (on Neo4j: tests/integration/test_graph_writes.py)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from collections.abc import Sequence
 import pytest
 
 from memoryctl.errors import StoreTimeout
-from memoryctl.stores.graph_neo4j import Neo4jGraphStore, _chunks
+from memoryctl.stores.graph_core import chunks, split_on_timeout
 
 
 def test_chunks_respect_the_budget_and_keep_order() -> None:
     weights = [3, 3, 3, 30, 1, 1, 5]
-    chunks = [list(c) for c in _chunks(weights, 10, lambda w: w)]
-    assert chunks == [[3, 3, 3], [30], [1, 1, 5]]  # an item heavier than the budget goes alone
-    assert [w for c in chunks for w in c] == weights
-    assert list(_chunks([], 10, lambda w: w)) == []
+    cut = [list(c) for c in chunks(weights, 10, lambda w: w)]
+    assert cut == [[3, 3, 3], [30], [1, 1, 5]]  # an item heavier than the budget goes alone
+    assert [w for c in cut for w in c] == weights
+    assert list(chunks([], 10, lambda w: w)) == []
 
 
 def test_a_timeout_is_retried_in_halves_down_to_one_item() -> None:
@@ -26,10 +26,9 @@ def test_a_timeout_is_retried_in_halves_down_to_one_item() -> None:
             raise StoreTimeout("neo4j", "timed out")
         written.append(list(items))
 
-    store = object.__new__(Neo4jGraphStore)
-    store._split_on_timeout("t", list(range(10)), write)
+    split_on_timeout(list(range(10)), write)
     assert written == [[0, 1], [2, 3, 4], [5, 6], [7, 8, 9]]
     written.clear()
     with pytest.raises(StoreTimeout):
-        store._split_on_timeout("t", [11, 12, 13, 14], write)
+        split_on_timeout([11, 12, 13, 14], write)
     assert written == [[11, 12]]  # written before the item that cannot be written alone
