@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 
@@ -54,29 +54,12 @@ def adapters(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """List LoRA adapter versions of a kind, or roll the served one back to the previous version."""
-    from pathlib import Path
+    from memoryctl.ops.adapters import list_adapters, rollback_adapter
 
-    from memoryctl.lora.registry import AdapterRegistry
-
-    if kind not in ("embedding", "generation"):
-        raise InputError(f"kind must be embedding or generation, not {kind!r}")
-    which: Literal["embedding", "generation"] = "embedding" if kind == "embedding" else "generation"
     c = ctx_of(ctx)
-    ns = c.settings.nightly
-    registry = AdapterRegistry(Path(ns.adapters_dir or c.settings.data_dir / "adapters"))
     if rollback:
-        _rollback(c, registry, kind)
-    active = registry.active(which)
-    rows = [
-        {
-            "version": v.version,
-            "model_id": v.model_id,
-            "active": bool(active and v.version == active.version),
-            "created_at": str(v.manifest.get("created_at", "")),
-            "metrics": v.manifest.get("metrics", {}),
-        }
-        for v in registry.list(which)
-    ]
+        err.print(rollback_adapter(c.client.stack, kind), markup=False)
+    rows = list_adapters(c.settings, kind)
     if as_json:
         print_json(rows)
         return
@@ -88,26 +71,3 @@ def adapters(
     for r in rows:
         table.add_row(str(r["version"]), "*" if r["active"] else "", str(r["model_id"]), r["created_at"])
     out.print(table, markup=False)
-
-
-def _rollback(c: object, registry: object, kind: str) -> None:
-    from memoryctl.cli.context import Ctx
-
-    assert isinstance(c, Ctx)
-    if kind == "generation":
-        from memoryctl.lora.cycle import rollback_generation
-        from memoryctl.lora.serving import AdapterServing
-        from memoryctl.vllm import VLLMClient
-
-        vllm = c.settings.vllm
-        if not vllm.url:
-            raise InputError("rolling back a generation adapter needs [vllm] url")
-        with VLLMClient(
-            vllm.url, api_key=vllm.api_key.get_secret_value() if vllm.api_key else None, timeout_s=vllm.timeout_s
-        ) as client:
-            back = rollback_generation(registry, AdapterServing(client))  # type: ignore[arg-type]
-        err.print(f"serving {back.served_name if back else 'the base model'}", markup=False)
-        return
-    report = c.client.migrate_model("rollback")
-    registry.rollback("embedding")  # type: ignore[attr-defined]
-    err.print(f"embedding model: {report.status} → {report.target_model}", markup=False)
