@@ -16,7 +16,7 @@ Methods (every one asks the engine, scoped to the conversation's agent, top 10):
 - ``no-context``: ``default`` with ``[query] context_turns = 0``: each turn ranked alone, without
   the turns written just before it (``memoryctl/query/turns.py``);
 - ``with-names``: ``default`` with ``[query] dense_without_names = false``: the dense leg embeds the
-  whole question, the names of the entities it says included (``memoryctl/query/named.py``);
+  whole question, the names of the entities it says included (``memoryctl/query/dense_question.py``);
 - ``dense``: the vector leg alone (``--retrieval dense``), no recency;
 - ``lexical``: the lexical leg alone (PostgreSQL, ``--retrieval lexical``), no recency (these two
   keep the named-entity leg over the hydrated candidates: it is part of ranking, not a text leg);
@@ -347,7 +347,7 @@ def methods(
 
     def named(q: Question) -> list[uuid.UUID]:
         """``default`` with ``[query] dense_without_names = false``: the dense leg embeds the
-        whole question, the names of entities it says included (``memoryctl/query/named.py``)."""
+        whole question, the names of entities it says included (``memoryctl/query/dense_question.py``)."""
         with options(dense_without_names=False):
             return ask(q)
 

@@ -334,10 +334,6 @@ class MemoryClient:
         """Say whether a recalled memory was useful: the embedding adapter learns from these pairs."""
         self.stack.events.record_feedback(query_id, memory_id, useful=useful)
 
-    def store_name(self, target: str) -> str:
-        """The report name of a delivery target (``vector``, ``graph``) in this profile."""
-        return self.stack.store_names[target]
-
     def count(self, *, agent_id: str | None = None, include_deleted: bool = False) -> int:
         """Memories in PostgreSQL (soft-deleted ones too with ``include_deleted``)."""
         return self.stack.records.count(agent_id=agent_id, include_deleted=include_deleted)

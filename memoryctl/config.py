@@ -165,7 +165,7 @@ class QuerySettings(BaseModel):
     # A text ranking reads each candidate with the memories of its agent written just before it
     # (a dialogue turn with the turns it answers, query/turns.py); 0 ranks every memory alone.
     context_turns: int = Field(2, ge=0, le=8)
-    # The dense leg embeds the question without the names of entities it says (query/named.py):
+    # The dense leg embeds the question without the names of entities it says (query/dense_question.py):
     # who is named is for the entity and lexical legs to match. false embeds the whole question.
     dense_without_names: bool = True
 
@@ -234,7 +234,8 @@ class ServeSettings(BaseModel):
     workers: int = Field(8, ge=1, le=256)  # requests handled at once
     queue: int = Field(64, ge=0)  # connections waiting for a worker; beyond that: 503 + Retry-After
     max_body_mb: float = Field(64.0, gt=0)  # request body limit (JSONL imports are the large ones)
-    io_timeout_s: float = Field(30.0, gt=0)  # reading a request / writing a reply, per socket operation
+    io_timeout_s: float = Field(30.0, gt=0)  # reading a request body / writing a reply, per socket operation
+    header_timeout_s: float = Field(10.0, gt=0)  # a request's line and headers must arrive within this
 
 
 class Settings(BaseModel):

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from memoryctl.errors import MemoryctlError, StoreUnavailable
-from memoryctl.query import named
+from memoryctl.query import dense_question
 from memoryctl.query.context import QueryContext, Running
 from memoryctl.query.plan import TextSearch, Traverse
 from memoryctl.query.ports import MemoryRows, RelationalReads
@@ -61,7 +61,7 @@ class StoreCalls:
     def _vectors(self) -> VectorStore:
         store = self.stores.vectors()
         if store is None:
-            raise StoreUnavailable(names.VECTORS, self.stores.unavailable.get(names.VECTORS, "unavailable"))
+            raise StoreUnavailable(names.QDRANT, self.stores.unavailable.get(names.QDRANT, "unavailable"))
         return store
 
     def _graph(self) -> GraphStore:
@@ -197,7 +197,7 @@ class StoreCalls:
 
     def _embed(self, stage: TextSearch, embedder: Embedder) -> list[float]:
         """The question, without the names of entities it says when the stage says so
-        (``query/named.py``). Not under the store timeout: a local model's first call loads it
+        (``query/dense_question.py``). Not under the store timeout: a local model's first call loads it
         (seconds, once per process), and the http embedder enforces its own timeout and retries."""
         asked = self.q.text
         assert asked is not None
@@ -219,7 +219,7 @@ class StoreCalls:
         except MemoryctlError as exc:
             self.ctx.note(f"entity names not looked up ({exc.message}): the dense leg embedded the whole question")
             return text
-        return named.without(text, said) or text
+        return dense_question.without(text, said) or text
 
     # ---- PostgreSQL ----------------------------------------------------------------------------
     def filter(

@@ -126,7 +126,7 @@ class TextSearch:
     ``filter`` None: the where clauses contradict each other and nothing can match. With
     ``among_candidates`` the executor puts the ids the graph produced into both legs' scope.
     ``without_names``: the dense leg embeds the question without the entity names it says
-    (``query/named.py``).
+    (``query/dense_question.py``).
     """
 
     filter: VectorFilter | None

@@ -128,7 +128,7 @@ def _sources(parts: Mapping[str, float], graph_source: str) -> list[str]:
     returned the hit, the graph when the hit passed its filter."""
     sources = [names.POSTGRES]
     if "vector" in parts:
-        sources.append(names.VECTORS)
+        sources.append(names.QDRANT)
     if "graph" in parts:
         sources.append(graph_source)
     return sources

@@ -65,7 +65,7 @@ def test_recall_floors_fusion_and_the_default_is_no_decay(bench: ModuleType) -> 
     assert flat["recall@10"] > max(dense["recall@10"], lexical["recall@10"]), overall  # fusion pays
     # reading each turn with the turns before it pays, and costs no first place
     assert default["recall@10"] > alone["recall@10"] and default["hit@1"] >= alone["hit@1"], overall
-    # the dense leg judging the question without the names it says (query/named.py) pays
+    # the dense leg judging the question without the names it says (query/dense_question.py) pays
     assert default["recall@10"] > with_names["recall@10"] and default["hit@5"] > with_names["hit@5"], overall
 
 

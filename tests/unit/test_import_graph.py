@@ -116,6 +116,14 @@ def test_memoryctl_imports_no_controller_side_package_by_its_folder_name() -> No
         assert not outside, f"{name} imports {outside}"
 
 
+def test_store_adapters_take_what_they_need_not_the_settings() -> None:
+    """The stack maps the configuration onto each adapter's own arguments (memoryctl/stack.py);
+    an adapter that imported memoryctl.config would change whenever an unrelated setting does."""
+    for name, path in modules().items():
+        if name.startswith("memoryctl.stores."):
+            assert "memoryctl.config" not in set(imported(name, path)), name
+
+
 # The nightly's side of memoryctl: the only modules that import memoryctl_lora (the memoryctl-lora
 # distribution, installed where the nightly trains), and only inside functions.
 NIGHTLY_SIDE = ("memoryctl.ops.nightly", "memoryctl.ops.adapters")
