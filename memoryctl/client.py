@@ -303,7 +303,11 @@ class MemoryClient:
             recalls=self.stack.events,
             graph_name=self.stack.store_names["graph"],
             options=PlanOptions(
-                qs.vector_first_min_fanout, qs.vector_first_max_k, qs.context_turns, qs.dense_without_names
+                qs.vector_first_min_fanout,
+                qs.vector_first_max_k,
+                qs.context_turns,
+                qs.dense_without_names,
+                qs.dates_named,
             ),
         )
 
