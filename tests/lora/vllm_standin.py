@@ -8,12 +8,15 @@ client uses, with the request/response shapes and error behaviour of vLLM's ``se
 * ``GET /health`` → 200, empty body; not behind the API key (as in vLLM).
 * ``GET /v1/models`` → ``{"object": "list", "data": [...]}``: base model cards (``parent: null``)
   then one card per loaded adapter (``root`` = its path, ``parent`` = the base model).
-* ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}`` → 200 plain text
+* ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path", "load_inplace"}`` → 200 plain text
   ``Success: LoRA adapter '<name>' added successfully.``; 400 ``InvalidUserInput`` when a field is
-  missing or the name is already loaded; 404 ``NotFoundError`` "No adapter found for <path>" when
-  the directory has no ``adapter_config.json``; 400 when the adapter's rank exceeds
-  ``max_lora_rank``.
+  missing, the name is the base model's, or the name is already loaded (unless ``load_inplace``);
+  404 ``NotFoundError`` "No adapter found for <path>" when the directory has no
+  ``adapter_config.json``; 500 ``InternalServerError`` when the adapter's rank exceeds
+  ``max_lora_rank`` (the engine refuses it).
 * ``POST /v1/unload_lora_adapter`` ``{"lora_name"}`` → 200 plain text; 404 when not loaded.
+* Every LoRA answer's text is vLLM 0.33.0's, from tests/fixtures/vllm-0.33.0/lora_adapter_api.json
+  (read from vLLM's source; absolute paths in messages become ``<path>`` as vLLM's do).
 * ``POST /v1/embeddings`` ``{"model", "input"}`` → OpenAI embedding list: by default deterministic
   unit vectors derived from a hash of each input (NOT semantic — for plumbing tests only); with
   ``embed`` set (``serve --runner pooling`` below), real embeddings from that function.
@@ -42,6 +45,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +54,53 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+# vLLM 0.33.0's runtime LoRA answers, read from its source: the same table as
+# tests/fixtures/vllm-0.33.0/lora_adapter_api.json (whose README says where; test_vllm_client checks
+# they are equal). Kept here because the deploy copies this one file onto the local gpu node.
+LORA_ANSWERS: dict[str, dict[str, Any]] = {
+    "loaded": {"code": 200, "text": "Success: LoRA adapter '{name}' added successfully."},
+    "unloaded": {"code": 200, "text": "Success: LoRA adapter '{name}' removed successfully."},
+    "load_missing_field": {
+        "code": 400,
+        "type": "InvalidUserInput",
+        "message": "Both 'lora_name' and 'lora_path' must be provided.",
+    },
+    "load_base_model_name": {
+        "code": 400,
+        "type": "InvalidUserInput",
+        "message": "The lora adapter '{name}' conflicts with a served base model.",
+    },
+    "load_already_loaded": {
+        "code": 400,
+        "type": "InvalidUserInput",
+        "message": "The lora adapter '{name}' has already been loaded."
+        " If you want to load the adapter in place, set 'load_inplace' to True.",
+    },
+    "load_not_found": {
+        "code": 404,
+        "type": "NotFoundError",
+        "message": "Loading lora {name} failed: No adapter found for {path}",
+    },
+    "load_rank_too_large": {
+        "code": 500,
+        "type": "InternalServerError",
+        "message": "LoRA rank {rank} is greater than max_lora_rank {max_rank}.",
+    },
+    "unload_missing_field": {
+        "code": 400,
+        "type": "InvalidUserInput",
+        "message": "'lora_name' needs to be provided to unload a LoRA adapter.",
+    },
+    "unload_not_found": {"code": 404, "type": "NotFoundError", "message": "The lora adapter '{name}' cannot be found."},
+}
+
+
+def sanitize_message(message: str) -> str:
+    """vLLM 0.33.0's ``sanitize_message`` (entrypoints/serve/exception_handling/utils.py): error
+    messages never show absolute paths."""
+    message = re.sub(r"/(?:home|usr|opt|var|tmp|root|lib|mnt|srv)(?:/[\w.\-]+)+", "<path>", message)
+    return re.sub(r"(?:/[\w\-]+)+/[\w\-]+\.\w+", "<path>", message).strip()
 
 
 @dataclass
@@ -168,14 +219,25 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send(404, {"detail": "Not Found"})
 
+    def _answer(self, key: str, **fields: Any) -> None:
+        """vLLM 0.33.0's answer ``key`` (tests/fixtures/vllm-0.33.0/lora_adapter_api.json)."""
+        spec = LORA_ANSWERS[key]
+        if spec["code"] == 200:
+            self._send(200, spec["text"].format(**fields), "text/plain; charset=utf-8")
+        else:
+            self._error(spec["code"], sanitize_message(spec["message"].format(**fields)), spec["type"])
+
     def _load(self, body: dict[str, Any]) -> None:
         st = self.server.state
         name, path = body.get("lora_name"), body.get("lora_path")
         if not name or not path:
-            self._error(400, "Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput")
+            self._answer("load_missing_field")
             return
-        if name in st.loras:
-            self._error(400, f"The lora adapter '{name}' has already been loaded.", "InvalidUserInput")
+        if name == st.base_model:
+            self._answer("load_base_model_name", name=name)
+            return
+        if name in st.loras and not body.get("load_inplace"):
+            self._answer("load_already_loaded", name=name)
             return
         if st.fail_next_load:
             st.fail_next_load = False
@@ -183,29 +245,29 @@ class _Handler(BaseHTTPRequestHandler):
             return
         cfg = Path(path) / "adapter_config.json"
         if not cfg.is_file():
-            self._error(404, f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError")
+            self._answer("load_not_found", name=name, path=path)
             return
         rank = int(json.loads(cfg.read_text()).get("r", 0))
-        if rank > st.max_lora_rank:
-            self._error(400, f"LoRA rank {rank} is greater than max_lora_rank {st.max_lora_rank}.", "BadRequestError")
+        if rank > st.max_lora_rank:  # raised by the engine (peft_helper.validate_legal): a 500
+            self._answer("load_rank_too_large", rank=rank, max_rank=st.max_lora_rank)
             return
         st.loras[name] = path
-        self._send(200, f"Success: LoRA adapter '{name}' added successfully.", "text/plain; charset=utf-8")
+        self._answer("loaded", name=name)
 
     def _unload(self, body: dict[str, Any]) -> None:
         st = self.server.state
         name = body.get("lora_name")
         if not name:
-            self._error(400, "either 'lora_name' and 'lora_int_id' needs to be provided.", "InvalidUserInput")
+            self._answer("unload_missing_field")
             return
         if name not in st.loras:
-            self._error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
+            self._answer("unload_not_found", name=name)
             return
         if name in st.fail_unload:
             self._error(500, f"injected failure unloading {name}", "InternalServerError")
             return
         del st.loras[name]
-        self._send(200, f"Success: LoRA adapter '{name}' removed successfully.", "text/plain; charset=utf-8")
+        self._answer("unloaded", name=name)
 
     def _embeddings(self, body: dict[str, Any]) -> None:
         st = self.server.state
