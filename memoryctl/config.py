@@ -171,6 +171,9 @@ class QuerySettings(BaseModel):
     # A question that names a time ("on May 3, 2023", "last week") prefers the memories written
     # then (query/dates.py): one more leg of the relevance, a preference, never a filter.
     dates_named: bool = True
+    # A text ranking prefers the candidates whose conversation session holds other candidates that
+    # match the question too (query/sessions.py): one more leg of the relevance.
+    session_context: bool = True
 
     def half_life_for(self, agent_id: str | None) -> timedelta | None:
         """The agent's recency half-life: its own, else ``half_life``; None for "off" or none set."""
