@@ -140,6 +140,11 @@ class VllmSettings(BaseModel):
     api_key: SecretStr | None = None
     model: str = "Qwen/Qwen2.5-7B-Instruct"
     timeout_s: float = Field(30.0, gt=0)
+    # The LLM extractor names the LoRA adapter the nightly hot-loaded onto `model` (the newest one
+    # /v1/models lists with that parent; the base model when none is), looked up again at most every
+    # adapter_check_s, so a promotion or a rollback reaches every process without a restart.
+    use_served_adapter: bool = False
+    adapter_check_s: float = Field(60.0, ge=0)
 
 
 class QuerySettings(BaseModel):

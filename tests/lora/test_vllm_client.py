@@ -12,7 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from memoryctl.config import ExtractorSettings, VllmSettings
 from memoryctl.errors import StoreError, StoreUnavailable
+from memoryctl.extract import make_extractor
+from memoryctl.extract.llm import LlmExtractor
 from memoryctl.vllm import VLLMClient
 from memoryctl_lora.serving import AdapterRef, AdapterServing
 from tests.lora.vllm_standin import LORA_ANSWERS, StandinState, VLLMStandin
@@ -182,3 +185,51 @@ def test_the_standin_answers_as_vllm_0_33_does(standin: VLLMStandin, tmp_path: P
     post(unload, {}, "unload_missing_field")
     post(unload, {"lora_name": "a"}, "unloaded", name="a")
     post(unload, {"lora_name": "a"}, "unload_not_found", name="a")
+
+
+def test_the_llm_extractor_names_the_served_adapter_through_a_swap_and_rollbacks(
+    standin: VLLMStandin, serving: AdapterServing, tmp_path: Path
+) -> None:
+    """``[vllm] use_served_adapter``: requests name the adapter the nightly hot-loaded, and the
+    stand-in's answer (a Topic named after the model that answered) shows which one did."""
+    base = standin.state.base_model
+    text = "Alice restarted the payments service."
+
+    def answered_by(extractor: LlmExtractor) -> list[tuple[str, str]]:
+        out = extractor.extract(text)
+        assert out.degraded is None, out.degraded
+        return [(e.type, e.name) for e in out.entities]
+
+    llm = LlmExtractor(standin.url, base, api_key=KEY, merge_fallback=False, use_served_adapter=True, adapter_check_s=0)
+    plain = LlmExtractor(standin.url, base, api_key=KEY, merge_fallback=False)
+    assert answered_by(llm) == []  # no adapter loaded: the base model answers
+    v1, v2 = AdapterRef("gen-v1", _adapter_dir(tmp_path, "v1")), AdapterRef("gen-v2", _adapter_dir(tmp_path, "v2"))
+    serving.hot_swap(v1)
+    assert answered_by(llm) == [("Topic", "gen-v1")]
+    assert answered_by(plain) == []  # not configured: always the base model
+    serving.hot_swap(v2, previous="gen-v1")
+    assert answered_by(llm) == [("Topic", "gen-v2")]
+    serving.rollback("gen-v2", v1)
+    assert answered_by(llm) == [("Topic", "gen-v1")]
+    serving.rollback("gen-v1", None)
+    assert answered_by(llm) == []
+    llm.close()
+    plain.close()
+
+
+def test_the_served_adapter_is_looked_up_at_most_every_adapter_check_s(standin: VLLMStandin, tmp_path: Path) -> None:
+    base = standin.state.base_model
+    llm = LlmExtractor(standin.url, base, api_key=KEY, use_served_adapter=True, adapter_check_s=3600)
+    assert llm.served_model() == standin.state.base_model
+    standin.state.loras["gen-v1"] = _adapter_dir(tmp_path, "v1")
+    assert llm.served_model() == standin.state.base_model  # cached until adapter_check_s passes
+    assert [p for m, p in standin.state.requests if p == "/v1/models"] == ["/v1/models"]
+    llm.close()
+
+
+def test_make_extractor_passes_the_served_adapter_setting() -> None:
+    settings = VllmSettings(url="http://127.0.0.1:9", use_served_adapter=True, adapter_check_s=5)
+    llm = make_extractor(ExtractorSettings(kind="llm"), settings)
+    assert isinstance(llm, LlmExtractor)
+    assert (llm._use_served_adapter, llm._adapter_check_s) == (True, 5)
+    llm.close()

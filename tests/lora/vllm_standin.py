@@ -17,6 +17,10 @@ client uses, with the request/response shapes and error behaviour of vLLM's ``se
 * ``POST /v1/unload_lora_adapter`` ``{"lora_name"}`` → 200 plain text; 404 when not loaded.
 * Every LoRA answer's text is vLLM 0.33.0's, from tests/fixtures/vllm-0.33.0/lora_adapter_api.json
   (read from vLLM's source; absolute paths in messages become ``<path>`` as vLLM's do).
+* ``POST /v1/chat/completions`` ``{"model", "messages", ...}`` → a chat completion in vLLM's shape
+  whose content is an extraction naming the model that answered: nothing from the base model, one
+  ``Topic`` named after the adapter from a loaded adapter (the swap is visible); 404 ``The model
+  `x` does not exist.`` for any other name, as vLLM answers.
 * ``POST /v1/embeddings`` ``{"model", "input"}`` → OpenAI embedding list: by default deterministic
   unit vectors derived from a hash of each input (NOT semantic — for plumbing tests only); with
   ``embed`` set (``serve --runner pooling`` below), real embeddings from that function.
@@ -216,6 +220,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._unload(body)
             elif self.path == "/v1/embeddings":
                 self._embeddings(body)
+            elif self.path == "/v1/chat/completions":
+                self._chat(body)
             else:
                 self._send(404, {"detail": "Not Found"})
 
@@ -269,17 +275,40 @@ class _Handler(BaseHTTPRequestHandler):
         del st.loras[name]
         self._answer("unloaded", name=name)
 
-    def _embeddings(self, body: dict[str, Any]) -> None:
+    def _served(self, body: dict[str, Any]) -> str | None:
+        """The model a request names: the base model or a loaded adapter; otherwise vLLM's 404."""
         st = self.server.state
         model = body.get("model") or st.base_model
+        if model != st.base_model and model not in st.loras:
+            self._error(404, f"The model `{model}` does not exist.", "NotFoundError")
+            return None
+        return str(model)
+
+    def _chat(self, body: dict[str, Any]) -> None:
+        """A chat completion in vLLM 0.33.0's shape (tests/fixtures/vllm-0.33.0/chat_response.json)
+        whose answer says which model gave it: the base model extracts nothing, an adapter extracts
+        one Topic named after itself — so a test sees a hot-load (or a rollback) in what comes back."""
+        model = self._served(body)
+        if model is None:
+            return
+        entities = [] if model == self.server.state.base_model else [{"type": "Topic", "name": model}]
+        content = json.dumps({"entities": entities, "relations": []})
+        message = {"role": "assistant", "content": content, "refusal": None, "tool_calls": [], "reasoning": None}
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "stop", "stop_reason": None}
+        usage = {"prompt_tokens": 1, "total_tokens": 2, "completion_tokens": 1, "prompt_tokens_details": None}
+        answer = {"id": "chatcmpl-standin", "object": "chat.completion", "created": 0, "model": model}
+        self._send(200, {**answer, "choices": [choice], "usage": usage})
+
+    def _embeddings(self, body: dict[str, Any]) -> None:
+        st = self.server.state
         inputs = body.get("input")
         if isinstance(inputs, str):
             inputs = [inputs]
         if not isinstance(inputs, list) or not all(isinstance(t, str) for t in inputs):
             self._error(400, "input must be a string or a list of strings", "BadRequestError")
             return
-        if model != st.base_model and model not in st.loras:
-            self._error(404, f"The model `{model}` does not exist.", "NotFoundError")
+        model = self._served(body)
+        if model is None:
             return
         vectors = st.embed(inputs) if st.embed else [deterministic_vector(t, st.embedding_dim) for t in inputs]
         data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
