@@ -2,12 +2,16 @@
 
 Nothing else in memoryctl chooses an implementation. Secondary stores are opened lazily and a
 failure to open one is remembered (``unavailable``) instead of raised, so a write can still land in
-PostgreSQL and a query can still answer, degraded, when Qdrant or Neo4j is down.
+PostgreSQL and a query can still answer, degraded, when Qdrant or Neo4j is down. A store that could
+not be opened is tried again once :data:`REOPEN_AFTER_S` have passed: a resident process
+(``memoryctl serve``) that started before Neo4j did — every boot of the cluster — would otherwise
+answer degraded until it is restarted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -27,6 +31,9 @@ if TYPE_CHECKING:
     from memoryctl.stores.vector_qdrant import QdrantVectorStore
 
 
+REOPEN_AFTER_S = 15.0
+
+
 class Stack:
     def __init__(self, settings: Settings, *, auto_migrate: bool = True) -> None:
         self.settings = settings
@@ -37,6 +44,7 @@ class Stack:
         self._graph: GraphStore | None = None
         self._cypher: CypherReader | None = None
         self._tried: set[str] = set()
+        self._failed_at: dict[str, float] = {}  # when opening a secondary store last failed
         # Logical store names in reports: the embedded graph is SQL tables, not Neo4j.
         self.store_names = {
             "vector": names.QDRANT,
@@ -90,26 +98,54 @@ class Stack:
         return make_extractor(self.settings.extractor, self.settings.vllm)
 
     # ---- secondary stores (optional at run time) ----------------------------------------------
+    def _should_open(self, kind: str) -> bool:
+        """Not tried yet, or the last try failed at least REOPEN_AFTER_S ago."""
+        if kind not in self._tried:
+            return True
+        failed = self._failed_at.get(kind)
+        return failed is not None and time.monotonic() - failed >= REOPEN_AFTER_S
+
+    def _opened(self, kind: str, error: MemoryctlError | None) -> None:
+        self._tried.add(kind)
+        name = self.store_names[kind]
+        if error is None:
+            self._failed_at.pop(kind, None)
+            self.unavailable.pop(name, None)
+        else:
+            self._failed_at[kind] = time.monotonic()
+            self.unavailable[name] = error.message
+
+    @staticmethod
+    def _discard(store: VectorStore | GraphStore | None) -> None:
+        """Close a store whose opening failed half-way (its client would leak on the next try)."""
+        if store is not None:
+            with contextlib.suppress(Exception):
+                store.close()
+
     def vectors(self) -> VectorStore | None:
-        if "vector" not in self._tried:
-            self._tried.add("vector")
+        if self._should_open("vector"):
             try:
                 self._vectors = self._open_vectors()
                 self._vectors.ensure_collection(self.embedder.info)
             except MemoryctlError as exc:
-                self.unavailable[names.QDRANT] = exc.message
+                self._discard(self._vectors)
                 self._vectors = None
+                self._opened("vector", exc)
+            else:
+                self._opened("vector", None)
         return self._vectors
 
     def graph(self) -> GraphStore | None:
-        if "graph" not in self._tried:
-            self._tried.add("graph")
+        if self._should_open("graph"):
             try:
                 self._graph = self._open_graph()
                 self._graph.ensure_schema()
             except MemoryctlError as exc:
-                self.unavailable[self.store_names["graph"]] = exc.message
+                self._discard(self._graph)
                 self._graph = None
+                self._opened("graph", exc)
+            else:
+                self._opened("graph", None)
         return self._graph
 
     def _open_vectors(self) -> VectorStore:
