@@ -322,7 +322,10 @@ class Service:
         if trusted:
             return
         scheme, _, given = (header or "").partition(" ")
-        if self.token is None or scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), self.token):
+        # As bytes: compare_digest refuses str with non-ASCII characters (a TypeError, a 500: found
+        # by the hostile-client harness with `Authorization: Bearer \xab\xa1`).
+        offered = given.strip().encode("utf-8", "surrogateescape")
+        if self.token is None or scheme.lower() != "bearer" or not hmac.compare_digest(offered, self.token.encode()):
             raise HttpError(
                 401,
                 "missing or wrong bearer token",

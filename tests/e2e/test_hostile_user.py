@@ -189,3 +189,53 @@ def test_10_messages_and_exit_codes(home: Path, capsys: pytest.CaptureFixture[st
     assert json.loads(out)["invalid"][0]["error"] == "memory text must be a string, not int"
     code, _, err = cli(capsys, "get", "not-a-uuid")
     assert_user_error(code, err, "not a UUID")
+
+
+# ---- found by the hostile-client harness (tests/e2e/test_hostile_clients.py) ----------------------
+def test_harness_a_non_ascii_token_is_a_401(service: Served) -> None:
+    status, _, data = service.request("/v1/query", {"text": "x"}, token="\xab\xa1 \x86t")
+    assert status == 401 and data["error"], data
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/add", {"text": "\ud800"}),
+        ("/v1/add", {"text": "ok", "metadata": {"k": ["\udfff"]}}),
+        ("/v1/add", {"text": "ok", "entities": ["User:a\ud800"]}),
+        ("/v1/query", {"text": "\ud800"}),
+        ("/v1/query", {"text": "x", "where": ["note = '\ud800'"]}),
+        ("/v1/health", {"deadline": 9287082278146372.0}),
+        ("/v1/health", {"deadline": -1}),
+    ],
+)
+def test_harness_unpaired_surrogates_and_wild_deadlines_are_400s(
+    service: Served, path: str, body: dict[str, object]
+) -> None:
+    """An unpaired surrogate is valid JSON (``"\\ud800"``) and no store can hold it: it was a 500
+    with a traceback (UnicodeEncodeError), or a 503 from PostgreSQL's JSON parser."""
+    status, _, data = service.request(path, body)
+    assert status == 400 and data["hint"], data
+
+
+def test_harness_an_import_line_with_a_surrogate_is_a_bad_line(service: Served) -> None:
+    status, head, data = service.request("/v1/import?agent=surrogates", b'{"text": "\\ud800"}\n{"text": "fine"}\n')
+    assert status == 200 and head.get("Memoryctl-Exit-Code") == "2"
+    assert [b["line"] for b in data["invalid"]] == [1] and data["inserted"] == 1
+
+
+def test_harness_forget_is_all_or_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    """`forget KNOWN UNKNOWN` exited 1 "no memory UNKNOWN" and forgot KNOWN all the same."""
+    _, known, _ = cli(capsys, "add", "keep me", "--agent", "forget")
+    code, _, err = cli(capsys, "forget", known.strip(), str(uuid.uuid4()))
+    assert code == 1 and "no memory" in err and "nothing was forgotten" in err
+    _, out, _ = cli(capsys, "get", known.strip(), "--json")
+    assert json.loads(out)["deleted_at"] is None
+
+
+def test_harness_an_import_of_bad_lines_says_error_in_every_output_mode(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = cli(capsys, "import", str(jsonl(home / "bad-only.jsonl", {"nope": 1})), "--json")
+    assert_user_error(code, err, "invalid line")
+    assert json.loads(out)["invalid"][0]["line"] == 1
