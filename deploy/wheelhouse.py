@@ -37,7 +37,7 @@ from pyinfra.operations import files, server
 from deploy.common import component
 from deploy.settings import REPO, resolve_path
 
-SOURCES = ("pyproject.toml", "README.md", "memoryctl", "lora")  # lora/: memoryctl.lora (a symlink)
+SOURCES = ("pyproject.toml", "README.md", "memoryctl")
 STAMP = ".source-digest"
 
 

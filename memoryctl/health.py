@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memoryctl._version import __version__
 from memoryctl.errors import ExitCode, MemoryctlError
@@ -25,6 +25,11 @@ from memoryctl.stores import names
 from memoryctl.stores.pg import pg_errors
 from memoryctl.stores.schema import TimescaleStatus, latest_version, schema_state, timescale_status
 from memoryctl.wgstatus import PUBLIC_FIELDS, STALE_AFTER_S, PeerStatus, parse_public
+
+if TYPE_CHECKING:
+    from memoryctl.stores.qdrant_rest import QdrantRest
+
+PROBE_TIMEOUT_S = 1.2  # one HTTP request of a probe (health's budget is ~2 s for every component)
 
 Probe = Callable[[], dict[str, Any]]
 
@@ -176,22 +181,18 @@ def vector_probe(stack: Stack) -> dict[str, Any]:
 
 
 def qdrant_rest_probe(stack: Stack) -> dict[str, Any]:
-    """The Qdrant server probe over its REST API with httpx, without qdrant-client.
-
-    Why not the vector store adapter: importing qdrant-client (pydantic models for the whole API)
-    takes about a second on an idle 2-core node and several under load, which alone would blow the
-    2 s budget of ``health`` in a fresh process. Four small GETs say everything an operator
-    needs: version, readiness, the collection behind the alias, its model metadata and point count.
-    """
-    import httpx
+    """The Qdrant server probe over its REST API (``stores.qdrant_rest``), without qdrant-client,
+    whose import alone can take longer than the probe's budget."""
+    from memoryctl.stores.qdrant_rest import QdrantRest
 
     qs = stack.settings.qdrant
     assert qs.url is not None
-    headers = {"api-key": qs.api_key.get_secret_value()} if qs.api_key else {}
+    key = qs.api_key.get_secret_value() if qs.api_key else None
     try:
-        res, active_model = _qdrant_rest(qs.url, qs.alias, headers, min(qs.timeout_s, 1.5))
-    except (httpx.HTTPError, ValueError, KeyError, AttributeError) as exc:
-        return {"status": "down", "error": f"{qs.url}: {type(exc).__name__}: {exc}"[:300]}
+        with QdrantRest(qs.url, api_key=key, timeout_s=min(qs.timeout_s, 1.5)) as rest:
+            res, active_model = _qdrant_status(rest, qs.alias)
+    except MemoryctlError as exc:
+        return {"status": "down", "error": f"{qs.url}: {exc.message}"[:300]}
     if "error" in res:
         return res
     res["active_model"] = active_model
@@ -207,39 +208,36 @@ def qdrant_rest_probe(stack: Stack) -> dict[str, Any]:
     return res
 
 
-def _qdrant_rest(url: str, alias: str, headers: dict[str, str], timeout: float) -> tuple[dict[str, Any], str | None]:
-    import httpx
-
-    with httpx.Client(base_url=url.rstrip("/"), timeout=timeout, headers=headers) as client:
-        root = client.get("/")
-        if root.status_code in (401, 403):
-            return {"status": "down", "error": "Qdrant refused the API key (qdrant.api_key)"}, None
-        ready = client.get("/readyz")
-        aliases = client.get("/aliases").json()["result"]["aliases"]
-        res: dict[str, Any] = {
-            "engine": "qdrant",
-            "location": url,
-            "version": root.json().get("version"),
-            "ready": ready.status_code == 200,
-            "alias": alias,
-        }
-        target = next((a["collection_name"] for a in aliases if a.get("alias_name") == alias), None)
-        res["collection"] = target
-        active_model = None
-        if target is not None:
-            info = client.get(f"/collections/{target}").json()["result"]
-            meta = (info.get("config") or {}).get("metadata") or {}
-            active_model = meta.get("model_id")
-            res.update(
-                model_id=active_model,
-                dim=meta.get("dim"),
-                points=info.get("points_count"),
-                collection_status=info.get("status"),
-            )
-        peers = client.get("/cluster").json()["result"]
-        if peers.get("status") == "enabled":
-            shards = client.get(f"/collections/{target}/cluster").json()["result"] if target else None
-            res["cluster"] = qdrant_cluster_status(peers, shards, time.time())
+def _qdrant_status(rest: QdrantRest, alias: str) -> tuple[dict[str, Any], str | None]:
+    root = rest.get("/")
+    if root.status_code in (401, 403):
+        return {"status": "down", "error": "Qdrant refused the API key (qdrant.api_key)"}, None
+    ready = rest.get("/readyz")
+    aliases = rest.result("/aliases")["aliases"]
+    res: dict[str, Any] = {
+        "engine": "qdrant",
+        "location": rest.url,
+        "version": root.json().get("version"),
+        "ready": ready.status_code == 200,
+        "alias": alias,
+    }
+    target = next((a["collection_name"] for a in aliases if a.get("alias_name") == alias), None)
+    res["collection"] = target
+    active_model = None
+    if target is not None:
+        info = rest.result(f"/collections/{target}")
+        meta = (info.get("config") or {}).get("metadata") or {}
+        active_model = meta.get("model_id")
+        res.update(
+            model_id=active_model,
+            dim=meta.get("dim"),
+            points=info.get("points_count"),
+            collection_status=info.get("status"),
+        )
+    peers = rest.result("/cluster")
+    if peers.get("status") == "enabled":
+        shards = rest.result(f"/collections/{target}/cluster") if target else None
+        res["cluster"] = qdrant_cluster_status(peers, shards, time.time())
     return res, active_model
 
 
@@ -386,26 +384,26 @@ def wireguard_peers(
 
 
 def vllm_probe(stack: Stack) -> dict[str, Any]:
-    """vLLM's ``/health`` and ``/v1/models``: the base model and the LoRA adapters it has loaded."""
-    import httpx
+    """vLLM's ``/health`` and ``/v1/models``: the base model and the LoRA adapters it has loaded.
+    One attempt each within the probe's budget (``memoryctl.vllm``, retries off)."""
+    from memoryctl.http_service import Retry
+    from memoryctl.vllm import VLLMClient
 
     vs = stack.settings.vllm
     if not vs.url:
         return {"status": "disabled", "detail": "[vllm] url is not configured"}
-    headers = {"Authorization": f"Bearer {vs.api_key.get_secret_value()}"} if vs.api_key else {}
-    base = vs.url.rstrip("/")
-    try:
-        with httpx.Client(timeout=1.2, headers=headers) as client:
-            health = client.get(f"{base}/health")
-            models = client.get(f"{base}/v1/models")
-    except httpx.HTTPError as exc:
-        return {"status": "down", "error": f"cannot reach {base}: {type(exc).__name__}: {exc}"[:300]}
-    if health.status_code != 200 or models.status_code != 200:
-        return {"status": "down", "error": f"/health {health.status_code}, /v1/models {models.status_code}"}
-    data = models.json().get("data", [])
-    bases = [m["id"] for m in data if not m.get("parent")]
-    adapters = [{"id": m["id"], "base": m.get("parent")} for m in data if m.get("parent")]
-    res: dict[str, Any] = {"url": base, "models": bases, "lora_adapters": adapters}
+    key = vs.api_key.get_secret_value() if vs.api_key else None
+    with VLLMClient(vs.url, api_key=key, timeout_s=PROBE_TIMEOUT_S, retry=Retry(retries=0)) as client:
+        try:
+            healthy = client.health()
+            models = client.models()
+        except MemoryctlError as exc:
+            return {"status": "down", "error": exc.message[:300]}
+    if not healthy:
+        return {"status": "down", "error": f"{client.url}/health did not answer 200"}
+    bases = [m.id for m in models.base]
+    adapters = [{"id": a.id, "base": a.parent} for a in models.adapters]
+    res: dict[str, Any] = {"url": client.url, "models": bases, "lora_adapters": adapters}
     if vs.model not in bases:
         res.update(status="degraded", error=f"configured model {vs.model!r} is not served (serving {bases})")
     return res

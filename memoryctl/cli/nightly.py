@@ -96,15 +96,16 @@ def _rollback(c: object, registry: object, kind: str) -> None:
     assert isinstance(c, Ctx)
     if kind == "generation":
         from memoryctl.lora.cycle import rollback_generation
-        from memoryctl.lora.vllm import VLLMClient
+        from memoryctl.lora.serving import AdapterServing
+        from memoryctl.vllm import VLLMClient
 
         vllm = c.settings.vllm
         if not vllm.url:
             raise InputError("rolling back a generation adapter needs [vllm] url")
         with VLLMClient(
-            vllm.url, api_key=vllm.api_key.get_secret_value() if vllm.api_key else None, timeout=vllm.timeout_s
+            vllm.url, api_key=vllm.api_key.get_secret_value() if vllm.api_key else None, timeout_s=vllm.timeout_s
         ) as client:
-            back = rollback_generation(registry, client)  # type: ignore[arg-type]
+            back = rollback_generation(registry, AdapterServing(client))  # type: ignore[arg-type]
         err.print(f"serving {back.served_name if back else 'the base model'}", markup=False)
         return
     report = c.client.migrate_model("rollback")

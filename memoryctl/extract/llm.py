@@ -12,23 +12,24 @@ nothing from the model is ever executed or spliced into a query.
 
 Failure policy: the LLM is an enrichment, never a reason to lose or delay a write. When vLLM is
 unreachable or answers garbage, the result falls back to the rules extractor and says so in
-``Extraction.degraded``.
+``Extraction.degraded``. The request goes through memoryctl's one vLLM client (``memoryctl.vllm``:
+retries, timeouts and error mapping are its transport's).
 """
 
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from typing import Any
 
 import httpx
 
-from memoryctl.errors import ConfigError, InputError, StoreError, StoreUnavailable
+from memoryctl.errors import ConfigError, InputError, StoreError
 from memoryctl.extract.base import MAX_ENTITIES, MAX_RELATIONS, THIS_MEMORY, Extraction, Extractor
+from memoryctl.http_service import Retry
 from memoryctl.model import RELATION_TYPES, EntityRef, MemoryRef, NodeRef, Relation, normalise_name
+from memoryctl.vllm import STORE, VLLMClient
 
-STORE = "vllm"
 #: Relation types the model may propose. MENTIONS is derived from the entity list by memoryctl.
 LLM_RELATION_TYPES: tuple[str, ...] = tuple(sorted(RELATION_TYPES - {"MENTIONS"}))
 SUGGESTED_TYPES = ("User", "Person", "Organization", "Project", "Topic", "Ticket", "Document", "Place", "Tool")
@@ -80,13 +81,6 @@ SYSTEM_PROMPT = (
     + ", ".join(LLM_RELATION_TYPES)
     + ". Do not invent entities that are not in the text. Empty lists are a fine answer."
 )
-
-
-def chat_endpoint(url: str) -> str:
-    base = url.rstrip("/")
-    if base.endswith("/v1"):
-        base = base[: -len("/v1")]
-    return base + "/v1/chat/completions"
 
 
 def validate_payload(payload: Any, memory_ref: MemoryRef) -> Extraction:
@@ -181,24 +175,21 @@ class LlmExtractor:
         max_tokens: int = 1024,
         fallback: Extractor | None = None,
         merge_fallback: bool = True,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         if not url or not url.startswith(("http://", "https://")):
             raise ConfigError(
                 f"vllm.url {url!r} is not an http(s) URL",
                 hint='extractor.kind = "llm" needs vllm.url, e.g. http://10.77.0.3:8000',
             )
-        self._url = chat_endpoint(url)
+        self._vllm = VLLMClient(
+            url, api_key=api_key, timeout_s=timeout_s, retry=Retry(max(0, max_retries), backoff_s), transport=transport
+        )
+        self._url = self._vllm.url + "/v1/chat/completions"
         self._model = model
-        self._timeout_s = timeout_s
-        self._max_retries = max(0, max_retries)
-        self._backoff_s = backoff_s
         self._max_tokens = max_tokens
         self._fallback = fallback
         self._merge = merge_fallback
-        headers = {"Content-Type": "application/json"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        self._client = httpx.Client(timeout=httpx.Timeout(timeout_s), headers=headers)
 
     def request_body(self, text: str) -> dict[str, Any]:
         return {
@@ -246,37 +237,14 @@ class LlmExtractor:
 
     def _complete(self, text: str) -> str:
         """One chat completion; the assistant message content. Raises StoreError/StoreUnavailable."""
-        body = self.request_body(text)
-        last = ""
-        for attempt in range(self._max_retries + 1):
-            if attempt:
-                time.sleep(self._backoff_s * 2 ** (attempt - 1))
-            try:
-                resp = self._client.post(self._url, json=body)
-            except httpx.TimeoutException:
-                last = f"timed out after {self._timeout_s:g}s"
-                continue
-            except httpx.TransportError as exc:
-                last = f"could not connect: {exc}"
-                continue
-            if resp.status_code in (408, 429) or resp.status_code >= 500:
-                last = f"HTTP {resp.status_code}"
-                continue
-            if resp.status_code >= 400:
-                raise StoreError(
-                    STORE,
-                    f"{self._url} answered HTTP {resp.status_code}: {resp.text[:300]}",
-                    hint="check vllm.model (GET /v1/models) and vllm.api_key; structured outputs need vLLM >= 0.6",
-                )
-            try:
-                data = resp.json()
-                content = data["choices"][0]["message"]["content"]
-            except (ValueError, KeyError, IndexError, TypeError):
-                raise StoreError(STORE, f"malformed chat completion from {self._url}") from None
-            if not isinstance(content, str):
-                raise StoreError(STORE, f"chat completion from {self._url} has no text content")
-            return content
-        raise StoreUnavailable(STORE, f"{self._url} unavailable after {self._max_retries + 1} attempts: {last}")
+        data = self._vllm.chat(self.request_body(text))
+        try:
+            content = data["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise StoreError(STORE, f"malformed chat completion from {self._url}") from None
+        if not isinstance(content, str):
+            raise StoreError(STORE, f"chat completion from {self._url} has no text content")
+        return content
 
     def close(self) -> None:
-        self._client.close()
+        self._vllm.close()

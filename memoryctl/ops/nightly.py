@@ -179,12 +179,15 @@ class Nightly:
             vllm = self.settings.vllm
             if not vllm.url:
                 return "ok", {**record, "served": False, "reason": "registered; no [vllm] url to hot-load it into"}
-            from memoryctl.lora.vllm import VLLMClient
+            from memoryctl.lora.serving import AdapterServing
+            from memoryctl.vllm import VLLMClient
 
             with VLLMClient(
-                vllm.url, api_key=vllm.api_key.get_secret_value() if vllm.api_key else None, timeout=vllm.timeout_s
+                vllm.url, api_key=vllm.api_key.get_secret_value() if vllm.api_key else None, timeout_s=vllm.timeout_s
             ) as client:
-                swap = promote_generation(registry, out.version, client, path_on_server=self._server_path)
+                swap = promote_generation(
+                    registry, out.version, AdapterServing(client), path_on_server=self._server_path
+                )
             return "ok", {**record, "served": True, "swap": _plain(swap)}
 
         _step(report, "generation", step)

@@ -9,7 +9,8 @@ import pytest
 from memoryctl.lora.config import LoraTrainingConfig
 from memoryctl.lora.cycle import embedding_cycle, generation_cycle, promote_generation, rollback_generation
 from memoryctl.lora.registry import AdapterRegistry
-from memoryctl.lora.vllm import VLLMClient
+from memoryctl.lora.serving import AdapterServing
+from memoryctl.vllm import VLLMClient
 from tests.lora.conftest import Stopwatch
 from tests.lora.synthetic import embedding_rows, generation_rows
 from tests.lora.vllm_standin import StandinState, VLLMStandin
@@ -40,14 +41,15 @@ def test_generation_cycle_promote_second_run_and_rollback(tmp_path: Path, timing
     cfg = LoraTrainingConfig.for_generation(steps=60, lr=3e-2, batch_size=8, base_model_path=str(base))
     with (
         VLLMStandin(StandinState(base_model="tiny-qwen2")) as server,
-        VLLMClient(server.url, verify_attempts=2, verify_interval=0.01) as client,
+        VLLMClient(server.url) as client,
     ):
+        serving = AdapterServing(client, verify_attempts=2, verify_interval=0.01)
         with Stopwatch(timings, "cycle: generation train+gate+register"):
             first = generation_cycle(generation_rows(), registry=reg, workdir=tmp_path / "w1", config=cfg)
         assert first.status == "registered", first.reason
         assert first.version is not None and first.version.version == "v0001"
         with Stopwatch(timings, "cycle: hot swap into vLLM stand-in"):
-            promote_generation(reg, first.version, client)
+            promote_generation(reg, first.version, serving)
         assert client.models().adapter_names() == {"memoryctl-generation-v0001"}
         assert reg.active("generation") == first.version
 
@@ -64,7 +66,7 @@ def test_generation_cycle_promote_second_run_and_rollback(tmp_path: Path, timing
         )
         assert second.status == "registered", second.reason
         assert second.version is not None
-        promote_generation(reg, second.version, client)
+        promote_generation(reg, second.version, serving)
         assert client.models().adapter_names() == {"memoryctl-generation-v0002"}
 
         # A weak candidate (3 steps) is rejected and not registered; serving is untouched.
@@ -75,10 +77,10 @@ def test_generation_cycle_promote_second_run_and_rollback(tmp_path: Path, timing
         assert [v.version for v in reg.list("generation")] == ["v0001", "v0002"]
 
         # Rollback: v0001 served again, v0002 unloaded; then back to the bare base model.
-        back = rollback_generation(reg, client)
+        back = rollback_generation(reg, serving)
         assert back is not None and back.version == "v0001"
         assert client.models().adapter_names() == {"memoryctl-generation-v0001"}
-        assert rollback_generation(reg, client) is None
+        assert rollback_generation(reg, serving) is None
         assert client.models().adapter_names() == set() and reg.active("generation") is None
 
 
@@ -89,11 +91,12 @@ def test_failed_hot_swap_keeps_active_version(tmp_path: Path) -> None:
     reg = AdapterRegistry(tmp_path / "reg")
     v1 = reg.register("generation", _adapter(tmp_path, "a", b"1"))
     v2 = reg.register("generation", _adapter(tmp_path, "b", b"2"))
-    with VLLMStandin() as server, VLLMClient(server.url, verify_attempts=1) as client:
-        promote_generation(reg, v1, client)
+    with VLLMStandin() as server, VLLMClient(server.url) as client:
+        serving = AdapterServing(client, verify_attempts=1)
+        promote_generation(reg, v1, serving)
         server.state.fail_next_load = True
         with pytest.raises(Exception, match="HTTP 500"):
-            promote_generation(reg, v2, client)
+            promote_generation(reg, v2, serving)
         assert reg.active("generation") == v1
         assert client.models().adapter_names() == {v1.served_name}
 

@@ -24,7 +24,7 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
 def test_import_lora_does_not_import_torch() -> None:
     r = _run("""
         import sys
-        import memoryctl.lora, memoryctl.lora.registry, memoryctl.lora.vllm, memoryctl.lora.evaluate
+        import memoryctl.lora, memoryctl.lora.registry, memoryctl.lora.serving, memoryctl.lora.evaluate
         import memoryctl.lora.datasets, memoryctl.lora.train_embedding, memoryctl.lora.train_generation
         assert "torch" not in sys.modules, "torch imported eagerly"
         print("ok")

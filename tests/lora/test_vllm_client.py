@@ -1,5 +1,6 @@
-"""memoryctl.lora.vllm.VLLMClient against the vLLM STAND-IN (tests/lora/vllm_standin.py), a real HTTP server
-on 127.0.0.1. vLLM itself needs a GPU and is not available in CI."""
+"""memoryctl.vllm.VLLMClient and the adapter promotion (memoryctl.lora.serving) against the vLLM STAND-IN
+(tests/lora/vllm_standin.py), a real HTTP server on 127.0.0.1. vLLM itself needs a GPU and is not available
+in CI."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from memoryctl.errors import StoreError, StoreUnavailable
-from memoryctl.lora.vllm import AdapterRef, VLLMClient
+from memoryctl.lora.serving import AdapterRef, AdapterServing
+from memoryctl.vllm import VLLMClient
 from tests.lora.vllm_standin import StandinState, VLLMStandin
 
 KEY = "s3cret"
@@ -25,8 +27,13 @@ def standin() -> Iterator[VLLMStandin]:
 
 @pytest.fixture
 def client(standin: VLLMStandin) -> Iterator[VLLMClient]:
-    with VLLMClient(standin.url, api_key=KEY, timeout=5, verify_attempts=2, verify_interval=0.01) as c:
+    with VLLMClient(standin.url, api_key=KEY, timeout_s=5) as c:
         yield c
+
+
+@pytest.fixture
+def serving(client: VLLMClient) -> AdapterServing:
+    return AdapterServing(client, verify_attempts=2, verify_interval=0.01)
 
 
 def _adapter_dir(tmp: Path, name: str, rank: int = 8) -> str:
@@ -82,51 +89,54 @@ def test_auth_and_unreachable(standin: VLLMStandin) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed port: connection refused
-    with VLLMClient(f"http://127.0.0.1:{port}", timeout=1) as c, pytest.raises(StoreUnavailable):
+    with VLLMClient(f"http://127.0.0.1:{port}", timeout_s=1) as c, pytest.raises(StoreUnavailable):
         c.health()
 
 
-def test_hot_swap_and_rollback(client: VLLMClient, standin: VLLMStandin, tmp_path: Path) -> None:
+def test_hot_swap_and_rollback(
+    client: VLLMClient, serving: AdapterServing, standin: VLLMStandin, tmp_path: Path
+) -> None:
     v1 = AdapterRef("memoryctl-generation-v0001", _adapter_dir(tmp_path, "v1"))
     v2 = AdapterRef("memoryctl-generation-v0002", _adapter_dir(tmp_path, "v2"))
-    r1 = client.hot_swap(v1)
+    r1 = serving.hot_swap(v1)
     assert r1.loaded == v1.name and r1.unloaded is None
-    r2 = client.hot_swap(v2, previous=v1.name)
+    r2 = serving.hot_swap(v2, previous=v1.name)
     assert r2.previous_unloaded and r2.unloaded == v1.name
     assert client.models().adapter_names() == {v2.name}
-    rb = client.rollback(v2.name, v1)
+    rb = serving.rollback(v2.name, v1)
     assert rb.loaded == v1.name and rb.unloaded == v2.name
     assert client.models().adapter_names() == {v1.name}
-    client.rollback(v1.name, None)  # back to the base model
+    serving.rollback(v1.name, None)  # back to the base model
     assert client.models().adapter_names() == set()
 
 
 def test_hot_swap_failure_leaves_serving_state_unchanged(
-    client: VLLMClient, standin: VLLMStandin, tmp_path: Path
+    client: VLLMClient, serving: AdapterServing, standin: VLLMStandin, tmp_path: Path
 ) -> None:
     v1 = AdapterRef("v1", _adapter_dir(tmp_path, "v1"))
     v2 = AdapterRef("v2", _adapter_dir(tmp_path, "v2"))
-    client.hot_swap(v1)
+    serving.hot_swap(v1)
     # 1) load fails outright
     standin.state.fail_next_load = True
     with pytest.raises(StoreUnavailable):
-        client.hot_swap(v2, previous=v1.name)
+        serving.hot_swap(v2, previous=v1.name)
     assert client.models().adapter_names() == {v1.name}
     # 2) load accepted but the adapter never shows in /v1/models → unloaded again, v1 still serving
     standin.state.hide_adapters.add(v2.name)
     with pytest.raises(StoreError, match="not listed"):
-        client.hot_swap(v2, previous=v1.name)
+        serving.hot_swap(v2, previous=v1.name)
     assert set(standin.state.loras) == {v1.name}
     standin.state.hide_adapters.clear()
     # 3) new adapter verified but the old one refuses to unload → promotion stands, reported in notes
     standin.state.fail_unload.add(v1.name)
-    r = client.hot_swap(v2, previous=v1.name)
+    r = serving.hot_swap(v2, previous=v1.name)
     assert not r.previous_unloaded and r.notes and set(standin.state.loras) == {v1.name, v2.name}
 
 
 def test_embeddings(client: VLLMClient) -> None:
-    vecs = client.embeddings(["a", "b", "a"], model="Qwen/Qwen2.5-7B-Instruct")
+    rows = sorted(client.embeddings("Qwen/Qwen2.5-7B-Instruct", ["a", "b", "a"])["data"], key=lambda d: d["index"])
+    vecs = [r["embedding"] for r in rows]
     assert len(vecs) == 3 and len(vecs[0]) == 1024 and vecs[0] == vecs[2] and vecs[0] != vecs[1]
     assert abs(sum(x * x for x in vecs[0]) - 1.0) < 1e-9
     with pytest.raises(StoreError, match="does not exist"):
-        client.embeddings(["a"], model="unknown")
+        client.embeddings("unknown", ["a"])

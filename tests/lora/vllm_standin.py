@@ -1,9 +1,9 @@
 """A STAND-IN for vLLM's OpenAI-compatible server — not vLLM.
 
-vLLM needs a GPU and cannot run in CI, so the LoRA promotion client (``lora.vllm``) is tested
-against this small, real HTTP server (stdlib ``http.server`` in a thread, bound to 127.0.0.1). It
-implements exactly the endpoints the client uses, with the request/response shapes and error
-behaviour of vLLM's ``serving_models.py`` / LoRA router:
+vLLM needs a GPU and cannot run in CI, so the vLLM client (``memoryctl.vllm``) and the LoRA
+promotion (``lora.serving``) are tested against this small, real HTTP server (stdlib
+``http.server`` in a thread, bound to 127.0.0.1). It implements exactly the endpoints the
+client uses, with the request/response shapes and error behaviour of vLLM's ``serving_models.py`` / LoRA router:
 
 * ``GET /health`` → 200, empty body; not behind the API key (as in vLLM).
 * ``GET /v1/models`` → ``{"object": "list", "data": [...]}``: base model cards (``parent: null``)

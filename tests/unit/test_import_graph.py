@@ -14,13 +14,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "memoryctl"
-CONTROLLER_SIDE = ("wireguard", "deploy", "lora")  # top-level folders never imported by that name from memoryctl
+CONTROLLER_SIDE = ("wireguard", "deploy")  # top-level folders memoryctl never imports: they are not installed
 
 
 def modules() -> dict[str, Path]:
-    """Module name -> file, for every module of memoryctl (memoryctl/lora is lora/, linked in)."""
+    """Module name -> file, for every module of memoryctl."""
     found = {}
-    files = [Path(d, f) for d, _, names in os.walk(PACKAGE, followlinks=True) for f in names if f.endswith(".py")]
+    files = [Path(d, f) for d, _, names in os.walk(PACKAGE) for f in names if f.endswith(".py")]
     for path in sorted(files):
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
         if parts[-1] == "__init__":
@@ -110,7 +110,7 @@ def test_the_checker_finds_a_cycle() -> None:
 
 
 def test_memoryctl_imports_no_controller_side_package_by_its_folder_name() -> None:
-    """lora/ is installed as memoryctl.lora; wireguard/ and deploy/ are not installed at all."""
+    """wireguard/ and deploy/ run on the controller from the repository and are not installed."""
     for name, path in modules().items():
         outside = {t.split(".")[0] for t in imported(name, path)} & set(CONTROLLER_SIDE)
         assert not outside, f"{name} imports {outside}"

@@ -1,9 +1,10 @@
 """Nightly LoRA fine-tuning for memoryctl: datasets, training, gates, adapter registry, vLLM hot-loading.
 
-Importing this package needs no torch: the registry, the dataset builders, the gates and the vLLM
-client are plain Python (+ numpy/httpx). Training and the embedding/generation loaders import
-torch, transformers and peft lazily and raise ``memoryctl.errors.ConfigError`` with the hint
-``pip install 'memoryctl[lora]'`` when the extra is missing.
+Importing this package needs no torch: the registry, the dataset builders, the gates and the
+adapter serving are plain Python (+ numpy; vLLM's HTTP client is ``memoryctl.vllm``). Training and
+the embedding/generation loaders import torch, transformers and peft lazily and raise
+``memoryctl.errors.ConfigError`` with the hint ``pip install 'memoryctl[lora]'`` when the extra is
+missing.
 
 Entry points for ``memoryctl nightly`` (see each module's docstring):
 
@@ -13,7 +14,7 @@ Entry points for ``memoryctl nightly`` (see each module's docstring):
 * :mod:`lora.train_generation` — ``train_generation_adapter``, ``load_generation_model``, ``build_tiny_qwen2``
 * :mod:`lora.evaluate` — ``embedding_gate``, ``generation_gate`` → ``Decision``
 * :mod:`lora.registry` — ``AdapterRegistry`` (register/list/get/latest/active/previous/rollback)
-* :mod:`lora.vllm` — ``VLLMClient`` (health, models, load/unload, hot_swap, rollback)
+* :mod:`lora.serving` — ``AdapterServing`` over ``memoryctl.vllm.VLLMClient`` (hot_swap, rollback)
 """
 
 from __future__ import annotations

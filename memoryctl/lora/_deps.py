@@ -1,7 +1,7 @@
 """Lazy access to the optional training stack (torch, transformers, peft).
 
-``import lora`` must work on a core install: the CLI imports it to print ``nightly --help``, the
-registry and the vLLM client need no torch at all. Only a code path that actually trains or runs a
+``import memoryctl.lora`` must work on a core install: the CLI imports it to print ``nightly
+--help``, the registry and the adapter serving need no torch at all. Only a code path that actually trains or runs a
 model calls :func:`require_torch`, and a missing extra becomes one ConfigError that names the fix
 instead of an ImportError traceback from deep inside a training step.
 """

@@ -28,7 +28,7 @@ from .datasets import Skipped, build_embedding_dataset, build_generation_dataset
 from .evaluate import Decision, embedding_gate, generation_gate
 from .manifest import DataWindow
 from .registry import AdapterRegistry, AdapterVersion
-from .vllm import AdapterRef, SwapResult, VLLMClient
+from .serving import AdapterRef, AdapterServing, SwapResult
 
 Status = Literal["skipped", "rejected", "registered"]
 
@@ -149,7 +149,7 @@ def _finish(
 def promote_generation(
     registry: AdapterRegistry,
     version: AdapterVersion,
-    client: VLLMClient,
+    serving: AdapterServing,
     *,
     path_on_server: Callable[[AdapterVersion], str] = lambda v: str(v.path),
 ) -> SwapResult:
@@ -159,7 +159,7 @@ def promote_generation(
     to, or mounted on, the GPU node). If the swap raises, the registry's active version is unchanged.
     """
     previous = registry.active("generation")
-    swap = client.hot_swap(
+    swap = serving.hot_swap(
         AdapterRef(version.served_name, path_on_server(version)), previous.served_name if previous else None
     )
     registry.set_active("generation", version.version)
@@ -168,7 +168,7 @@ def promote_generation(
 
 def rollback_generation(
     registry: AdapterRegistry,
-    client: VLLMClient,
+    serving: AdapterServing,
     *,
     path_on_server: Callable[[AdapterVersion], str] = lambda v: str(v.path),
 ) -> AdapterVersion | None:
@@ -177,7 +177,7 @@ def rollback_generation(
     if current is None:
         return None
     previous = registry.previous("generation")
-    client.rollback(
+    serving.rollback(
         current.served_name, AdapterRef(previous.served_name, path_on_server(previous)) if previous else None
     )
     return registry.rollback("generation")
