@@ -234,7 +234,8 @@ class ServeSettings(BaseModel):
     workers: int = Field(8, ge=1, le=256)  # requests handled at once
     queue: int = Field(64, ge=0)  # connections waiting for a worker; beyond that: 503 + Retry-After
     max_body_mb: float = Field(64.0, gt=0)  # request body limit (JSONL imports are the large ones)
-    io_timeout_s: float = Field(30.0, gt=0)  # reading a request / writing a reply, per socket operation
+    io_timeout_s: float = Field(30.0, gt=0)  # reading a request body / writing a reply, per socket operation
+    header_timeout_s: float = Field(10.0, gt=0)  # a request's line and headers must arrive within this
 
 
 class Settings(BaseModel):

@@ -1,4 +1,5 @@
-"""The full ``memoryctl`` command line: every command, typer-parsed (``memoryctl.cli.main`` runs it)."""
+"""The full ``memoryctl`` command line: every operation of the table as a typer command
+(``memoryctl.cli.commands``), grouped as declared (``memoryctl backup status``)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from typing import Annotated
 import typer
 
 from memoryctl._version import __version__
-from memoryctl.cli import backup, demo, maint, nightly, ops, outbox, query, serve, writes
+from memoryctl.cli.commands import command
 from memoryctl.cli.context import Ctx
+from memoryctl.operations.table import GROUPS, OPERATIONS
 
+SETTINGS = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(
     name="memoryctl",
     help="One query interface and the ops CLI for a self-hosted agent memory stack.",
@@ -18,14 +21,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings=SETTINGS,
 )
-config_app = typer.Typer(help="Inspect the effective configuration.", no_args_is_help=True)
-app.add_typer(config_app, name="config")
-app.add_typer(backup.backup_app, name="backup")
-app.add_typer(backup.restore_app, name="restore")
-app.add_typer(backup.rebuild_app, name="rebuild")
-app.add_typer(outbox.outbox_app, name="outbox")
 
 
 def _version(value: bool) -> None:
@@ -50,23 +47,11 @@ def main(
     ctx.call_on_close(ctx.obj.close)
 
 
-app.command("demo")(demo.demo)
-app.command("init")(ops.init)
-app.command("add")(writes.add)
-app.command("import")(writes.import_)
-app.command("get")(writes.get)
-app.command("forget")(writes.forget)
-app.command("sync")(writes.sync)
-app.command("query")(query.query)
-app.command("stats")(query.stats)
-app.command("cypher")(query.cypher)
-app.command("health")(ops.health)
-app.command("runs")(ops.runs)
-app.command("reconcile")(maint.reconcile)
-app.command("migrate")(maint.migrate)
-app.command("reembed")(maint.reembed)
-app.command("nightly")(nightly.nightly)
-app.command("feedback")(nightly.feedback)
-app.command("adapters")(nightly.adapters)
-app.command("serve")(serve.serve)
-config_app.command("show")(ops.config_show)
+groups = {
+    name: typer.Typer(help=text, no_args_is_help=True, context_settings=SETTINGS) for name, text in GROUPS.items()
+}
+for name, group in groups.items():
+    app.add_typer(group, name=name)
+for op in OPERATIONS.values():
+    head, _, tail = op.name.partition(" ")
+    (groups[head] if tail else app).command(tail or head)(command(op))

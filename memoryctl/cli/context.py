@@ -1,4 +1,5 @@
-"""Per-invocation state shared by the commands: options from the top level, one lazy client."""
+"""Per-invocation state shared by the commands: options from the top level, one lazy client, and
+how one operation runs -- through the running service when one answers, else in this process."""
 
 from __future__ import annotations
 
@@ -7,16 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import typer
+from memoryctl.cli import params as cli_params
+from memoryctl.errors import InputError
 
-from memoryctl.model import validate_agent_id
-
-if TYPE_CHECKING:  # imported when first used: start-up cost of every command
+if TYPE_CHECKING:
     from memoryctl.client import MemoryClient
     from memoryctl.config import Settings
+    from memoryctl.operations.declare import Operation
+    from memoryctl.operations.reply import Reply
     from memoryctl.serve.client import ServiceClient
-    from memoryctl.serve.operations import Progress
-    from memoryctl.serve.wire import Reply
 
 _UNSET = object()
 
@@ -54,39 +54,44 @@ class Ctx:
             self._service = discover(self.settings)
         return self._service  # type: ignore[return-value]
 
-    def call(
-        self,
-        operation: str,
-        flags: Mapping[str, Any],
-        *,
-        upload: Path | None = None,
-        progress: Progress | None = None,
-    ) -> Reply:
-        """Run one shared operation: through the service when one answers, else in this process.
+    def execute(self, op: Operation, values: Mapping[str, Any]) -> int:
+        """Run the command ``op`` with the command line's ``values``, print the reply; its exit code."""
+        from memoryctl.cli import render
+        from memoryctl.operations import runner
 
-        Both paths run ``memoryctl.serve.operations``; the caller prints the reply the same way.
-        A flag whose value is None was not given.
+        params = cli_params.request(op, values)
+        if op.local:
+            code: int = runner(op)(self, params, values)
+            return code
+        upload = None
+        if op.upload and params.get(op.upload) is not None:
+            upload = Path(params[op.upload])
+            if not upload.is_file():
+                raise InputError(f"{upload} is not a readable file")
+        reply = self.call(op, params, upload=upload, bars=not values.get("json"))
+        return render.show(op, reply, values)
+
+    def call(
+        self, op: Operation, params: Mapping[str, Any], *, upload: Path | None = None, bars: bool = False
+    ) -> Reply:
+        """Run one operation: through the service when one answers, else in this process.
+
+        Both paths run ``memoryctl.operations.run``; the caller prints the reply the same way.
         """
-        params = {k: v for k, v in flags.items() if v is not None}
         service = self.service
         if service is not None:
-            reply = service.call(operation, params, upload=upload)
+            reply = service.call(op.name, params, upload=upload, long=op.long)
             if reply is not None:
                 return reply
-        from memoryctl.serve.operations import run
+        from memoryctl.cli.progress import phase_bars
+        from memoryctl.operations import run
 
-        return run(self.client, operation, params, upload=upload, progress=progress)
-
-    def agent(self, agent: str | None) -> str:
-        return validate_agent_id(agent) if agent else self.settings.default_agent
+        with phase_bars(bars and op.long) as progress:
+            return run(self.client, op.name, params, upload=upload, progress=progress)
 
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
-
-
-def ctx_of(typer_ctx: typer.Context) -> Ctx:
-    obj = typer_ctx.find_root().obj
-    assert isinstance(obj, Ctx)
-    return obj
+        if isinstance(self._service, object) and hasattr(self._service, "close"):
+            self._service.close()

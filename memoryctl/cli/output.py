@@ -21,7 +21,7 @@ from memoryctl.serve.wire import json_default
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from memoryctl.serve.wire import Reply
+    from memoryctl.operations.reply import Reply
 
 
 class _LazyConsole:

@@ -7,6 +7,7 @@ piece of code instead of by every command remembering to do it.
 
 from __future__ import annotations
 
+import contextvars
 import getpass
 import os
 import traceback
@@ -23,13 +24,37 @@ if TYPE_CHECKING:  # the CLI asks for current_trigger/current_actor without load
 TRIGGERS = ("cli", "cron", "nightly", "api", "test")
 
 
+# Who asked for the run being done in this thread: set by memoryctl.operations.run from the
+# caller's parameters, so that a run done by the service is recorded with its caller's trigger
+# (cron) and user; unset, this process's own.
+_CALLER: contextvars.ContextVar[tuple[str | None, str | None]] = contextvars.ContextVar(
+    "memoryctl_run_caller", default=(None, None)
+)
+
+
+@contextmanager
+def caller(trigger: str | None, actor: str | None) -> Iterator[None]:
+    """Record the runs started in this block with ``trigger`` and ``actor`` (None: this process's)."""
+    token = _CALLER.set((trigger if trigger in TRIGGERS else None, actor))
+    try:
+        yield
+    finally:
+        _CALLER.reset(token)
+
+
 def current_trigger() -> str:
-    """``MEMORYCTL_TRIGGER`` (cron sets ``cron``), else ``cli``; unknown values become ``cli``."""
+    """The caller's trigger, else ``MEMORYCTL_TRIGGER`` (cron sets ``cron``), else ``cli``."""
+    given = _CALLER.get()[0]
+    if given:
+        return given
     value = os.environ.get("MEMORYCTL_TRIGGER", "cli").strip().lower()
     return value if value in TRIGGERS else "cli"
 
 
 def current_actor() -> str | None:
+    given = _CALLER.get()[1]
+    if given:
+        return given
     try:
         return getpass.getuser()
     except (KeyError, OSError):

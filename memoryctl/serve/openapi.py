@@ -1,11 +1,14 @@
-"""The OpenAPI 3.1 description of the service, generated from the operation table (never by hand)."""
+"""The OpenAPI 3.1 description of the service, generated from the operations' declarations
+(``memoryctl.operations.table``), never by hand."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from memoryctl._version import __version__
-from memoryctl.serve.operations import OPERATIONS, Operation, Param
+from memoryctl.operations.declare import Operation
+from memoryctl.operations.table import OPERATIONS
+from memoryctl.serve.wire import API
 
 ERROR = {
     "type": "object",
@@ -18,7 +21,7 @@ ERROR = {
 }
 REPLY_HEADERS = {
     "Memoryctl-Exit-Code": {
-        "description": "the CLI's exit code for this reply: 0 ok, 3 partial (a store is behind or degraded)",
+        "description": "the CLI's exit code for this reply (see x-exit-codes): 0 ok, 3 partial",
         "schema": {"type": "integer"},
     },
     "Memoryctl-Warnings": {
@@ -26,79 +29,82 @@ REPLY_HEADERS = {
         "schema": {"type": "string"},
     },
 }
-
-
-def _schema(p: Param) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": p.type, "description": p.description}
-    if p.items:
-        schema["items"] = {"type": p.items}
-    return schema
-
-
-def _errors() -> dict[str, Any]:
-    described = {
-        "400": "bad parameters or body",
-        "401": "missing or wrong bearer token (HTTP only)",
-        "404": "unknown operation or memory",
-        "413": "body larger than serve.max_body_mb",
-        "503": "a store is down, or the service is busy (Retry-After)",
-        "500": "internal error (details in the service's log)",
-    }
-    return {
-        code: {"description": text, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
-        for code, text in described.items()
-    }
+ERRORS = {
+    "400": "bad parameters or body (the parameter is named)",
+    "401": "missing or wrong bearer token (HTTP only)",
+    "403": "an agent token outside its agent, or an operation for the operator only",
+    "404": "unknown operation or memory",
+    "408": "the body did not arrive in time (serve.io_timeout_s)",
+    "411": "no Content-Length (a chunked body is not read)",
+    "412": "Memoryctl-Config-Digest differs from the service's configuration (nothing was run)",
+    "413": "body larger than serve.max_body_mb",
+    "503": "a store is down, or the service is busy (Retry-After)",
+    "500": "internal error (details in the service's log)",
+}
+ACCESS = {
+    "agent": "the operator's token, or an agent token (bound to its agent: `agent` defaults to it, another is 403)",
+    "any": "any valid token",
+    "operator": "the operator's token only",
+}
 
 
 def _operation(op: Operation) -> dict[str, Any]:
+    params = [p for p in op.params if not p.fill or p.cli]
     spec: dict[str, Any] = {
-        "operationId": op.name,
+        "operationId": op.tool,
         "summary": op.summary,
+        "description": f"Who may call it: {ACCESS[op.access]}. Profiles: {', '.join(op.profiles)}.",
+        "x-exit-codes": {str(code): what for code, what in op.exits},
+        "x-writes": op.writes,
         "responses": {
             "200": {
                 "description": f"exactly what `memoryctl {op.name} --json` prints",
                 "headers": REPLY_HEADERS,
                 "content": {"application/json": {"schema": {}}},
             },
-            **_errors(),
+            **{
+                code: {
+                    "description": text,
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+                }
+                for code, text in ERRORS.items()
+            },
         },
     }
     if op.upload:
-        spec["parameters"] = [
-            {"name": p.name, "in": "query", "required": p.required, "schema": _schema(p)} for p in op.params
-        ]
+        spec["parameters"] = [{"name": p.name, "in": "query", "required": False, "schema": p.schema()} for p in params]
         spec["requestBody"] = {
             "required": True,
             "description": "JSONL, one memory per line (the `memoryctl import` format)",
             "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
         }
-    else:
-        spec["requestBody"] = {
-            "required": any(p.required for p in op.params),
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "required": [p.name for p in op.params if p.required],
-                        "properties": {p.name: _schema(p) for p in op.params},
-                    }
+        return spec
+    spec["requestBody"] = {
+        "required": any(p.required for p in params),
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": [p.name for p in params if p.required],
+                    "properties": {p.name: p.schema() for p in params},
                 }
-            },
-        }
+            }
+        },
+    }
     return spec
 
 
 def document() -> dict[str, Any]:
-    paths: dict[str, Any] = {f"/v1/{name}": {"post": _operation(op)} for name, op in OPERATIONS.items()}
-    paths["/v1/status"] = {
+    paths: dict[str, Any] = {op.path: {"post": _operation(op)} for op in OPERATIONS.values() if not op.local}
+    paths[f"{API}/status"] = {
         "get": {
             "operationId": "status",
-            "summary": "The service itself: pid, uptime, workers, queue, request counts.",
+            "summary": "The service itself: pid, uptime, workers, connections, request counts.",
             "responses": {"200": {"description": "status", "content": {"application/json": {"schema": {}}}}},
         }
     }
-    paths["/v1/openapi.json"] = {
+    paths[f"{API}/openapi.json"] = {
         "get": {
             "operationId": "openapi",
             "summary": "This description.",
@@ -111,8 +117,9 @@ def document() -> dict[str, Any]:
             "title": "memoryctl",
             "version": __version__,
             "description": "The operations of the memoryctl CLI, answered by `memoryctl serve`. "
-            "Over HTTP every request needs `Authorization: Bearer <token>`; over the Unix socket the "
-            "socket's file mode is the access control.",
+            "Over HTTP every request needs `Authorization: Bearer <token>` (the operator's, or an agent "
+            "token from `memoryctl token issue`); over the Unix socket the socket's file mode is the access "
+            "control. MCP (streamable HTTP) is at /mcp behind the same token (docs/mcp.md).",
         },
         "servers": [{"url": "/"}],
         "components": {

@@ -1,95 +1,64 @@
-"""The service's HTTP server: standard library, a bounded worker pool, one request per connection.
+"""The service's servers: the ASGI application (``memoryctl.serve.app``) on uvicorn, one server per
+listener -- the Unix socket and, when configured, HTTP on loopback or the mesh address.
 
-Why the standard library and not an ASGI framework: every operation is blocking work in our own
-code (psycopg's pool, Qdrant Edge in-process, the embedding model through ctypes, which releases
-the GIL), so an event loop would only hand each request to a thread pool anyway; and a framework
-adds ~0.2-0.5 s of imports to the service's start and more dependencies to the core install.
+Why one uvicorn server per listener: each has its own limits, so that remote clients cannot starve
+the local socket (issue 22, item 5: eight idle TCP connections sending half a header used to make
+a local ``get`` wait 29 s, eighty made it fail):
+- **connections**: ``serve.workers + serve.queue`` per listener (uvicorn's ``limit_concurrency``:
+  beyond it a request is answered 503 at once); a flood on TCP fills TCP's, not the socket's.
+- **threads**: an operation is blocking work (psycopg, Qdrant Edge, the embedding model), run in a
+  worker thread from its listener's own pool of ``serve.workers``.
+- **deadlines**: the request line and headers must arrive within ``serve.header_timeout_s`` of
+  the connection (or of the previous reply on a kept-alive one), else the connection is closed
+  (``_HeaderDeadline``: uvicorn itself only times out idle kept-alive connections); each read of a
+  body within ``serve.io_timeout_s`` (408); an idle kept-alive connection is closed after 5 s.
 
-Limits, so that a client can neither exhaust the process nor hang it:
-- ``workers`` threads handle requests; accepted connections wait in a queue of ``queue``; when
-  it is full the accept thread answers 503 with ``Retry-After`` at once (back-pressure, not a
-  growing backlog).
-- One request per connection (``Connection: close``): an idle client never pins a worker.
-- ``io_timeout_s`` on every socket read and write (a slow or stalled client is dropped);
-  ``max_body_mb`` caps a body (413 before reading it; the rest is drained, bounded, so that the
-  client reads the 413 instead of a reset). Store calls have their own timeouts.
-- Errors are JSON (``{"error", "hint", "exit_code"}``) with 4xx/5xx statuses; a bug is logged
-  here with its traceback and the client gets a 500 without one.
-- Shutdown (SIGTERM/SIGINT): stop accepting, let queued and running requests finish (bounded),
-  close the stores (the embedded PostgreSQL stops cleanly), remove the socket.
+Both servers share one event loop in one thread (``start`` returns once they listen;
+``serve_forever`` waits for SIGTERM/SIGINT). Shutdown: stop accepting, let running requests finish
+(bounded), close the stores (the embedded PostgreSQL stops cleanly), remove the socket.
 
-Access: the Unix socket is created mode 0600 in the data directory (the file system is the
-access control); HTTP always requires ``Authorization: Bearer <token>`` and binds only to a given
-address -- loopback or the mesh -- never to every interface.
+Access: the Unix socket is created mode 0600 in the data directory (the file system is the access
+control); HTTP always requires a bearer token (``memoryctl.serve.app.TokenCheck``) and binds only
+to a given address -- loopback or the mesh -- never to every interface.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import hmac
 import ipaddress
-import json
 import logging
 import os
-import queue
 import signal
 import socket
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlsplit
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from memoryctl.errors import ConfigError, ConflictError, ExitCode, MemoryctlError, NotFoundError, StoreError
-from memoryctl.serve.operations import OPERATIONS, run
-from memoryctl.serve.wire import (
-    CONFIG_DIFFERS,
-    CONFIG_DIFFERS_MARK,
-    CONFIG_HEADER,
-    EXIT_HEADER,
-    WARNINGS_HEADER,
-    Reply,
-    json_default,
-    load_token,
-)
+import anyio
+import uvicorn
+from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from memoryctl.errors import ConfigError
+from memoryctl.operations.tokens import AgentTokens
+from memoryctl.serve import app as asgi
+from memoryctl.serve.wire import load_token
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from memoryctl.client import MemoryClient
     from memoryctl.config import Settings
+    from memoryctl.operations.declare import Operation
+    from memoryctl.operations.reply import Reply
 
 log = logging.getLogger("memoryctl.serve")
 
-API = "/v1"
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes with its NUL
-LINGER_S, LINGER_BYTES = 2.0, 64 << 20  # draining a refused body: see _Handler._linger
-
-
-class HttpError(Exception):
-    def __init__(self, status: int, message: str, *, hint: str | None = None, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.message, self.hint, self.headers = status, message, hint, headers or {}
-
-
-def encode(data: Any) -> bytes:
-    return json.dumps(data, default=json_default, ensure_ascii=False).encode()
-
-
-def status_for(exc: MemoryctlError) -> int:
-    """HTTP status of a deliberate error: bad input 400, an id of another agent 409, unknown id
-    404, store down 503."""
-    if isinstance(exc, ConflictError):
-        return ConflictError.http_status
-    if isinstance(exc, NotFoundError):
-        return 404
-    if isinstance(exc, StoreError):
-        return 503
-    if exc.exit_code == ExitCode.USAGE:
-        return 400
-    return 500
+KEEP_ALIVE_S = 5
+T = TypeVar("T")
 
 
 def parse_bind(value: str) -> tuple[str, int]:
@@ -115,11 +84,48 @@ def parse_bind(value: str) -> tuple[str, int]:
     return str(addr), int(port)
 
 
-@dataclass(slots=True)
-class _Job:
-    conn: socket.socket
-    trusted: bool  # came in over the Unix socket
-    queued_at: float
+class _HeaderDeadline(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, plus a deadline for a request's line and headers.
+
+    uvicorn closes a kept-alive connection that stays idle, but waits forever for a request whose
+    headers never end (a client that sends half a header and stops). This closes such a connection
+    when its headers are not complete ``header_timeout`` seconds after it opened, or after the
+    previous reply on a kept-alive one.
+    """
+
+    header_timeout: float = 10.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def _arm(self) -> None:
+        self._deadline = self.loop.call_later(self.header_timeout, self._too_slow)
+
+    def _too_slow(self) -> None:
+        if self.cycle is None or self.cycle.response_complete:
+            log.info("closing a connection whose request headers did not arrive in %.0f s", self.header_timeout)
+            self.transport.close()
+
+    def handle_events(self) -> None:
+        started = self.cycle
+        super().handle_events()
+        if self.cycle is not started:  # a request's headers arrived: the app has it now
+            self._deadline.cancel()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._deadline.cancel()
+        if not self.transport.is_closing():
+            self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._deadline.cancel()
+        super().connection_lost(exc)
+
+
+def _protocol(header_timeout: float) -> type[H11Protocol]:
+    return type("HeaderDeadline", (_HeaderDeadline,), {"header_timeout": header_timeout})
 
 
 class Service:
@@ -135,15 +141,18 @@ class Service:
         self.http = parse_bind(bind) if bind else None
         self.socket_path = settings.serve_socket
         self.token = load_token(settings, create=self.http is not None)
+        self.tokens = AgentTokens.of(settings)
         self.max_body = int(cfg.max_body_mb * 1024 * 1024)
         self.io_timeout = cfg.io_timeout_s
-        self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=cfg.queue or 1)
-        self._listeners: list[tuple[socket.socket, bool]] = []
-        self._threads: list[threading.Thread] = []
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
         self.started_at = time.time()
-        self.counts = {"requests": 0, "errors": 0, "rejected": 0, "in_flight": 0}
+        self.counts = {"requests": 0, "errors": 0, "in_flight": 0}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._servers: list[uvicorn.Server] = []
+        self._limiters: dict[bool, anyio.CapacityLimiter] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._mcp: Any = None
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def warm_up(self) -> dict[str, float]:
@@ -158,6 +167,7 @@ class Service:
             ("engine", lambda: self.client.engine),
             ("extractor", lambda: stack.extractor),
             ("embedder", lambda: stack.embedder.embed_query("warm up") if stack.vectors() else None),
+            ("mcp", self._mcp_server),
         ):
             t0 = time.perf_counter()
             step()
@@ -165,27 +175,62 @@ class Service:
         return timings
 
     def start(self) -> None:
-        self._listeners.append((self._bind_unix(), True))
+        """Listen on the socket (and HTTP); returns once both servers accept connections."""
+        sockets = [(self._bind_unix(), True)]
         if self.http is not None:
-            family = socket.AF_INET6 if ":" in self.http[0] else socket.AF_INET
-            tcp = socket.socket(family, socket.SOCK_STREAM)
-            tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                tcp.bind(self.http)
-            except OSError as exc:
-                tcp.close()
-                raise ConfigError(
-                    f"cannot listen on {self.address_http}: {exc.strerror}",
-                    hint="is another service on that port, or is the address not on this host?",
-                ) from None
-            tcp.listen(128)
-            self.http = (self.http[0], tcp.getsockname()[1])
-            self._listeners.append((tcp, False))
-        for _ in range(self.settings.serve.workers):
-            self._spawn(self._work, "serve-worker")
-        for listener, trusted in self._listeners:
-            listener.settimeout(0.2)  # the accept loop notices a stop within this
-            self._spawn(lambda s=listener, t=trusted: self._accept(s, t), "serve-accept")
+            sockets.append((self._bind_tcp(), False))
+        app = asgi.TokenCheck(asgi.build(self), self)
+        cfg = self.settings.serve
+        for _, trusted in sockets:
+            listener = _Listener(app, trusted, cfg.workers + cfg.queue)
+            config = uvicorn.Config(
+                listener,
+                http=_protocol(cfg.header_timeout_s),
+                lifespan="off",
+                timeout_keep_alive=KEEP_ALIVE_S,
+                timeout_graceful_shutdown=30,
+                log_config=None,
+                access_log=False,
+                server_header=False,
+            )
+            server = uvicorn.Server(config)  # no signal handlers: it runs off the main thread
+            listener.state = server.server_state
+            self._servers.append(server)
+        ready = threading.Event()
+        failed: list[BaseException] = []
+        self._thread = threading.Thread(
+            target=self._run, args=(sockets, ready, failed), name="memoryctl-serve", daemon=True
+        )
+        self._thread.start()
+        if not ready.wait(60) or failed:
+            self.shutdown(grace_s=0)
+            raise ConfigError(f"memoryctl serve did not start: {failed[0] if failed else 'timed out'}")
+
+    def _run(self, sockets: list[tuple[socket.socket, bool]], ready: threading.Event, failed: list[Any]) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            workers = self.settings.serve.workers
+            self._limiters = {trusted: anyio.CapacityLimiter(workers) for _, trusted in sockets}
+            if self._mcp is not None:
+                await self._mcp.started()
+            tasks = [
+                asyncio.create_task(server.serve(sockets=[sock]))
+                for server, (sock, _) in zip(self._servers, sockets, strict=True)
+            ]
+            while not all(s.started for s in self._servers):
+                if any(t.done() for t in tasks):
+                    break
+                await asyncio.sleep(0.01)
+            ready.set()
+            await asyncio.gather(*tasks)
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # reported by start() when it happens before the servers listen
+            failed.append(exc)
+            log.exception("memoryctl serve stopped")
+        finally:
+            ready.set()
 
     @property
     def address_http(self) -> str | None:
@@ -224,17 +269,30 @@ class Service:
         sock.listen(128)
         return sock
 
-    def _spawn(self, target: Any, name: str) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
-        thread.start()
-        self._threads.append(thread)
+    def _bind_tcp(self) -> socket.socket:
+        assert self.http is not None
+        family = socket.AF_INET6 if ":" in self.http[0] else socket.AF_INET
+        tcp = socket.socket(family, socket.SOCK_STREAM)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            tcp.bind(self.http)
+        except OSError as exc:
+            tcp.close()
+            raise ConfigError(
+                f"cannot listen on {self.address_http}: {exc.strerror}",
+                hint="is another service on that port, or is the address not on this host?",
+            ) from None
+        tcp.listen(128)
+        self.http = (self.http[0], tcp.getsockname()[1])
+        return tcp
 
     def serve_forever(self) -> None:
         """Run until SIGTERM/SIGINT (or ``stop()`` from another thread), then shut down."""
         previous = {sig: signal.signal(sig, lambda *_: self._stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             while not self._stop.wait(0.5):
-                pass
+                if self._thread is not None and not self._thread.is_alive():
+                    break
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -245,65 +303,39 @@ class Service:
 
     def shutdown(self, grace_s: float = 30.0) -> None:
         self._stop.set()
-        for listener, _ in self._listeners:
-            with contextlib.suppress(OSError):
-                listener.close()
-        deadline = time.monotonic() + grace_s
-        for _ in range(self.settings.serve.workers):
-            with contextlib.suppress(queue.Full):
-                self._jobs.put(None, timeout=max(0.0, deadline - time.monotonic()))
-        for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+        for server in self._servers:
+            server.config.timeout_graceful_shutdown = max(1, int(grace_s))
+            server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(grace_s + 5)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
         self.client.close()
 
-    # ---- connections ---------------------------------------------------------------------------
-    def _accept(self, listener: socket.socket, trusted: bool) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return  # closed by shutdown
-            conn.settimeout(self.io_timeout)
-            try:
-                self._jobs.put_nowait(_Job(conn, trusted, time.perf_counter()))
-            except queue.Full:
-                self._reject_busy(conn)
-
-    def _reject_busy(self, conn: socket.socket) -> None:
+    # ---- what the application asks of its service ------------------------------------------------
+    def count(self, name: str, by: int = 1) -> None:
         with self._lock:
-            self.counts["rejected"] += 1
-        body = encode({"error": "the service is busy", "hint": "retry after a second", "exit_code": 1})
-        head = (
-            "HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-        )
-        with contextlib.suppress(OSError):
-            conn.settimeout(1.0)
-            conn.sendall(head.encode() + body)
-        conn.close()
+            self.counts[name] += by
 
-    def _work(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            with self._lock:
-                self.counts["in_flight"] += 1
-            try:
-                _Handler(job.conn, ("unix" if job.trusted else "tcp", 0), self, job.trusted)
-            except Exception:  # a broken connection must not end the worker
-                log.exception("connection failed")
-            finally:
-                with contextlib.suppress(OSError):
-                    job.conn.close()
-                with self._lock:
-                    self.counts["in_flight"] -= 1
+    async def run_in_worker(self, trusted: bool, work: Callable[[], T]) -> T:
+        """``work()`` in a worker thread of the listener the request came in on (``trusted``: the
+        Unix socket's)."""
+        limiter = self._limiters.get(trusted) or self._limiters[True]
+        self.count("in_flight")
+        try:
+            return await anyio.to_thread.run_sync(work, limiter=limiter)
+        finally:
+            self.count("in_flight", -1)
 
-    # ---- requests ------------------------------------------------------------------------------
+    def execute(self, op: Operation, params: dict[str, Any], upload: Path | None) -> Reply:
+        """Run one operation for a request (HTTP or MCP): the code the command line runs in-process."""
+        from memoryctl.operations import run
+
+        reply = run(self.client, op.name, params, upload=upload, in_service=True)
+        if op.name == "health" and isinstance(reply.data, dict) and "components" in reply.data:
+            reply.data["components"]["serve"] = {**self.status(), "latency_ms": 0.0}
+        return reply
+
     def status(self) -> dict[str, Any]:
         with self._lock:
             counts = dict(self.counts)
@@ -314,208 +346,44 @@ class Service:
             "socket": str(self.socket_path),
             "http": self.address_http,
             "workers": self.settings.serve.workers,
-            "queued": self._jobs.qsize(),
+            "connections": {
+                "unix" if s is self._servers[0] else "http": len(s.server_state.connections) for s in self._servers
+            },
             **counts,
         }
 
-    def authorize(self, trusted: bool, header: str | None) -> None:
-        if trusted:
+    # ---- MCP -------------------------------------------------------------------------------------
+    def _mcp_server(self) -> Any:
+        """MCP's streamable-HTTP endpoint (the SDK's import takes ~1.5 s: made at warm-up, or on
+        the first request to /mcp)."""
+        if self._mcp is None:
+            from memoryctl.serve.mcp import HttpTools
+
+            self._mcp = HttpTools(self)
+        return self._mcp
+
+    async def mcp_app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        tools = self._mcp
+        if tools is None:
+            tools = await anyio.to_thread.run_sync(self._mcp_server)
+        await tools.started()
+        await tools.asgi(scope, receive, send)
+
+
+class _Listener:
+    """The application as one listener serves it: requests from the Unix socket are marked
+    trusted, and beyond ``limit`` open connections a request is answered 503 at once (JSON, with
+    Retry-After), whatever other connections hold -- idle ones included, until their deadline."""
+
+    def __init__(self, app: Callable[..., Any], trusted: bool, limit: int) -> None:
+        self.app, self.trusted, self.limit = app, trusted, limit
+        self.state: Any = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.trusted:
+            scope[asgi.TRUSTED] = True
+        if scope["type"] == "http" and len(self.state.connections) > self.limit:
+            busy = asgi.error_response(503, "the service is busy", "retry after a second", 1, {"Retry-After": "1"})
+            await busy(scope, receive, send)
             return
-        scheme, _, given = (header or "").partition(" ")
-        # As bytes: compare_digest refuses str with non-ASCII characters (a TypeError, a 500: found
-        # by the hostile-client harness with `Authorization: Bearer \xab\xa1`).
-        offered = given.strip().encode("utf-8", "surrogateescape")
-        if self.token is None or scheme.lower() != "bearer" or not hmac.compare_digest(offered, self.token.encode()):
-            raise HttpError(
-                401,
-                "missing or wrong bearer token",
-                hint=f"send Authorization: Bearer <token> (serve.token, or {self.settings.serve_token_file})",
-                headers={"WWW-Authenticate": 'Bearer realm="memoryctl"'},
-            )
-
-    def handle(self, method: str, target: str, headers: Any, body: Any, trusted: bool) -> tuple[int, Reply]:
-        """One request: route, check, read the body within its limit, run the operation."""
-        self.authorize(trusted, headers.get("Authorization"))
-        url = urlsplit(target)
-        path = url.path.rstrip("/")
-        if not path.startswith(API + "/"):
-            raise HttpError(
-                404, f"no such path {url.path!r}", hint=f"operations are under {API}/; see {API}/openapi.json"
-            )
-        name = path[len(API) + 1 :]
-        if name == "openapi.json" and method == "GET":
-            from memoryctl.serve.openapi import document
-
-            return 200, Reply(document())
-        if name == "status" and method == "GET":
-            return 200, Reply(self.status())
-        op = OPERATIONS.get(name)
-        if op is None:
-            raise HttpError(404, f"no operation {name!r}", hint=f"one of {', '.join(OPERATIONS)}")
-        if method != "POST":
-            raise HttpError(405, f"{name} takes POST", headers={"Allow": "POST"})
-        length = self._length(headers, required=op.upload)
-        if op.upload:
-            params: dict[str, Any] = {k: _query_value(v) for k, v in parse_qsl(url.query, keep_blank_values=True)}
-            with _spooled(body, length) as upload:
-                self._same_config(headers)
-                reply = run(self.client, name, params, upload=upload)
-        else:
-            raw = body.read(length) if length else b"{}"
-            try:
-                params = json.loads(raw or b"{}")
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise HttpError(400, f"the body is not JSON: {exc}") from None
-            if not isinstance(params, dict):
-                raise HttpError(400, "the body must be a JSON object of parameters")
-            self._same_config(headers)
-            reply = run(self.client, name, params)
-        if name == "health" and isinstance(reply.data, dict):
-            reply.data.setdefault("components", {})["serve"] = {**self.status(), "latency_ms": 0.0}
-        return 200, reply
-
-    def _same_config(self, headers: Any) -> None:
-        """Refuse (409, nothing run) a request whose sender read other configuration layers.
-
-        Checked once the body is read: a reply sent while the client still writes its body would
-        reach it as a broken pipe instead of the 409.
-        """
-        digest = headers.get(CONFIG_HEADER)
-        if digest is not None and digest != self.settings.layers_digest:
-            raise HttpError(
-                CONFIG_DIFFERS,
-                "memoryctl serve runs with another configuration than this command read",
-                hint="the command validates its own configuration and calls again without the digest",
-                headers={CONFIG_HEADER: CONFIG_DIFFERS_MARK},
-            )
-
-    def _length(self, headers: Any, *, required: bool) -> int:
-        raw = headers.get("Content-Length")
-        if raw is None:
-            if required:
-                raise HttpError(411, "a Content-Length is required")
-            return 0
-        try:
-            length = int(raw)
-        except ValueError:
-            raise HttpError(400, f"bad Content-Length {raw!r}") from None
-        if length < 0:
-            raise HttpError(400, f"bad Content-Length {raw!r}")
-        if length > self.max_body:
-            raise HttpError(
-                413,
-                f"the body is {length} bytes; the limit is {self.max_body}",
-                hint="split the import, or raise serve.max_body_mb",
-            )
-        return length
-
-
-def _query_value(value: str) -> Any:
-    return {"true": True, "false": False}.get(value.lower(), value)
-
-
-@contextlib.contextmanager
-def _spooled(body: Any, length: int) -> Iterator[Path]:
-    """The request body in a private temporary file, read in 1 MiB pieces (never all in memory)."""
-    with tempfile.NamedTemporaryFile(prefix="memoryctl-import-", suffix=".jsonl") as tmp:
-        left = length
-        while left:
-            chunk = body.read(min(left, 1 << 20))
-            if not chunk:
-                raise HttpError(400, f"the body ended {left} bytes before its Content-Length")
-            tmp.write(chunk)
-            left -= len(chunk)
-        tmp.flush()
-        yield Path(tmp.name)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.0"  # one request per connection: see the module docstring
-    server_version = "memoryctl"
-    service: Service
-
-    def __init__(self, conn: socket.socket, addr: tuple[str, int], service: Service, trusted: bool) -> None:
-        self.service, self.trusted = service, trusted
-        self.timeout = service.io_timeout  # type: ignore[misc]  # StreamRequestHandler reads it per instance
-        super().__init__(conn, addr, service)  # type: ignore[arg-type]
-
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def do_PUT(self) -> None:
-        self._dispatch("PUT")
-
-    def do_DELETE(self) -> None:
-        self._dispatch("DELETE")
-
-    def _dispatch(self, method: str) -> None:
-        t0 = time.perf_counter()
-        svc = self.service
-        headers: dict[str, str] = {}
-        try:
-            status, reply = svc.handle(method, self.path, self.headers, self.rfile, self.trusted)
-            body = encode(reply.data)
-            headers[EXIT_HEADER] = str(reply.exit_code)
-            if reply.warnings:
-                headers[WARNINGS_HEADER] = json.dumps(reply.warnings, ensure_ascii=True)
-        except HttpError as exc:
-            status, headers = exc.status, exc.headers
-            body = encode({"error": exc.message, "hint": exc.hint, "exit_code": int(ExitCode.USAGE)})
-        except MemoryctlError as exc:
-            status = status_for(exc)
-            body = encode({"error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)})
-        except Exception as exc:
-            log.exception("%s %s failed", method, self.path)
-            status = 500
-            body = encode({"error": f"internal error ({type(exc).__name__}); see the service's log", "exit_code": 1})
-        with svc._lock:
-            svc.counts["requests"] += 1
-            svc.counts["errors"] += status >= 500
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        for key, value in headers.items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(body)
-        if status >= 400:
-            self._linger()
-        log.info("%s %s %d %.1f ms", method, self.path.split("?")[0], status, (time.perf_counter() - t0) * 1000)
-
-    def _linger(self) -> None:
-        """Read and drop what the client still sends after an error reply, within bounds.
-
-        A 401/404/413 is sent before the body is read. Closing a socket with unread data makes the
-        kernel reset the connection, and the reset can reach the client before it has read the
-        reply: it would report a broken pipe instead of the error meant for it. So half-close and
-        drain until the client closes (it has the reply by then), at most LINGER_S and LINGER_BYTES.
-        """
-        conn = self.connection
-        try:
-            conn.shutdown(socket.SHUT_WR)
-            deadline, left = time.monotonic() + LINGER_S, LINGER_BYTES
-            while left > 0 and (remaining := deadline - time.monotonic()) > 0:
-                conn.settimeout(remaining)
-                chunk = self.rfile.read1(min(left, 1 << 16))
-                if not chunk:
-                    break
-                left -= len(chunk)
-        except OSError:  # the client went away or the deadline passed: nothing more to do
-            pass
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug(format, *args)
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """Malformed requests (bad request line, headers too long) get JSON like every other error."""
-        body = encode({"error": message or "bad request", "exit_code": int(ExitCode.USAGE)})
-        self.send_response(code, message)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD" and code >= 200 and code not in (204, 304):
-            self.wfile.write(body)
+        await self.app(scope, receive, send)

@@ -1,42 +1,82 @@
 """What travels between the CLI and the service, known to both sides without importing each other.
 
 A ``Reply`` (what a command prints), the reply headers that carry a command's exit code and
-warnings, the HTTP bearer token, and the JSON encoding of the values memoryctl answers with
-(datetimes, UUIDs, sets). Standard library only: the CLI imports it on every call.
+warnings, how a reply is read back (errors become the same ``MemoryctlError`` the command would
+raise in-process), the bearer token, and the JSON encoding of the values memoryctl answers with
+(datetimes, UUIDs, sets). Standard library only: the CLI's fast path imports it on every call.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from memoryctl.errors import ExitCode
+from memoryctl.errors import ExitCode, MemoryctlError
+from memoryctl.operations.reply import Reply
 
 if TYPE_CHECKING:
     from memoryctl.config import Settings
 
+API = "/v1"
 EXIT_HEADER = "Memoryctl-Exit-Code"
 WARNINGS_HEADER = "Memoryctl-Warnings"
 # Sent by the CLI's fast path: the digest of the configuration layers it read (config_layers). The
-# service answers 409, running nothing, when its own differ; the CLI then validates them itself.
+# service answers 412 (a precondition that failed), running nothing, when its own differ; the CLI
+# then validates them itself.
 CONFIG_HEADER = "Memoryctl-Config-Digest"
-CONFIG_DIFFERS = 409
-# The 409 that means "configuration differs" carries this value in CONFIG_HEADER; a 409 without it
-# is a conflict of the data (an id that exists under another agent), an error like any other.
-CONFIG_DIFFERS_MARK = "differs"
+CONFIG_DIFFERS = 412
 
 
-@dataclass(slots=True)
-class Reply:
-    """What a command prints: ``data`` (its ``--json`` document), its exit code, its stderr lines."""
+class ServiceError(MemoryctlError):
+    """An error the service answered with: the same message, hint and exit code as in-process."""
 
-    data: Any
-    exit_code: int = int(ExitCode.OK)
-    warnings: list[str] = field(default_factory=list)
+    def __init__(self, message: str, *, hint: str | None, exit_code: int, status: int = 500) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
+        try:
+            self.exit_code = ExitCode(exit_code)
+        except ValueError:
+            self.exit_code = ExitCode.FAILURE
+
+
+class ConfigDiffers(ServiceError):
+    """The service runs with other configuration layers than the caller sent the digest of."""
+
+
+def reply_timeout(io_timeout_s: float) -> float:
+    """How long the CLI waits for the reply of an operation that is not ``long``."""
+    return max(io_timeout_s, 300.0)
+
+
+def route(name: str) -> str:
+    """An operation's HTTP path: ``query`` -> ``/v1/query``, ``backup status`` -> ``/v1/backup/status``."""
+    return f"{API}/{name.replace(' ', '/')}"
+
+
+def decode_reply(status: int, headers: Mapping[str, str], payload: bytes, where: str) -> Reply:
+    """The reply of a call, or the error it carries raised as the command would raise it."""
+    try:
+        data = json.loads(payload) if payload else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise MemoryctlError(f"memoryctl serve at {where} answered {status} with a non-JSON body") from None
+    if status != 200:
+        error = data if isinstance(data, dict) else {}
+        kind = ConfigDiffers if status == CONFIG_DIFFERS else ServiceError
+        raise kind(
+            str(error.get("error") or f"memoryctl serve answered {status}"),
+            hint=error.get("hint"),
+            exit_code=int(error.get("exit_code", ExitCode.FAILURE)),
+            status=status,
+        )
+    # header names in lower case (httpx's headers ignore the case)
+    warnings = json.loads(headers.get(WARNINGS_HEADER.lower()) or "[]")
+    code = headers.get(EXIT_HEADER.lower()) or 0
+    return Reply(data, int(code), [str(w) for w in warnings])
 
 
 def json_default(value: Any) -> Any:
@@ -49,8 +89,12 @@ def json_default(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
+def encode(data: Any) -> bytes:
+    return json.dumps(data, default=json_default, ensure_ascii=False).encode()
+
+
 def load_token(settings: Settings, *, create: bool) -> str | None:
-    """The HTTP bearer token: ``serve.token``, else the token file (made 0600 by ``serve``)."""
+    """The operator's HTTP bearer token: ``serve.token``, else the token file (made 0600 by ``serve``)."""
     if settings.serve.token is not None:
         return settings.serve.token.get_secret_value()
     path = settings.serve_token_file

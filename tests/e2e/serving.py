@@ -54,9 +54,9 @@ class Served:
             req.add_header(key, value)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
-                status, head, raw = resp.status, dict(resp.getheaders()), resp.read()
+                status, head, raw = resp.status, _names(resp.getheaders()), resp.read()
         except urllib.error.HTTPError as exc:
-            status, head, raw = exc.code, dict(exc.headers.items()), exc.read()
+            status, head, raw = exc.code, _names(exc.headers.items()), exc.read()
         try:
             return status, head, json.loads(raw)
         except ValueError:
@@ -127,3 +127,8 @@ def _wait_until_answering(proc: subprocess.Popen[bytes], url: str, token_file: P
                     return served
         time.sleep(0.2)  # polling for a condition, with a deadline
     raise AssertionError(f"memoryctl serve did not answer on {url} within {START_DEADLINE_S:.0f} s")
+
+
+def _names(headers: Any) -> dict[str, str]:
+    """Header names in one spelling (``Memoryctl-Exit-Code``): HTTP ignores their case, servers differ."""
+    return {name.title(): value for name, value in headers}

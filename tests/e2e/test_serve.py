@@ -126,7 +126,7 @@ def test_same_output_and_exit_codes_with_and_without_the_service(
     svc.start()
     try:
         through_service = run_all(capsys, tmp_path)
-        assert svc.status()["requests"] == len(commands(tmp_path)) - 1  # `get not-a-uuid` fails in the CLI
+        assert svc.status()["requests"] == len(commands(tmp_path))  # bad input too: validated where it runs
     finally:
         svc.shutdown(grace_s=10)
     assert not (data_dir / "serve.sock").exists()
@@ -269,8 +269,8 @@ def fast_commands() -> list[list[str]]:
         ["query", "x", "--direction", "sideways"],
         ["forget", U2, MISSING, "--json"],
         ["forget", U2],
-        # left to the full CLI: bad input, help, other commands
-        ["get", "not-a-uuid"],
+        ["get", "not-a-uuid"],  # bad input: the service validates it, as in-process (exit 2)
+        # left to the full CLI: what the fast path does not fully understand
         ["get"],
         ["get", U1, U2],
         ["query", "x", "--hops", "7"],
@@ -287,7 +287,8 @@ def fast_commands() -> list[list[str]]:
     ]
 
 
-FAST_ANSWERS = 12  # the first twelve commands above
+# what the fast path answers (True) or leaves to the full command line (False), in the order above
+FAST_ANSWERS = [True] * 13 + [False, False, True, False, True, False, False, False, True, False, False, False, False]
 
 
 def _fast_or_full(argv: list[str]) -> tuple[int, bool]:
@@ -315,17 +316,17 @@ def test_fast_path_prints_what_the_full_cli_prints(
     full = outputs(_invoke)
     answered: list[bool] = []
     fast = outputs(lambda argv: _record(answered, _fast_or_full(argv)))
-    assert answered == [True] * FAST_ANSWERS + [False] * (len(fast_commands()) - FAST_ANSWERS)
+    assert answered == FAST_ANSWERS
     for argv, expected, got in zip(fast_commands(), full, fast, strict=True):
         assert got == expected, argv
     codes = [code for code, _, _ in fast]
     assert codes[4] == 1 and codes[8] == 2 and codes[12:16] == [2, 2, 2, 2]
-    # other configuration layers than the service's: it runs nothing, the full CLI does the work
+    # other configuration layers than the service's: it runs nothing (412), the full CLI does the work
     monkeypatch.setenv("MEMORYCTL_DELETE_GRACE", "7d")  # the default, but not in the service's layers
     requests = service.status()["requests"]
     assert _fast_or_full(["get", U1, "--json"]) == (0, False)
     assert json.loads(capsys.readouterr().out)["id"] == U1
-    assert service.status()["requests"] == requests + 2  # refused with 409, then the full CLI's
+    assert service.status()["requests"] == requests + 2  # refused with 412, then the full CLI's
 
 
 def _record(answered: list[bool], result: tuple[int, bool]) -> int:
@@ -353,7 +354,7 @@ def test_fast_path_is_the_console_script_and_loads_no_typer_or_pydantic(service:
 
 
 def test_service_client_over_http_and_over_the_socket(service: Service, tmp_path: Path) -> None:
-    """The CLI's two transports: plain HTTP/1.0 on the Unix socket, http.client for ``serve.url``."""
+    """The CLI's client (httpx): over the Unix socket, and over HTTP with a token for ``serve.url``."""
     from memoryctl.serve.client import ServiceClient, ServiceError
 
     over_http = ServiceClient(url=f"http://{service.address_http}", token=service.token, timeout=30)

@@ -9,10 +9,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from memoryctl import operations
 from memoryctl.client import MemoryClient
 from memoryctl.errors import ConflictError, ExitCode, InputError
 from memoryctl.model import EntityRef, Memory, MemoryRef, Relation
-from memoryctl.serve import operations
 from tests.conftest import cluster_settings
 
 pytestmark = pytest.mark.integration

@@ -1,0 +1,76 @@
+"""The operations of ``memoryctl``: declared once, run the same way by every surface.
+
+- ``declare``: what an operation is (parameters, exit codes, access); the one validation.
+- ``table``: every operation's declaration. Both are standard library only (the fast path).
+- ``memories``, ``maintenance``: what each operation does against a ``MemoryClient``; the
+  service, the command line in-process and the MCP tools all call ``run``.
+- ``access``: who may call what with a token (agent tokens, the operator's).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memoryctl.errors import InputError
+from memoryctl.operations.table import OPERATIONS
+
+if TYPE_CHECKING:
+    from memoryctl.client import MemoryClient
+    from memoryctl.operations.declare import Operation
+    from memoryctl.operations.reply import Reply
+
+#: ``progress(phase, advance, total)``: how far a long operation is (the command line draws bars).
+Progress = Callable[[str, int, "int | None"], None]
+
+
+@dataclass(slots=True)
+class Call:
+    """One run of an operation: its validated parameters and what the caller provides."""
+
+    params: dict[str, Any]
+    upload: Path | None = None  # the request body of an upload operation (import), as a file
+    progress: Progress | None = None
+    in_service: bool = False  # run by ``memoryctl serve`` (which adds its own health component)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Runner = Callable[["MemoryClient", Call], "Reply"]
+
+
+def operation(name: str) -> Operation:
+    op = OPERATIONS.get(name)
+    if op is None:
+        shared = ", ".join(n for n, o in OPERATIONS.items() if not o.local)
+        raise InputError(f"no operation {name!r}", hint=f"one of {shared}")
+    return op
+
+
+def runner(op: Operation) -> Callable[..., Any]:
+    module, _, function = op.run.partition(":")
+    found: Callable[..., Any] = getattr(importlib.import_module(module), function)
+    return found
+
+
+def run(
+    client: MemoryClient,
+    name: str,
+    params: Mapping[str, Any],
+    *,
+    upload: Path | None = None,
+    progress: Progress | None = None,
+    in_service: bool = False,
+) -> Reply:
+    """Validate and run one operation in this process (the service calls this too)."""
+    from memoryctl.ops.runs import caller
+
+    op = operation(name)
+    if op.local:
+        raise InputError(f"{name} runs in the calling process only", hint=f"run `memoryctl {name}`")
+    call = Call(op.validate(params), upload=upload, progress=progress, in_service=in_service)
+    with caller(call.params.get("trigger"), call.params.get("actor")):
+        reply: Reply = runner(op)(client, call)
+    return reply

@@ -1,0 +1,55 @@
+"""Who may run what: the operator, or an agent holding a token bound to it.
+
+The command line and the Unix socket are the operator (the socket's file mode is the access
+control). Over HTTP and MCP the bearer token says who calls: the operator's token opens every
+operation and every agent; an agent token (``memoryctl.serve.tokens``) only the operations
+declared ``access="agent"`` or ``"any"`` (``memoryctl.operations.table``), and those bound to its
+agent: a request for another agent, or for every agent, is refused (403), and one that names no
+agent is answered for the token's. ``get`` and ``forget`` then find only that agent's memories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from memoryctl.errors import UsageError
+from memoryctl.operations.declare import Operation
+
+
+class AccessDenied(UsageError):
+    """The caller's token does not open this operation or this agent (HTTP 403)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    agent: str | None = None  # None: the operator
+
+    @property
+    def operator(self) -> bool:
+        return self.agent is None
+
+    @property
+    def name(self) -> str:
+        return "operator" if self.agent is None else f"agent:{self.agent}"
+
+
+OPERATOR = Caller()
+
+
+def bind(op: Operation, params: Mapping[str, Any], caller: Caller) -> dict[str, Any]:
+    """``params`` as ``caller`` may send them (an agent's own agent filled in), or ``AccessDenied``."""
+    if caller.agent is None or op.access == "any":
+        return dict(params)
+    if op.access == "operator":
+        raise AccessDenied(
+            f"an agent token may not run {op.name}",
+            hint="operations for agents: query, get, add, import, forget, stats",
+        )
+    if params.get("all_agents"):
+        raise AccessDenied(f"this token is bound to agent {caller.agent!r}: not every agent")
+    given = params.get("agent")
+    if given is not None and given != caller.agent:
+        raise AccessDenied(f"this token is bound to agent {caller.agent!r}, not {given!r}")
+    return {**params, "agent": caller.agent}

@@ -1,0 +1,233 @@
+"""What the operator's operations do: cypher, runs, reconcile, migrate, reembed, nightly, feedback,
+adapters, backups and restores, the demo, agent tokens. Like ``memoryctl.operations.memories``:
+validated parameters in, the ``Reply`` every surface prints out, so that the command line runs
+them through the service (the embedded profile's single owner of the stores) or in-process alike.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from memoryctl.errors import ExitCode, InputError, UsageError
+from memoryctl.operations.memories import only_agent
+from memoryctl.operations.reply import Reply
+
+if TYPE_CHECKING:
+    from memoryctl.client import MemoryClient
+    from memoryctl.operations import Call
+
+
+def _exit(failed: bool, code: ExitCode = ExitCode.PARTIAL) -> int:
+    return int(code) if failed else int(ExitCode.OK)
+
+
+def cypher(client: MemoryClient, call: Call) -> Reply:
+    from memoryctl.operations.memories import agent_scope
+
+    p = call.params
+    agent = agent_scope(client, p) or client.settings.default_agent
+    return Reply(client.cypher(p["statement"], p["params"] or {}, agent_id=agent))
+
+
+def runs(client: MemoryClient, call: Call) -> Reply:
+    rows = client.runs(command=call.params["command"], limit=call.params["limit"])
+    for row in rows:
+        seconds = (row["finished_at"] - row["started_at"]).total_seconds() if row["finished_at"] else None
+        row["seconds"] = None if seconds is None else round(seconds, 3)
+    return Reply(rows)
+
+
+def _bar(call: Call, phase: str, total: int | None) -> Any:
+    """``advance(n)`` for one progress bar, or None when the caller draws none."""
+    report = call.progress
+    if report is None:
+        return None
+    return lambda n: report(phase, n, total)
+
+
+def reconcile(client: MemoryClient, call: Call) -> Reply:
+    p = call.params
+    agent_id = only_agent(p)
+    total = client.count(agent_id=agent_id, include_deleted=True) if call.progress else None
+    report = client.reconcile(agent_id=agent_id, repair=p["repair"], progress=_bar(call, "reconcile", total))
+    left = report.unrepaired if p["repair"] else report.drift
+    return Reply(report.as_dict(), _exit(bool(left or report.skipped or report.errors)))
+
+
+def migrate(client: MemoryClient, call: Call) -> Reply:
+    from memoryctl.model import parse_duration
+    from memoryctl.ops.models import parse_model_spec
+
+    p = call.params
+    chosen = [
+        flag
+        for flag, on in (
+            ("--to-model", p["to_model"] is not None),
+            ("--rollback", p["rollback"]),
+            ("--cleanup", p["cleanup"]),
+            ("--abandon", p["abandon"]),
+        )
+        if on
+    ]
+    if len(chosen) != 1:
+        raise UsageError(
+            "give exactly one of --to-model, --rollback, --cleanup, --abandon",
+            hint="e.g. memoryctl migrate --to-model kind=hash,dim=256",
+        )
+    options: dict[str, Any] = {"batch": p["batch"], "sample": p["sample"], "min_recall": p["min_recall"]}
+    if p["to_model"] is not None:
+        options["target"] = parse_model_spec(p["to_model"], client.settings.embedder)
+        action = "migrate"
+    else:
+        action = chosen[0].removeprefix("--")
+        if p["cleanup"]:
+            options["grace"] = parse_duration(p["grace"])
+    report = client.migrate_model(action, progress=call.progress, **options)
+    return Reply(report.as_dict(), _exit(report.status == "verify-failed"))
+
+
+def reembed(client: MemoryClient, call: Call) -> Reply:
+    p = call.params
+    if not p["changed"]:
+        raise UsageError(
+            "reembed needs --changed",
+            hint="to re-embed everything with another model use `memoryctl migrate --to-model ...`",
+        )
+    agent_id = only_agent(p)
+    total = client.count(agent_id=agent_id) if call.progress else None
+    report = client.reembed_changed(agent_id=agent_id, batch=p["batch"], progress=_bar(call, "reembed", total))
+    return Reply(report.as_dict())
+
+
+def nightly(client: MemoryClient, call: Call) -> Reply:
+    report = client.nightly()
+    return Reply(report.as_dict(), _exit(report.failed, ExitCode.FAILURE))
+
+
+def feedback(client: MemoryClient, call: Call) -> Reply:
+    from memoryctl.model import parse_uuid
+
+    p = call.params
+    client.feedback(parse_uuid(p["query_id"]), parse_uuid(p["memory_id"]), useful=p["useful"])
+    return Reply({"recorded": True})
+
+
+def adapters(client: MemoryClient, call: Call) -> Reply:
+    from pathlib import Path
+
+    from memoryctl.lora.registry import AdapterRegistry
+
+    kind: Literal["embedding", "generation"] = "embedding" if call.params["kind"] == "embedding" else "generation"
+    settings = client.settings
+    registry = AdapterRegistry(Path(settings.nightly.adapters_dir or settings.data_dir / "adapters"))
+    warnings = [_rollback(client, registry, kind)] if call.params["rollback"] else []
+    active = registry.active(kind)
+    rows = [
+        {
+            "version": v.version,
+            "model_id": v.model_id,
+            "active": bool(active and v.version == active.version),
+            "created_at": str(v.manifest.get("created_at", "")),
+            "metrics": v.manifest.get("metrics", {}),
+        }
+        for v in registry.list(kind)
+    ]
+    return Reply(rows, warnings=warnings)
+
+
+def _rollback(client: MemoryClient, registry: Any, kind: str) -> str:
+    """Serve the previous adapter version again; what is served now, for stderr."""
+    if kind == "generation":
+        from memoryctl.lora.cycle import rollback_generation
+        from memoryctl.lora.serving import AdapterServing
+        from memoryctl.vllm import VLLMClient
+
+        vllm = client.settings.vllm
+        if not vllm.url:
+            raise InputError("rolling back a generation adapter needs [vllm] url")
+        key = vllm.api_key.get_secret_value() if vllm.api_key else None
+        with VLLMClient(vllm.url, api_key=key, timeout_s=vllm.timeout_s) as served:
+            back = rollback_generation(registry, AdapterServing(served))
+        return f"serving {back.served_name if back else 'the base model'}"
+    report = client.migrate_model("rollback")
+    registry.rollback("embedding")
+    return f"embedding model: {report.status} → {report.target_model}"
+
+
+def backup_status(client: MemoryClient, call: Call) -> Reply:
+    from memoryctl.backup.status import prometheus
+
+    report = client.backup_status()
+    if call.params["prometheus"]:
+        return Reply({"prometheus": prometheus(report)}, report.exit_code)
+    return Reply(report.as_dict(), report.exit_code)
+
+
+def backup_qdrant(client: MemoryClient, call: Call) -> Reply:
+    return Reply(client.backup_vectors())
+
+
+def restore_qdrant(client: MemoryClient, call: Call) -> Reply:
+    """Restore a snapshot set, then (``catch_up``) deliver what waited in the outbox while the
+    collection was gone and repair what the snapshot predates: the vector store only (the graph
+    is ``rebuild graph``'s)."""
+    result = client.restore_vectors(name=call.params["set"])
+    left = 0
+    if call.params["catch_up"]:
+        client.sync()
+        report = client.reconcile(repair=True, stores=("vector",))
+        left = report.unrepaired
+        result["catch_up"] = {"repaired": sum(s.repaired for s in report.stores.values()), "left": left}
+    return Reply(result, _exit(bool(left)))
+
+
+def rebuild_graph(client: MemoryClient, call: Call) -> Reply:
+    return Reply(client.rebuild_graph(batch=call.params["batch"], prune=call.params["prune"]))
+
+
+def outbox_list(client: MemoryClient, call: Call) -> Reply:
+    return Reply(client.set_aside(limit=call.params["limit"]))
+
+
+def _rows(call: Call) -> list[int] | None:
+    """The rows named, or None for ``--all``: one or the other."""
+    rows, every = call.params["rows"], call.params["all"]
+    if bool(rows) == every:
+        raise InputError("name the rows or pass --all (not both)", hint="`memoryctl outbox list` shows the rows")
+    return None if every else list(rows)
+
+
+def outbox_retry(client: MemoryClient, call: Call) -> Reply:
+    n = client.retry_set_aside(_rows(call))
+    return Reply(
+        {"retried": n}, warnings=["the next write, `memoryctl sync` or the service's delivery takes them"] if n else []
+    )
+
+
+def outbox_drop(client: MemoryClient, call: Call) -> Reply:
+    return Reply({"dropped": client.drop_set_aside(_rows(call))})
+
+
+def demo(client: MemoryClient, call: Call) -> Reply:
+    from memoryctl.operations.demo import run_demo
+
+    return Reply(run_demo(client))
+
+
+def token_issue(client: MemoryClient, call: Call) -> Reply:
+    from memoryctl.operations.tokens import AgentTokens
+
+    issued = AgentTokens.of(client.settings).issue(call.params["agent"], name=call.params["name"])
+    return Reply(issued, warnings=["the token is shown once: keep it (only its hash is stored)"])
+
+
+def token_list(client: MemoryClient, call: Call) -> Reply:
+    from memoryctl.operations.tokens import AgentTokens
+
+    return Reply(AgentTokens.of(client.settings).issued())
+
+
+def token_revoke(client: MemoryClient, call: Call) -> Reply:
+    from memoryctl.operations.tokens import AgentTokens
+
+    return Reply({"revoked": AgentTokens.of(client.settings).revoke(call.params["ids"])})

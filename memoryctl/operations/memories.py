@@ -1,0 +1,236 @@
+"""What the memory operations do -- query, get, add, import, forget, sync, stats, health, init --
+from their validated parameters (``memoryctl.operations.table``) to the ``Reply`` every surface
+prints: ``data`` is exactly the command's ``--json`` document, ``warnings`` what it writes on stderr
+in every output mode, and the exit code. Human renderings are drawn from ``data`` by the command
+line (``memoryctl.cli.render``), never from objects only one path has.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from memoryctl.errors import ExitCode, InputError
+from memoryctl.operations.reply import Reply
+
+if TYPE_CHECKING:
+    from memoryctl.client import MemoryClient, WriteOutcome
+    from memoryctl.operations import Call
+    from memoryctl.query.spec import MemoryQuery
+
+
+def agent_scope(client: MemoryClient, p: dict[str, Any]) -> str | None:
+    """The agent an operation works on: the one given, else the configured default; None for
+    ``all_agents`` (an operator's question over every agent)."""
+    from memoryctl.model import validate_agent_id
+
+    if p.get("all_agents"):
+        return None
+    return validate_agent_id(p["agent"]) if p.get("agent") else client.settings.default_agent
+
+
+def only_agent(p: dict[str, Any]) -> str | None:
+    """An optional restriction (get, forget, reconcile): no default agent."""
+    from memoryctl.model import validate_agent_id
+
+    return validate_agent_id(p["agent"]) if p.get("agent") else None
+
+
+def pending_warning(outcome: WriteOutcome) -> Reply:
+    """What is stored but not yet searchable: exit 3 and the message when a store is behind."""
+    if not outcome.degraded:
+        return Reply(None)
+    stores = ", ".join(outcome.degraded)
+    reasons = "; ".join(f"{t}: {e}" for t, e in outcome.delivery.failed.items())
+    return Reply(
+        None,
+        int(ExitCode.PARTIAL),
+        [
+            f"stored in PostgreSQL; delivery to {stores} is pending ({reasons or 'will retry'}).",
+            "hint: nothing is lost — run `memoryctl sync` once the store is back",
+        ],
+    )
+
+
+# ---- reads -------------------------------------------------------------------------------------
+def memory_query(client: MemoryClient, p: dict[str, Any]) -> MemoryQuery:
+    """The typed question the engine answers, built once from the query's validated parameters."""
+    from memoryctl.model import EntityRef, parse_datetime, parse_half_life
+    from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_since
+
+    if p["via"] and not p["entity"]:
+        raise InputError("--via needs --entity (the node to start from)")
+    entity = p["entity"]
+    graph = GraphFilter(EntityRef.parse(entity), tuple(p["via"] or ()), p["hops"], p["direction"]) if entity else None
+    # "off" overrides a configured half-life; none given: the agent's configured one, if any.
+    half_life = parse_half_life(p["half_life"]) if p["half_life"] else None
+    return MemoryQuery(
+        text=p["text"],
+        agent_id=agent_scope(client, p),
+        all_agents=bool(p["all_agents"]),
+        since=parse_since(p["since"]) if p["since"] else None,
+        until=parse_datetime(p["until"]) if p["until"] else None,
+        graph=graph,
+        where=[Where.parse(w) for w in p["where"] or []],
+        combine=p["combine"],
+        limit=p["limit"],
+        threshold=p["threshold"],
+        retrieval=p["retrieval"],
+        half_life=half_life,
+        decay=half_life is not None if p["half_life"] else True,
+    )
+
+
+def query(client: MemoryClient, call: Call) -> Reply:
+    result = client.query(memory_query(client, call.params))
+    reply = Reply(result.as_dict())
+    if result.degraded:
+        reply.exit_code = int(ExitCode.PARTIAL)
+        reply.warnings = [f"degraded: {', '.join(result.degraded)}", *(f"  {n}" for n in result.explain["notes"])]
+    return reply
+
+
+def get(client: MemoryClient, call: Call) -> Reply:
+    from memoryctl.model import parse_uuid
+
+    return Reply(client.get(parse_uuid(call.params["id"]), agent_id=only_agent(call.params)).to_json())
+
+
+def stats(client: MemoryClient, call: Call) -> Reply:
+    from memoryctl.model import parse_datetime, parse_duration
+    from memoryctl.query.spec import parse_since
+
+    p = call.params
+    width = parse_duration(p["bucket"])
+    if width.total_seconds() < 60:
+        raise InputError("--bucket must be at least 1m")
+    start = parse_since(p["since"])
+    end = parse_datetime(p["until"]) if p["until"] else datetime.now(UTC)
+    if (end - start) / width > 10_000:
+        raise InputError("that is more than 10,000 buckets", hint="use a wider --bucket or a shorter range")
+    agent_id, metric = agent_scope(client, p), p["metric"]
+    rows = client.stats(agent_id=agent_id, since=start, until=end, width=width, metric=metric, kind=p["kind"])
+    buckets = [
+        {
+            "bucket": r["bucket"].isoformat(),
+            "count": r["count"],
+            **({"n": r["n_metric"] or 0, "avg": r["avg"], "min": r["min"], "max": r["max"]} if metric else {}),
+        }
+        for r in rows
+    ]
+    return Reply(
+        {
+            "agent_id": agent_id,
+            "bucket_s": width.total_seconds(),
+            "metric": metric,
+            "kind": p["kind"],
+            "buckets": buckets,
+        }
+    )
+
+
+def health(client: MemoryClient, call: Call) -> Reply:
+    from memoryctl.health import HealthReport, prometheus
+
+    report = client.health(deadline_s=call.params["deadline"])
+    if client.settings.serve.required and not call.in_service:
+        # Asked in-process: the service that should answer did not (the service adds its own status).
+        down = {"status": "down", "error": "memoryctl serve is not answering", "latency_ms": 0.0}
+        report = HealthReport(components={**report.components, "serve": down})
+    if call.params["prometheus"]:
+        return Reply({"prometheus": prometheus(report)}, report.exit_code)
+    return Reply(report.as_dict(), report.exit_code)
+
+
+# ---- writes ------------------------------------------------------------------------------------
+def add(client: MemoryClient, call: Call) -> Reply:
+    import uuid
+
+    from memoryctl.model import EntityRef, Memory, parse_datetime, parse_uuid, relation_from_spec, utcnow
+    from memoryctl.model import validate_meta_key as meta_key
+
+    p = call.params
+    mid = parse_uuid(p["id"]) if p["id"] else uuid.uuid4()
+    memory = Memory(
+        id=mid,
+        text=p["text"],
+        agent_id=agent_scope(client, p) or client.settings.default_agent,
+        kind=p["kind"],
+        created_at=parse_datetime(p["at"]) if p["at"] else utcnow(),
+        metadata={meta_key(k): v for k, v in (p["metadata"] or {}).items()},
+        entities=[EntityRef.parse(e) for e in p["entities"] or []],
+        relations=[relation_from_spec(r, mid) for r in p["relations"] or []],
+    )
+    outcome = client.add([memory])
+    reply = pending_warning(outcome)
+    reply.data = {"id": str(mid), "pending": outcome.pending}
+    return reply
+
+
+def import_(client: MemoryClient, call: Call) -> Reply:
+    from pathlib import Path
+
+    p = call.params
+    if call.upload is None and not p["file"]:
+        raise InputError("import needs a JSONL file", hint="memoryctl import memories.jsonl")
+    upload = call.upload or Path(p["file"])
+    if not upload.is_file():
+        raise InputError(f"{p['file']} is not a readable file")
+    advance = None
+    if call.progress is not None:
+        from memoryctl.importer import count_lines
+
+        total, report = count_lines(upload), call.progress
+        advance = lambda n: report("importing", n, total)  # noqa: E731
+    outcome = client.import_jsonl(upload, agent_id=p["agent"], strict=p["strict"], progress=advance)
+    data = {"file": p["file"] or str(upload), "strict": p["strict"], **outcome.as_dict()}
+    if p["strict"] and outcome.invalid:
+        return Reply(
+            data,
+            int(ExitCode.USAGE),
+            [
+                f"error: import refused (--strict): {len(outcome.invalid)} invalid line(s); nothing was written",
+                "hint: fix the lines listed, or import without --strict to skip them",
+            ],
+        )
+    reply = pending_warning(outcome)
+    reply.data = data
+    if outcome.invalid and reply.exit_code == ExitCode.OK:
+        # Bad input and nothing else: 2, as documented for bad input (3 says a store is behind).
+        reply.exit_code = int(ExitCode.USAGE)
+        reply.warnings = [
+            f"error: {len(outcome.invalid)} invalid line(s) skipped; the others were imported",
+            "hint: fix the lines listed (by number) and import the file again: unchanged lines stay as they are",
+        ]
+    return reply
+
+
+def forget(client: MemoryClient, call: Call) -> Reply:
+    from memoryctl.model import parse_uuid
+
+    p = call.params
+    if not p["ids"]:
+        raise InputError("forget needs at least one id")
+    outcome = client.forget([parse_uuid(i) for i in p["ids"]], agent_id=only_agent(p))
+    reply = pending_warning(outcome)
+    reply.data = {"forgotten": [str(i) for i in outcome.ids], "pending": outcome.pending}
+    return reply
+
+
+def sync(client: MemoryClient, call: Call) -> Reply:
+    report, pending = client.sync(trigger=call.params["trigger"], actor=call.params["actor"])
+    reply = Reply({**report.as_dict(), "pending": pending})
+    if any(pending.values()):
+        stores = ", ".join(s for s, n in pending.items() if n)
+        # Nothing failed and nothing was delivered: rows another delivery holds (SKIP LOCKED).
+        reasons = "; ".join(f"{t}: {e}" for t, e in report.failed.items()) or (
+            "another delivery (an import, or memoryctl serve) is writing them now; run sync again when it ends"
+        )
+        reply.exit_code = int(ExitCode.PARTIAL)
+        reply.warnings = [f"still pending for {stores}: {reasons}"]
+    return reply
+
+
+def init(client: MemoryClient, call: Call) -> Reply:
+    result = client.init()
+    return Reply(result, int(ExitCode.PARTIAL) if result["degraded"] else int(ExitCode.OK))
