@@ -15,8 +15,10 @@ Methods (every one asks the engine, scoped to the conversation's agent, top 10):
 - ``recency``: ``--half-life 30d``, the opt-in bounded recency preference;
 - ``no-context``: ``default`` with ``[query] context_turns = 0``: each turn ranked alone, without
   the turns written just before it (``memoryctl/query/turns.py``);
+- ``no-dates``: ``default`` with ``[query] dates_named = false``: no preference for the memories
+  written at the times the question names (``memoryctl/query/dates.py``);
 - ``with-names``: ``default`` with ``[query] dense_without_names = false``: the dense leg embeds the
-  whole question, the names of the entities it says included (``memoryctl/query/named.py``);
+  whole question, the names of the entities it says included (``memoryctl/query/dense_question.py``);
 - ``dense``: the vector leg alone (``--retrieval dense``), no recency;
 - ``lexical``: the lexical leg alone (PostgreSQL, ``--retrieval lexical``), no recency (these two
   keep the named-entity leg over the hydrated candidates: it is part of ranking, not a text leg);
@@ -64,13 +66,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import math
 import os
 import re
+import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -80,6 +85,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 for p in (ROOT, Path(__file__).resolve().parent):
@@ -99,7 +106,19 @@ from memoryctl.query.spec import GraphFilter, MemoryQuery  # noqa: E402
 from memoryctl.stores.protocols import EmbeddingModelInfo  # noqa: E402
 
 K = 10
-METHODS = ("default", "no-decay", "recency", "no-context", "with-names", "dense", "lexical", "hybrid", "graph", "bm25")
+METHODS = (
+    "default",
+    "no-decay",
+    "recency",
+    "no-context",
+    "no-dates",
+    "with-names",
+    "dense",
+    "lexical",
+    "hybrid",
+    "graph",
+    "bm25",
+)
 RECENCY = timedelta(days=30)  # the ``recency`` method's half-life, the one the README shows
 RESCORE_METHODS = ("rescore", "second")
 SPLITS = ("dev", "test", "general")
@@ -164,7 +183,7 @@ def open_client(profile: str, embedder: str | None = None) -> Iterator[MemoryCli
                 else {"path": str(Path(tmp) / "qdrant")},
             )
         client = MemoryClient(settings)
-        client.stack.embedder = QueryVectors(client.stack.embedder)
+        client.stack.embedder = QueryVectors(client.stack.embedder, EmbeddingCache.default())
         client.init()
         try:
             yield client
@@ -241,13 +260,62 @@ class BM25:
         return sorted(scores, key=lambda i: -scores[i])[:k]
 
 
+class EmbeddingCache:
+    """Vectors on disk, keyed by the model id and the text (sha256): a benchmark embeds the same
+    turns and questions on every run, and on two shared cores that is most of a run. At
+    ``$MEMORYCTL_BENCH_CACHE`` (``off``: none), else ``~/.cache/memoryctl/bench-embeddings.sqlite``."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.db.execute("CREATE TABLE IF NOT EXISTS v (model TEXT, sha TEXT, vec BLOB, PRIMARY KEY (model, sha))")
+        self.lock = threading.Lock()
+
+    @classmethod
+    def default(cls) -> EmbeddingCache | None:
+        env = os.environ.get("MEMORYCTL_BENCH_CACHE")
+        if env == "off":
+            return None
+        return cls(Path(env) if env else Path.home() / ".cache" / "memoryctl" / "bench-embeddings.sqlite")
+
+    @staticmethod
+    def _sha(text: str) -> str:
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+    def get(self, model: str, texts: Sequence[str]) -> dict[str, FloatArray]:
+        shas = {self._sha(t): t for t in texts}
+        found: dict[str, FloatArray] = {}
+        with self.lock:
+            keys = list(shas)
+            for start in range(0, len(keys), 500):
+                part = keys[start : start + 500]
+                marks = ",".join("?" * len(part))
+                query = f"SELECT sha, vec FROM v WHERE model = ? AND sha IN ({marks})"  # noqa: S608 (placeholders only)
+                rows = self.db.execute(query, [model, *part])
+                for sha, blob in rows:
+                    found[shas[sha]] = np.frombuffer(blob, dtype=np.float32).copy()
+        return found
+
+    def put(self, model: str, vectors: dict[str, FloatArray]) -> None:
+        with self.lock:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO v VALUES (?, ?, ?)",
+                [(model, self._sha(t), np.asarray(v, dtype=np.float32).tobytes()) for t, v in vectors.items()],
+            )
+
+
 class QueryVectors:
     """The stack's embedder with ``embed_query`` memoised: every method asks the same questions,
-    and a quality benchmark need not pay the model five times per question. Documents pass through.
-    ``ms`` keeps the time of each real query embedding (the latency the cache hides)."""
+    and a quality benchmark need not pay the model five times per question. With a ``cache``,
+    documents and questions are read from it when it holds them (and written to it when it does
+    not). ``ms`` keeps the time of each real query embedding (the latency the cache hides): the
+    first ``TIMED`` questions are always embedded by the model, so that it is measured."""
 
-    def __init__(self, inner: Embedder) -> None:
+    TIMED = 100
+
+    def __init__(self, inner: Embedder, cache: EmbeddingCache | None = None) -> None:
         self.inner = inner
+        self.disk = cache
         self.cache: dict[str, FloatArray] = {}
         self.ms: list[float] = []
 
@@ -260,14 +328,41 @@ class QueryVectors:
         return self.inner.batch_size
 
     def embed_documents(self, texts: Sequence[str]) -> FloatArray:
-        return self.inner.embed_documents(texts)
+        if self.disk is None or not texts:
+            return self.inner.embed_documents(texts)
+        model = self.info.model_id
+        found = self.disk.get(model, texts)
+        missing = list(dict.fromkeys(t for t in texts if t not in found))
+        if missing:
+            fresh = dict(zip(missing, self.inner.embed_documents(missing), strict=True))
+            self.disk.put(model, fresh)
+            found |= fresh
+        return np.stack([found[t] for t in texts]).astype(np.float32)
 
     def embed_query(self, text: str) -> FloatArray:
-        if text not in self.cache:
+        if text in self.cache:
+            return self.cache[text]
+        model = "query:" + self.info.model_id
+        timed = self.disk is None or len(self.ms) < self.TIMED
+        stored = None if timed else self.disk.get(model, [text]).get(text)  # type: ignore[union-attr]
+        if stored is None:
             t0 = time.perf_counter()
-            self.cache[text] = self.inner.embed_query(text)
+            stored = self.inner.embed_query(text)
             self.ms.append((time.perf_counter() - t0) * 1000)
-        return self.cache[text]
+            if self.disk is not None:
+                self.disk.put(model, {text: stored})
+        self.cache[text] = stored
+        return stored
+
+    def informative(self, text: str) -> bool:
+        return self.inner.informative(text)
+
+    def query_ms(self) -> dict[str, float]:
+        """p50/p95 of the query embeddings the model computed in this run."""
+        if not self.ms:
+            return {}
+        ordered = sorted(self.ms)
+        return {"p50_ms": round(statistics.median(ordered), 1), "p95_ms": round(ordered[int(len(ordered) * 0.95)], 1)}
 
     def close(self) -> None:
         self.inner.close()
@@ -345,9 +440,15 @@ def methods(
         with options(context_turns=0):
             return ask(q)
 
+    def undated(q: Question) -> list[uuid.UUID]:
+        """``default`` with ``[query] dates_named = false``: no preference for the memories
+        written at the times the question names (``memoryctl/query/dates.py``)."""
+        with options(dated=False):
+            return ask(q)
+
     def named(q: Question) -> list[uuid.UUID]:
         """``default`` with ``[query] dense_without_names = false``: the dense leg embeds the
-        whole question, the names of entities it says included (``memoryctl/query/named.py``)."""
+        whole question, the names of entities it says included (``memoryctl/query/dense_question.py``)."""
         with options(dense_without_names=False):
             return ask(q)
 
@@ -361,6 +462,7 @@ def methods(
         "no-decay": lambda q: ask(q, decay=False),
         "recency": lambda q: ask(q, half_life=RECENCY),
         "no-context": alone,
+        "no-dates": undated,
         "with-names": named,
         "dense": lambda q: ask(q, decay=False, retrieval="dense"),
         "lexical": lambda q: ask(q, decay=False, retrieval="lexical"),
@@ -426,6 +528,7 @@ class Score:
             "hit@10": round(self.hit10 / n, 3),
             "mrr": round(self.mrr / n, 3),
             "p50_ms": round(statistics.median(self.ms), 1) if self.ms else 0.0,
+            "p95_ms": round(sorted(self.ms)[int(len(self.ms) * 0.95)], 1) if self.ms else 0.0,
             "questions": self.n,
         }
 
@@ -451,7 +554,7 @@ def evaluate(
 
 
 def table(rows: dict[str, dict[str, float]], title: str) -> str:
-    cols = ("recall@10", "hit@1", "hit@5", "hit@10", "mrr", "p50_ms")
+    cols = ("recall@10", "hit@1", "hit@5", "hit@10", "mrr", "p50_ms", "p95_ms")
     lines = [title, f"{'method':<10} " + " ".join(f"{c:>9}" for c in cols)]
     for name, row in rows.items():
         lines.append(f"{name:<10} " + " ".join(f"{row[c]:>9}" for c in cols))

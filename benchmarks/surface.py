@@ -13,6 +13,8 @@ sample, so that the shared host's load falls on both alike:
 
     git archive <commit> | tar -x -C /tmp/base
     python benchmarks/surface.py --baseline /tmp/base --n 2000 --queries 200 --cli-runs 20
+    # --current DIR: measure another checkout than this one (e.g. a `git archive` of HEAD, so that
+    # editing this checkout during the run changes nothing)
 """
 
 from __future__ import annotations
@@ -137,6 +139,7 @@ def line(name: str, values: list[float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", type=Path, required=True, help="a checkout of the code to compare with")
+    ap.add_argument("--current", type=Path, help="a checkout to measure instead of this one (default: as installed)")
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--cli-runs", type=int, default=20)
@@ -147,7 +150,9 @@ def main() -> None:
     queries = [bench.PATHOLOGICAL.question(rng) for _ in range(args.queries)]
     sides = [
         Side("before", bench.workspace(args.embedder), str(args.baseline.resolve()), free_port()),
-        Side("after", bench.workspace(args.embedder), None, free_port()),
+        Side(
+            "after", bench.workspace(args.embedder), str(args.current.resolve()) if args.current else None, free_port()
+        ),
     ]
     try:
         for side in sides:

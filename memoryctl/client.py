@@ -310,7 +310,11 @@ class MemoryClient:
             recalls=self.stack.events,
             graph_name=self.stack.store_names["graph"],
             options=PlanOptions(
-                qs.vector_first_min_fanout, qs.vector_first_max_k, qs.context_turns, qs.dense_without_names
+                qs.vector_first_min_fanout,
+                qs.vector_first_max_k,
+                qs.context_turns,
+                qs.dense_without_names,
+                qs.dates_named,
             ),
         )
 
@@ -340,10 +344,6 @@ class MemoryClient:
     def feedback(self, query_id: uuid.UUID, memory_id: uuid.UUID, *, useful: bool) -> None:
         """Say whether a recalled memory was useful: the embedding adapter learns from these pairs."""
         self.stack.events.record_feedback(query_id, memory_id, useful=useful)
-
-    def store_name(self, target: str) -> str:
-        """The report name of a delivery target (``vector``, ``graph``) in this profile."""
-        return self.stack.store_names[target]
 
     def count(self, *, agent_id: str | None = None, include_deleted: bool = False) -> int:
         """Memories in PostgreSQL (soft-deleted ones too with ``include_deleted``)."""

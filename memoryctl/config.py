@@ -165,9 +165,12 @@ class QuerySettings(BaseModel):
     # A text ranking reads each candidate with the memories of its agent written just before it
     # (a dialogue turn with the turns it answers, query/turns.py); 0 ranks every memory alone.
     context_turns: int = Field(2, ge=0, le=8)
-    # The dense leg embeds the question without the names of entities it says (query/named.py):
+    # The dense leg embeds the question without the names of entities it says (query/dense_question.py):
     # who is named is for the entity and lexical legs to match. false embeds the whole question.
     dense_without_names: bool = True
+    # A question that names a time ("on May 3, 2023", "last week") prefers the memories written
+    # then (query/dates.py): one more leg of the relevance, a preference, never a filter.
+    dates_named: bool = True
 
     def half_life_for(self, agent_id: str | None) -> timedelta | None:
         """The agent's recency half-life: its own, else ``half_life``; None for "off" or none set."""

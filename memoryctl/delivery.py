@@ -225,7 +225,7 @@ class Deliverer:
 
     def _vector(self, memories: list[Memory], purge: list[uuid.UUID]) -> None:
         if self.vectors is None or self.embedder is None:
-            raise StoreUnavailable(names.VECTORS, "no vector store configured")
+            raise StoreUnavailable(names.QDRANT, "no vector store configured")
         live = [m for m in memories if m.deleted_at is None]
         dead = [m.id for m in memories if m.deleted_at is not None]
         if live:
@@ -236,7 +236,7 @@ class Deliverer:
             active = self.vectors.active_model()
             if active is not None and active.model_id != model_id:
                 raise StoreUnavailable(  # to this process: another one delivers
-                    names.VECTORS,
+                    names.QDRANT,
                     f"embedder {model_id!r} is not the active model {active.model_id!r}; delivery waits",
                     hint="restart long-running memoryctl processes after `memoryctl migrate` (they then embed "
                     "with the active model); nothing is lost, the outbox keeps the entries",

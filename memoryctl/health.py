@@ -465,7 +465,7 @@ def runs_probe(stack: Stack) -> dict[str, Any]:
 def default_probes(stack: Stack) -> dict[str, Probe]:
     probes: dict[str, Probe] = {
         names.POSTGRES: lambda: postgres_probe(stack),
-        names.VECTORS: (lambda: qdrant_rest_probe(stack))
+        names.QDRANT: (lambda: qdrant_rest_probe(stack))
         if stack.settings.qdrant.url and stack.settings.profile == "cluster"
         else (lambda: vector_probe(stack)),
         stack.store_names["graph"]: lambda: graph_probe(stack),

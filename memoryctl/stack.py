@@ -11,11 +11,11 @@ import contextlib
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from memoryctl.config import Neo4jSettings, Settings
+from memoryctl.config import Neo4jSettings, PostgresSettings, QdrantSettings, Settings
 from memoryctl.errors import MemoryctlError, StoreUnavailable
 from memoryctl.stores import names
 from memoryctl.stores.events import EventLog
-from memoryctl.stores.pg import EmbeddedPostgres, Pool, pool_from_settings
+from memoryctl.stores.pg import EmbeddedPostgres, Pool, open_pool
 from memoryctl.stores.records import RecordStore, RunLog
 from memoryctl.stores.schema import apply_schema, schema_state
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from memoryctl.extract import Extractor
     from memoryctl.stores.graph_neo4j import Neo4jGraphStore
     from memoryctl.stores.protocols import CypherReader, GraphStore, VectorStore
+    from memoryctl.stores.vector_qdrant import QdrantVectorStore
 
 
 class Stack:
@@ -38,7 +39,7 @@ class Stack:
         self._tried: set[str] = set()
         # Logical store names in reports: the embedded graph is SQL tables, not Neo4j.
         self.store_names = {
-            "vector": names.VECTORS,
+            "vector": names.QDRANT,
             "graph": names.NEO4J if settings.profile == "cluster" else names.SQL_GRAPH,
         }
 
@@ -49,9 +50,9 @@ class Stack:
         if s.profile == "embedded":
             self._embedded_pg = EmbeddedPostgres(s.pg_dir)
             uri = self._embedded_pg.start()
-            pool = pool_from_settings(s.postgres, dsn=uri)
+            pool = postgres_pool(s.postgres, dsn=uri)
         else:
-            pool = pool_from_settings(s.postgres)
+            pool = postgres_pool(s.postgres)
         if self.auto_migrate and not schema_state(pool):
             apply_schema(pool)
         return pool
@@ -96,7 +97,7 @@ class Stack:
                 self._vectors = self._open_vectors()
                 self._vectors.ensure_collection(self.embedder.info)
             except MemoryctlError as exc:
-                self.unavailable[names.VECTORS] = exc.message
+                self.unavailable[names.QDRANT] = exc.message
                 self._vectors = None
         return self._vectors
 
@@ -116,10 +117,11 @@ class Stack:
         if s.profile == "embedded":
             from memoryctl.stores.vector_edge import EdgeVectorStore
 
-            return EdgeVectorStore.from_settings(s)
-        from memoryctl.stores.vector_qdrant import QdrantVectorStore
-
-        return QdrantVectorStore.from_settings(s.qdrant)
+            # The embedded profile: the shards live under the data directory.
+            return EdgeVectorStore(
+                s.vectors_dir, collection_prefix=s.qdrant.collection_prefix, meta_indexes=s.qdrant.indexed_metadata
+            )
+        return qdrant_vectors(s.qdrant)
 
     def _open_graph(self) -> GraphStore:
         s = self.settings
@@ -136,7 +138,7 @@ class Stack:
     def require_vectors(self) -> VectorStore:
         store = self.vectors()
         if store is None:
-            raise StoreUnavailable(names.VECTORS, self.unavailable.get(names.VECTORS, "unavailable"))
+            raise StoreUnavailable(names.QDRANT, self.unavailable.get(names.QDRANT, "unavailable"))
         return store
 
     def cypher(self) -> CypherReader | None:
@@ -176,4 +178,33 @@ def neo4j_graph(settings: Neo4jSettings) -> Neo4jGraphStore:
     password = settings.password.get_secret_value() if settings.password is not None else None
     return Neo4jGraphStore(
         settings.uri, user=settings.user, password=password, database=settings.database, timeout_s=settings.timeout_s
+    )
+
+
+# The adapters take what they need, not the settings: the config is mapped here, once.
+def postgres_pool(settings: PostgresSettings, dsn: str | None = None) -> Pool:
+    """The connection pool for ``[postgres]`` (``dsn``: the embedded server's, instead of the configured one)."""
+    return open_pool(
+        dsn or settings.dsn,
+        password=settings.password.get_secret_value() if settings.password else None,
+        min_size=settings.pool_min,
+        max_size=settings.pool_max,
+        connect_timeout_s=settings.connect_timeout_s,
+        statement_timeout_ms=settings.statement_timeout_ms,
+    )
+
+
+def qdrant_vectors(settings: QdrantSettings) -> QdrantVectorStore:
+    """The vector store on a Qdrant server (``url``) or qdrant-client's local mode (``path``)."""
+    from memoryctl.stores.vector_qdrant import QdrantVectorStore
+
+    return QdrantVectorStore(
+        url=settings.url,
+        path=settings.path,
+        api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+        timeout_s=settings.timeout_s,
+        alias=settings.alias,
+        collection_prefix=settings.collection_prefix,
+        meta_indexes=settings.indexed_metadata,
+        layout=settings.collection_layout(),
     )

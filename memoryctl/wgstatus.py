@@ -66,16 +66,6 @@ def parse_dump(text: str) -> InterfaceStatus | None:
     return _interface(lines) if lines else None
 
 
-def parse_dump_all(text: str) -> dict[str, InterfaceStatus]:
-    """Parse ``wg show all dump``: every interface by name (none up: empty)."""
-    by_name: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        if line.strip():
-            name, _, rest = line.partition("\t")
-            by_name.setdefault(name, []).append(rest)
-    return {name: _interface(lines) for name, lines in by_name.items()}
-
-
 PUBLIC_FIELDS = ("latest-handshakes", "endpoints", "allowed-ips", "transfer")
 
 

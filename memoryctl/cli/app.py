@@ -11,7 +11,7 @@ import typer
 from memoryctl._version import __version__
 from memoryctl.cli.commands import command
 from memoryctl.cli.context import Ctx
-from memoryctl.operations.table import GROUPS, OPERATIONS
+from memoryctl.declaration.table import GROUPS, OPERATIONS
 
 SETTINGS = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(

@@ -1,4 +1,4 @@
-"""The typer commands, generated from the operations' declarations (``memoryctl.operations.table``).
+"""The typer commands, generated from the operations' declarations (``memoryctl.declaration.table``).
 
 Each command is a function whose signature typer reads: one ``Annotated`` parameter per declared
 parameter and output option, spelled as the declaration says (option or argument, short name, a
@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from memoryctl.operations.declare import Operation, Param
+from memoryctl.declaration.declare import Operation, Param
 
 _PY = {"string": str, "integer": int, "number": float, "boolean": bool}
 

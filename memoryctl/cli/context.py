@@ -14,7 +14,7 @@ from memoryctl.errors import InputError
 if TYPE_CHECKING:
     from memoryctl.client import MemoryClient
     from memoryctl.config import Settings
-    from memoryctl.operations.declare import Operation
+    from memoryctl.declaration.declare import Operation
     from memoryctl.operations.reply import Reply
     from memoryctl.serve.client import ServiceClient
 

@@ -4,7 +4,7 @@ standard library only (and rich for a table).
 Why: typer and pydantic cost ~250 ms of CPU before the full command line parses anything, more
 than the service needs to answer (``benchmarks/serve.py latency``). So the entry point first parses
 the command itself, from the same declaration the typer commands are generated from
-(``memoryctl.operations.table``), strictly: ``run`` answers only what it fully understands and
+(``memoryctl.declaration.table``), strictly: ``run`` answers only what it fully understands and
 returns None for everything else -- ``--help``, an option it does not know, a number spelled
 unusually, an upload (``import``), a command that runs locally, no service, a configuration the
 service does not run with -- and the full command line then does the work and prints its own
@@ -27,9 +27,9 @@ from typing import Any
 
 from memoryctl import config_layers
 from memoryctl.cli import fastwire, params, render
+from memoryctl.declaration.declare import Operation, Param
+from memoryctl.declaration.table import GROUPS, OPERATIONS
 from memoryctl.errors import MemoryctlError
-from memoryctl.operations.declare import Operation, Param
-from memoryctl.operations.table import GROUPS, OPERATIONS
 from memoryctl.serve.wire import ConfigDiffers, reply_timeout
 
 

@@ -2,7 +2,7 @@
 
 The typer commands (``memoryctl.cli.commands``) and the console script's fast path
 (``memoryctl.cli.fast``) both hand the values they parsed here, keyed by the declaration's names
-(``memoryctl.operations.table``), so that a command sends the same request whichever parsed it.
+(``memoryctl.declaration.table``), so that a command sends the same request whichever parsed it.
 Nothing is validated here: ``Operation.validate`` does that once, wherever the operation runs.
 Standard library only: the fast path imports this on every call.
 """
@@ -13,8 +13,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from memoryctl.declaration.declare import Operation
 from memoryctl.errors import InputError
-from memoryctl.operations.declare import Operation
 
 
 def _uuid() -> str:

@@ -20,7 +20,7 @@ from memoryctl.cli.output import err, out, print_json
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from memoryctl.operations.declare import Operation
+    from memoryctl.declaration.declare import Operation
     from memoryctl.operations.reply import Reply
 
 Human = Callable[[Any, Mapping[str, Any]], None]  # (data, the command's values)

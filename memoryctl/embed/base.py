@@ -10,7 +10,8 @@ the one place that checks this, whatever the backend returned: a wrong shape or 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import unicodedata
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
@@ -49,6 +50,12 @@ class Embedder(Protocol):
         """``(dim,)`` float32, L2-normalised."""
         ...
 
+    def informative(self, text: str) -> bool:
+        """Whether the model sees anything in ``text``: a text of only symbols it has no token
+        for (emoji, unknown characters) is embedded as the unknown token alone, the same vector
+        for every such text, and would score cosine 1.0 against any other (``has_content``)."""
+        ...
+
     def close(self) -> None:
         """Release connections (http); a no-op for in-process models."""
         ...
@@ -71,8 +78,23 @@ class InProcessModel:
     def batch_size(self) -> int:
         return self._batch_size
 
+    def informative(self, text: str) -> bool:
+        return has_content(text)
+
     def close(self) -> None:
         return None
+
+
+def has_content(text: str) -> bool:
+    """Whether ``text`` holds a letter or a digit (Unicode categories L and N): what an embedder
+    whose tokens cannot be inspected is assumed to see. Emoji, punctuation and other symbols alone
+    carry no meaning a text model was trained on."""
+    return any(unicodedata.category(c)[0] in "LN" for c in text)
+
+
+def known_tokens(ids: Sequence[int], special: Collection[int]) -> bool:
+    """Whether a tokenised text has a token other than the special ones ([CLS], [SEP], [UNK], …)."""
+    return any(i not in special for i in ids)
 
 
 def clean_text(text: str) -> str:

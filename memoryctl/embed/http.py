@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from memoryctl.embed.base import STORE, FloatArray, clean_text, embed_batched, finish_vectors
+from memoryctl.embed.base import STORE, FloatArray, clean_text, embed_batched, finish_vectors, has_content
 from memoryctl.errors import ConfigError, StoreError
 from memoryctl.http_service import Retry
 from memoryctl.stores.protocols import EmbeddingModelInfo
@@ -108,6 +108,10 @@ class HttpEmbedder:
             self._dim = raw.shape[1]
         row: FloatArray = raw[0]
         return row
+
+    def informative(self, text: str) -> bool:
+        """The served model's tokens are not visible from here: a letter or a digit (``has_content``)."""
+        return has_content(text)
 
     def close(self) -> None:
         self._vllm.close()

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memoryctl.embed.base import FloatArray, InProcessModel, clean_text, embed_batched, finish_vectors
+from memoryctl.embed.base import FloatArray, InProcessModel, clean_text, embed_batched, finish_vectors, known_tokens
 from memoryctl.errors import ConfigError
 from memoryctl.stores.protocols import EmbeddingModelInfo
 
@@ -139,3 +139,8 @@ class MiniLMEmbedder(InProcessModel):
     def embed_query(self, text: str) -> FloatArray:
         row: FloatArray = finish_vectors(self._run([clean_text(text)]), 1, MINILM_DIM, who="all-MiniLM-L6-v2")[0]
         return row
+
+    def informative(self, text: str) -> bool:
+        """Whether the model's tokenizer finds a token of its vocabulary in ``text`` (not only [UNK])."""
+        tokenizer = self._model().tokenizer
+        return known_tokens(tokenizer(clean_text(text))["input_ids"], set(tokenizer.all_special_ids))

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from memoryctl.embed.base import FloatArray, InProcessModel, clean_text, embed_batched, finish_vectors
+from memoryctl.embed.base import FloatArray, InProcessModel, clean_text, embed_batched, finish_vectors, known_tokens
 from memoryctl.embed.cores import map_parts
 from memoryctl.errors import ConfigError
 from memoryctl.stores.protocols import EmbeddingModelInfo
@@ -141,3 +141,10 @@ class OnnxMiniLMEmbedder(InProcessModel):
     def embed_query(self, text: str) -> FloatArray:
         row: FloatArray = finish_vectors(_encode([clean_text(text)]), 1, ONNX_DIM, who="all-MiniLM-L6-v2 (onnx)")[0]
         return row
+
+    def informative(self, text: str) -> bool:
+        """Whether WordPiece finds a token of its vocabulary in ``text`` (emoji, and the characters
+        it has no piece for, are [UNK]: "🎉" and "😀" are the same input to the model)."""
+        _, tokenizer = _load()
+        special = {tokenizer.token_to_id(t) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")}
+        return known_tokens(tokenizer.encode(clean_text(text)).ids, special)

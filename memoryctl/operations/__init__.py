@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memoryctl.errors import InputError
-from memoryctl.operations.table import OPERATIONS
+from memoryctl.declaration.table import OPERATIONS
+from memoryctl.errors import InputError, UsageError
 
 if TYPE_CHECKING:
     from memoryctl.client import MemoryClient
-    from memoryctl.operations.declare import Operation
+    from memoryctl.declaration.declare import Operation
     from memoryctl.operations.reply import Reply
 
 #: ``progress(phase, advance, total)``: how far a long operation is (the command line draws bars).
@@ -70,6 +70,11 @@ def run(
     op = operation(name)
     if op.local:
         raise InputError(f"{name} runs in the calling process only", hint=f"run `memoryctl {name}`")
+    if client.settings.profile not in op.profiles:
+        raise UsageError(
+            f"`memoryctl {name}` runs on the {' or '.join(op.profiles)} profile, not {client.settings.profile}",
+            hint=f"`memoryctl {name} --help` says what it needs",
+        )
     call = Call(op.validate(params), upload=upload, progress=progress, in_service=in_service)
     with caller(call.params.get("trigger"), call.params.get("actor")):
         reply: Reply = runner(op)(client, call)

@@ -3,7 +3,7 @@
 The command line and the Unix socket are the operator (the socket's file mode is the access
 control). Over HTTP and MCP the bearer token says who calls: the operator's token opens every
 operation and every agent; an agent token (``memoryctl.serve.tokens``) only the operations
-declared ``access="agent"`` or ``"any"`` (``memoryctl.operations.table``), and those bound to its
+declared ``access="agent"`` or ``"any"`` (``memoryctl.declaration.table``), and those bound to its
 agent: a request for another agent, or for every agent, is refused (403), and one that names no
 agent is answered for the token's. ``get`` and ``forget`` then find only that agent's memories.
 """
@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memoryctl.declaration.declare import Operation
 from memoryctl.errors import UsageError
-from memoryctl.operations.declare import Operation
 
 
 class AccessDenied(UsageError):

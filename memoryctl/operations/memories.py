@@ -1,5 +1,5 @@
 """What the memory operations do -- query, get, add, import, forget, sync, stats, health, init --
-from their validated parameters (``memoryctl.operations.table``) to the ``Reply`` every surface
+from their validated parameters (``memoryctl.declaration.table``) to the ``Reply`` every surface
 prints: ``data`` is exactly the command's ``--json`` document, ``warnings`` what it writes on stderr
 in every output mode, and the exit code. Human renderings are drawn from ``data`` by the command
 line (``memoryctl.cli.render``), never from objects only one path has.

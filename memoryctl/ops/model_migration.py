@@ -418,7 +418,7 @@ class Migrator:
         embedder = make_embedder(settings)
         if embedder.info.model_id != prev["model_id"]:
             raise StoreError(
-                names.VECTORS,
+                names.QDRANT,
                 f"the recorded spec of {prev['model_id']!r} now builds {embedder.info.model_id!r}",
                 hint="the model package changed version; migrate explicitly instead of rolling back",
             )

@@ -67,7 +67,7 @@ class Reembedder:
     def __post_init__(self) -> None:
         if self.embedder.info.model_id != self.model_id:
             raise StoreError(
-                names.VECTORS,
+                names.QDRANT,
                 f"refusing to write vectors of {self.embedder.info.model_id!r} into the collection of"
                 f" {self.model_id!r}",
             )
@@ -153,7 +153,7 @@ def reembed_changed(
     active = vectors.active_model()
     if active is None or active.model_id != embedder.info.model_id:
         raise StoreError(
-            names.VECTORS,
+            names.QDRANT,
             f"the active collection is for {active.model_id if active else None!r}, the embedder is "
             f"{embedder.info.model_id!r}: re-embedding in place would mix models",
             hint="`memoryctl migrate --to-model ...` moves to another model",

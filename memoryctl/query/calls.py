@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from memoryctl.errors import MemoryctlError, StoreUnavailable
-from memoryctl.query import named
+from memoryctl.query import dense_question
 from memoryctl.query.context import QueryContext, Running
 from memoryctl.query.plan import TextSearch, Traverse
 from memoryctl.query.ports import MemoryRows, RelationalReads
@@ -61,7 +61,7 @@ class StoreCalls:
     def _vectors(self) -> VectorStore:
         store = self.stores.vectors()
         if store is None:
-            raise StoreUnavailable(names.VECTORS, self.stores.unavailable.get(names.VECTORS, "unavailable"))
+            raise StoreUnavailable(names.QDRANT, self.stores.unavailable.get(names.QDRANT, "unavailable"))
         return store
 
     def _graph(self) -> GraphStore:
@@ -185,6 +185,8 @@ class StoreCalls:
         embedder = self.stores.embedder()
         model_id = embedder.info.model_id
         vector = list(self.q.vector) if self.q.vector is not None else self._embed(stage, embedder)
+        if vector is None:
+            return []
         detail = {"model": model_id, "limit": stage.depth, "filter": _filter_detail(flt), "threshold": stage.threshold}
         hits = self.ctx.call(
             "fallback.vector" if fallback else "vector.search",
@@ -195,16 +197,25 @@ class StoreCalls:
         )
         return [(h.id, h.score) for h in hits]
 
-    def _embed(self, stage: TextSearch, embedder: Embedder) -> list[float]:
+    def _embed(self, stage: TextSearch, embedder: Embedder) -> list[float] | None:
         """The question, without the names of entities it says when the stage says so
-        (``query/named.py``). Not under the store timeout: a local model's first call loads it
-        (seconds, once per process), and the http embedder enforces its own timeout and retries."""
+        (``query/dense_question.py``); None when the model sees nothing in it (only emoji or
+        characters it has no token for: every such text is the same vector, which would score
+        cosine 1.0 against any memory of only such characters), and the dense leg then has nothing
+        to rank by. Not under the store timeout: a local model's first call loads it (seconds, once
+        per process), and the http embedder enforces its own timeout and retries."""
         asked = self.q.text
         assert asked is not None
         text = self._without_names(asked) if stage.without_names else asked
         detail: dict[str, Any] = {"model": embedder.info.model_id}
         if text != asked:
             detail["text"] = text
+        if not embedder.informative(text):
+            self.ctx.note(
+                "the question holds nothing the embedding model has a token for (emoji, unknown"
+                " characters): the dense leg did not rank"
+            )
+            return None
         with self.ctx.step("embed.query", "embedder", detail):
             vector: list[float] = embedder.embed_query(text).tolist()
             return vector
@@ -219,7 +230,7 @@ class StoreCalls:
         except MemoryctlError as exc:
             self.ctx.note(f"entity names not looked up ({exc.message}): the dense leg embedded the whole question")
             return text
-        return named.without(text, said) or text
+        return dense_question.without(text, said) or text
 
     # ---- PostgreSQL ----------------------------------------------------------------------------
     def filter(

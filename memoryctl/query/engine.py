@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from memoryctl.errors import MemoryctlError
@@ -89,7 +89,7 @@ class QueryEngine:
     def choose(self, q: MemoryQuery, calls: StoreCalls) -> Plan:
         """Ask ``plan`` until it stops needing facts; fetch each fact it asks for (a store call)."""
         store = self.stores.graph() if q.graph is not None else None
-        facts = Facts(graph_checks_cheaply=bool(store is not None and store.cheap_membership))
+        facts = Facts(graph_checks_cheaply=bool(store is not None and store.cheap_membership), now=datetime.now(UTC))
         while isinstance(chosen := plan(q, facts, self.options), Need):
             if chosen.fact == "fanout":
                 assert chosen.traverse is not None

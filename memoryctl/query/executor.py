@@ -203,11 +203,11 @@ def _legs(stage: TextSearch, calls: StoreCalls, ids: Sequence[uuid.UUID] | None 
         except MemoryctlError as exc:
             if calls.q.text is None:
                 ctx.degrade(
-                    names.VECTORS,
+                    names.QDRANT,
                     f"qdrant unavailable ({exc.message}); a raw vector has no lexical leg to fall back to",
                 )
                 return {}
-            ctx.degrade(names.VECTORS, f"qdrant unavailable ({exc.message}); text ranked by the lexical leg alone")
+            ctx.degrade(names.QDRANT, f"qdrant unavailable ({exc.message}); text ranked by the lexical leg alone")
             if lexical_call is None:
                 lexical_call = calls.start_lexical(stage, among, fallback=True)
     if lexical_call is not None:

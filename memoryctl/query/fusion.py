@@ -183,14 +183,22 @@ def names_any(question: str, names: Iterable[str]) -> bool:
     return any(len(name) > 2 and name in said for name in map(_words, names))
 
 
-def with_named(relevances: Sequence[float], named: Sequence[bool]) -> list[float]:
-    """The text legs' relevance with the named-entity leg averaged in as a third leg (standardised
-    over these candidates like the others); unchanged when it cannot tell them apart. It weighs a
-    third whichever text legs answered: a failed vector store must not double its say."""
-    if all(named) or not any(named):
+def with_named(relevances: Sequence[float], named: Sequence[bool], legs: int = len(TEXT_LEGS)) -> list[float]:
+    """The relevance of ``legs`` legs with the named-entity leg averaged in as one more
+    (standardised over these candidates like the others); unchanged when it cannot tell them
+    apart. It weighs one leg's share whichever text legs answered: a failed vector store must not
+    double its say."""
+    return with_preference(relevances, [1.0 if n else 0.0 for n in named], legs)
+
+
+def with_preference(relevances: Sequence[float], values: Sequence[float], legs: int) -> list[float]:
+    """The relevance of ``legs`` legs with one more leg averaged in: ``values`` in [0, 1] (a
+    membership, or how close a memory is to what the question names), standardised with a
+    membership's spread (``MEMBERSHIP_SPREAD``), so that the leg reorders among what the text legs
+    found and never outvotes them on a rare value. Unchanged when every value is the same."""
+    if max(values, default=0.0) - min(values, default=0.0) <= 1e-9:
         return list(relevances)
-    z = _z([1.0 if n else 0.0 for n in named], MEMBERSHIP_SPREAD)
-    legs = len(TEXT_LEGS)
+    z = _z(list(values), MEMBERSHIP_SPREAD)
     return [(legs * r + e) / (legs + 1) for r, e in zip(relevances, z, strict=True)]
 
 

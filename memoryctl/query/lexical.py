@@ -4,7 +4,10 @@ The ranking (unchanged by this module's plan): a memory in scope scores the sum 
 document frequencies, ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the scope's N live memories, of
 the question's words it holds; ties newest first, then by id. The question's words lose the stop
 words of English and keep at most their first five letters as a prefix (``volunteering`` matches
-``volunteer``), a language-neutral stand-in for stemming.
+``volunteer``), a language-neutral stand-in for stemming. Chinese, Japanese and Korean text, which
+puts no spaces between words, is matched by its character bigrams (schema 0010's
+``memoryctl_cjk_grams``: a memory is indexed with its bigrams and single characters, a question
+asks with its bigrams).
 
 What it costs is bounded by what it returns, not by how many memories share a common word:
 
@@ -49,7 +52,8 @@ MAX_COMMON = 3
 _WORDS = (
     "SELECT DISTINCT CASE WHEN length(w) >= 5 THEN left(w, 5) ELSE w END AS key,"
     " CASE WHEN length(w) >= 5 THEN quote_literal(left(w, 5)) || ':*' ELSE quote_literal(w) END AS tq"
-    " FROM unnest(tsvector_to_array(to_tsvector('simple', %s))) AS w"
+    " FROM unnest(tsvector_to_array("
+    "to_tsvector('simple', %s) || to_tsvector('simple', memoryctl_cjk_grams(%s, false)))) AS w"
     " WHERE position(chr(92) in w) = 0 AND to_tsvector('english', w) <> ''::tsvector"
 )
 
@@ -78,7 +82,7 @@ def words_sql(
         " (SELECT coalesce(sum(df), 0) FROM lexical_terms WHERE term = words.key AND {})::bigint AS df,"
         " (SELECT coalesce(sum(df), 0) FROM lexical_terms WHERE term = '' AND {})::bigint AS n FROM words) AS counted"
     ).format(sql.SQL(_WORDS), scope_n, agent, agent)
-    return query, [text, *(scope_params if scoped else []), *agent_params, *agent_params]
+    return query, [text, text, *(scope_params if scoped else []), *agent_params, *agent_params]
 
 
 def weigh(rows: Sequence[dict[str, Any]]) -> list[Word]:

@@ -41,10 +41,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import ClassVar, Literal
 
 from memoryctl.model import EntityRef
+from memoryctl.query import dates
+from memoryctl.query.dates import Window
 from memoryctl.query.pushdown import depth, needs_postgres_filter, pushdown, pushed_terms, traversal
 from memoryctl.query.spec import MemoryQuery
 from memoryctl.query.turns import CONTEXT_TURNS
@@ -83,6 +85,7 @@ class PlanOptions:
     vector_first_max_k: int = VECTOR_FIRST_MAX_K
     context_turns: int = CONTEXT_TURNS  # a text ranking's conversational context (0: none)
     dense_without_names: bool = True  # the dense leg embeds the question without the names it says
+    dated: bool = True  # prefer the memories written at the times the question names
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +99,7 @@ class Facts:
     graph_checks_cheaply: bool = False  # a graph store is open and ``connected()`` costs per candidate
     fanout: int | None = None  # memories the start entity reaches at one hop (the graph's degree count)
     scope: int | None = None  # points the vector search ranks for the agent
+    now: datetime | None = None  # when the question is asked: "last week" means the week before it
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +130,7 @@ class TextSearch:
     ``filter`` None: the where clauses contradict each other and nothing can match. With
     ``among_candidates`` the executor puts the ids the graph produced into both legs' scope.
     ``without_names``: the dense leg embeds the question without the entity names it says
-    (``query/named.py``).
+    (``query/dense_question.py``).
     """
 
     filter: VectorFilter | None
@@ -282,12 +286,14 @@ class ByRelevance:
     when the question has words (``named``), each candidate read with its conversational context
     (``context_turns``, 0: none; ``context_adds``: the turns written just after a candidate may
     join, not under a graph filter or a threshold they were not checked against), and recency
-    within a band when ``half_life`` is set."""
+    within a band when ``half_life`` is set; ``dated``: the times the question names
+    (``query/dates.py``), a preference for the memories written then."""
 
     half_life: timedelta | None = None
     named: bool = True
     context_turns: int = 0
     context_adds: bool = True
+    dated: tuple[Window, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,10 +339,10 @@ def plan(q: MemoryQuery, facts: Facts | None = None, options: PlanOptions | None
     chosen = _shape(q, facts, options)
     if isinstance(chosen, Need):
         return chosen
-    return Plan(chosen, _ranking(q, chosen, options), depth(q), q.limit)
+    return Plan(chosen, _ranking(q, chosen, options, facts.now), depth(q), q.limit)
 
 
-def _ranking(q: MemoryQuery, shape: Shape, options: PlanOptions) -> Ranking:
+def _ranking(q: MemoryQuery, shape: Shape, options: PlanOptions, now: datetime | None) -> Ranking:
     if isinstance(shape, AnyOf):
         return ByFusedRank()
     if isinstance(shape, VectorSearch | GraphFirst | VectorFirst):
@@ -345,6 +351,7 @@ def _ranking(q: MemoryQuery, shape: Shape, options: PlanOptions) -> Ranking:
             named=q.text is not None,
             context_turns=options.context_turns if q.text is not None else 0,
             context_adds=q.graph is None and q.threshold is None,
+            dated=tuple(dates.windows(q.text, now)) if q.text is not None and options.dated else (),
         )
     return NewestFirst()
 

@@ -51,7 +51,7 @@ class RelationalReads(Protocol):
 
     def names_said(self, q: MemoryQuery, text: str) -> list[str]:
         """Names of the scope's entities that ``text`` says as whole words, lower-cased
-        (``query/named.py``): what the dense leg leaves out of the question."""
+        (``query/dense_question.py``): what the dense leg leaves out of the question."""
         ...
 
     def mentions(self, q: MemoryQuery, entity_type: str, entity_name: str, *, limit: int) -> list[uuid.UUID]:

@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, assert_never
 
-from memoryctl.query.fusion import names_any, rank_score, recency, spread, with_named
+from memoryctl.query import dates
+from memoryctl.query.fusion import TEXT_LEGS, names_any, rank_score, recency, spread, with_named, with_preference
 from memoryctl.query.plan import ByFusedRank, ByRelevance, NewestFirst, Ranking
 from memoryctl.query.results import Hit
 from memoryctl.query.spec import MemoryQuery
@@ -69,7 +70,7 @@ def rank(rule: Ranking, q: MemoryQuery, live: Scored, turns: Turns, graph_source
     names where the graph's part came from (the graph store, or PostgreSQL mentions)."""
     match rule:
         case ByRelevance():
-            live = _in_context(_entities_named(rule, q, live), turns)
+            live = _in_context(_dated(rule, _entities_named(rule, q, live)), turns)
             scored = _by_relevance(rule, live)
         case ByFusedRank():
             scored = [(m, parts, parts["rrf"]) for m, parts in live]  # ties newest first, below
@@ -109,6 +110,19 @@ def _entities_named(rule: ByRelevance, q: MemoryQuery, live: Scored) -> Scored:
     ]
 
 
+def _dated(rule: ByRelevance, live: Scored) -> Scored:
+    """With the times the question names (``query/dates.py``), the relevance with one more leg
+    averaged in: how close each memory's time is to them (``fusion.with_preference``); the
+    candidates written inside a named time get ``dated`` 1.0, the others their closeness."""
+    if not rule.dated or not live:
+        return live
+    close = [dates.closeness(m.created_at, rule.dated) for m, _ in live]
+    named = ["entity" in s for _, s in live]
+    legs = len(TEXT_LEGS) + (any(named) and not all(named))  # the named-entity leg, when it voted
+    fused = with_preference([s["relevance"] for _, s in live], close, legs)
+    return [(m, {**s, "relevance": r, "dated": round(c, 3)}) for (m, s), r, c in zip(live, fused, close, strict=True)]
+
+
 def _in_context(live: Scored, turns: Turns) -> Scored:
     """The candidates that their context lifts get the passage's relevance (``turns.in_context``)
     and ``context``, the same figure, in their scores; an added memory that its context did not
@@ -128,7 +142,7 @@ def _sources(parts: Mapping[str, float], graph_source: str) -> list[str]:
     returned the hit, the graph when the hit passed its filter."""
     sources = [names.POSTGRES]
     if "vector" in parts:
-        sources.append(names.VECTORS)
+        sources.append(names.QDRANT)
     if "graph" in parts:
         sources.append(graph_source)
     return sources

@@ -16,7 +16,7 @@ from typing import Any
 
 from psycopg import Connection, sql
 
-from memoryctl.query import lexical, named
+from memoryctl.query import dense_question, lexical
 from memoryctl.query.spec import MemoryQuery, Where
 from memoryctl.stores.pg import Pool, pg_errors, set_local_timeout
 
@@ -151,9 +151,9 @@ class RelationalQueries:
 
     def names_said(self, q: MemoryQuery, text: str) -> list[str]:
         """The names of entities the agent's live memories carry (every agent's without one) that
-        ``text`` says as whole words, lower-cased (``query/named.py``): primary-key lookups in
+        ``text`` says as whole words, lower-cased (``query/dense_question.py``): primary-key lookups in
         ``lexical_terms`` (schema 0009), whatever the number of memories."""
-        said = named.grams(text)
+        said = dense_question.grams(text)
         if not said:
             return []
         agent, params = (sql.SQL("agent_id = %s"), [q.agent_id]) if q.agent_id is not None else (sql.SQL("TRUE"), [])
@@ -161,8 +161,8 @@ class RelationalQueries:
             "SELECT DISTINCT substr(term, %s) AS name FROM lexical_terms WHERE term = ANY(%s) AND df > 0 AND {}"
             " ORDER BY 1"
         ).format(agent)
-        terms = [named.TERM_PREFIX + g for g in said]
-        return [r["name"] for r in self._rows(query, [len(named.TERM_PREFIX) + 1, terms, *params])]
+        terms = [dense_question.TERM_PREFIX + g for g in said]
+        return [r["name"] for r in self._rows(query, [len(dense_question.TERM_PREFIX) + 1, terms, *params])]
 
     def mentions(self, q: MemoryQuery, entity_type: str, entity_name: str, *, limit: int) -> list[uuid.UUID]:
         """Graph fallback (Neo4j down): memories that mention the entity — one hop, MENTIONS only."""

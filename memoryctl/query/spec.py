@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from memoryctl.declaration.table import QUERY
 from memoryctl.errors import InputError
 from memoryctl.model import (
     EntityRef,
@@ -29,7 +30,7 @@ from memoryctl.model import (
     validate_meta_key,
     validate_relation_type,
 )
-from memoryctl.stores.protocols import MAX_HOPS, Direction, MetaOp
+from memoryctl.stores.protocols import Direction, MetaOp
 
 Combine = Literal["and", "or"]
 # Which legs rank a text query: both fused (the default), or one alone (to compare, or to debug).
@@ -37,7 +38,6 @@ Retrieval = Literal["hybrid", "dense", "lexical"]
 RETRIEVALS: tuple[Retrieval, ...] = ("hybrid", "dense", "lexical")
 CANONICAL_FIELDS = ("kind", "agent_id", "created_at")
 OPS: tuple[MetaOp, ...] = ("=", "!=", "<", "<=", ">", ">=", "in")
-MAX_LIMIT = 1000
 
 _WHERE = re.compile(
     r"^\s*(?P<field>[A-Za-z_][A-Za-z0-9_.]*)\s*(?P<op>!=|<=|>=|=|<|>|\bin\b)\s*(?P<value>.*?)\s*$", re.S
@@ -238,6 +238,12 @@ def _split_list(text: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
+def _declared(name: str, value: Any) -> None:
+    """A query field checked by its declaration (``memoryctl.declaration.table``: type, range,
+    choices): the one check, whether the query came from the command line, HTTP, MCP or Python."""
+    QUERY.param(name).check(value)
+
+
 @dataclass(frozen=True, slots=True)
 class GraphFilter:
     entity: EntityRef
@@ -247,10 +253,8 @@ class GraphFilter:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "via", tuple(validate_relation_type(v) for v in self.via))
-        if not isinstance(self.hops, int) or not 1 <= self.hops <= MAX_HOPS:
-            raise InputError(f"hops must be 1..{MAX_HOPS}, not {self.hops!r}")
-        if self.direction not in ("out", "in", "both"):
-            raise InputError(f"direction must be out, in or both, not {self.direction!r}")
+        _declared("hops", self.hops)
+        _declared("direction", self.direction)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,18 +305,14 @@ class MemoryQuery:
                 "a graph filter needs an agent: entity keys are per agent",
                 hint="pass --agent A instead of --all-agents",
             )
-        if not 1 <= self.limit <= MAX_LIMIT:
-            raise InputError(f"limit must be 1..{MAX_LIMIT}")
-        if self.retrieval not in RETRIEVALS:
-            raise InputError(f"retrieval must be one of {', '.join(RETRIEVALS)}, not {self.retrieval!r}")
+        for name in ("limit", "retrieval", "combine"):
+            _declared(name, getattr(self, name))
+        if self.threshold is not None:
+            _declared("threshold", self.threshold)
         if self.vector is not None and self.retrieval == "lexical":
             raise InputError("a raw vector has no words for the lexical leg", hint="give TEXT, or retrieval dense")
-        if self.combine not in ("and", "or"):
-            raise InputError("combine must be 'and' or 'or'")
         if self.since and self.until and self.since > self.until:
             raise InputError("--since is after --until")
-        if self.threshold is not None and not -1.0 <= self.threshold <= 1.0:
-            raise InputError("threshold is a cosine similarity in [-1, 1]")
         if self.half_life is not None and self.half_life.total_seconds() <= 0:
             raise InputError("half-life must be positive")
         if not (self.text or self.vector is not None or self.graph or self.where or self.since or self.until):

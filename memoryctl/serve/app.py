@@ -38,11 +38,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from memoryctl.declaration.declare import Operation
+from memoryctl.declaration.table import OPERATIONS
 from memoryctl.errors import ConflictError, ExitCode, MemoryctlError, NotFoundError, StoreError
 from memoryctl.operations.access import OPERATOR, AccessDenied, Caller, bind
-from memoryctl.operations.declare import Operation
 from memoryctl.operations.reply import Reply
-from memoryctl.operations.table import OPERATIONS
 from memoryctl.serve.wire import API, CONFIG_DIFFERS, CONFIG_HEADER, EXIT_HEADER, WARNINGS_HEADER, encode
 
 if TYPE_CHECKING:

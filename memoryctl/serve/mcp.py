@@ -1,5 +1,5 @@
 """MCP (the Model Context Protocol, the official ``mcp`` SDK): the operations declared ``mcp=True``
-(``memoryctl.operations.table``: add, query, get, forget, stats, health) as tools, for agent
+(``memoryctl.declaration.table``: add, query, get, forget, stats, health) as tools, for agent
 frameworks.
 
 Each tool is generated from its declaration: its name, its description (the summary and the exit
@@ -32,11 +32,11 @@ from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
 from mcp.server.lowlevel import Server
 
 from memoryctl._version import __version__
+from memoryctl.declaration.declare import Operation
+from memoryctl.declaration.table import OPERATIONS
 from memoryctl.errors import MemoryctlError
 from memoryctl.operations.access import OPERATOR, Caller, bind
-from memoryctl.operations.declare import Operation
 from memoryctl.operations.reply import Reply
-from memoryctl.operations.table import OPERATIONS
 from memoryctl.serve.mcp_auth import current_caller
 from memoryctl.serve.wire import json_default
 

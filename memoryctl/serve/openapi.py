@@ -1,13 +1,13 @@
 """The OpenAPI 3.1 description of the service, generated from the operations' declarations
-(``memoryctl.operations.table``), never by hand."""
+(``memoryctl.declaration.table``), never by hand."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from memoryctl._version import __version__
-from memoryctl.operations.declare import Operation
-from memoryctl.operations.table import OPERATIONS
+from memoryctl.declaration.declare import Operation
+from memoryctl.declaration.table import OPERATIONS
 from memoryctl.serve.wire import API
 
 ERROR = {

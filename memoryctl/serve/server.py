@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
     from memoryctl.client import MemoryClient
     from memoryctl.config import Settings
-    from memoryctl.operations.declare import Operation
+    from memoryctl.declaration.declare import Operation
     from memoryctl.operations.reply import Reply
 
 log = logging.getLogger("memoryctl.serve")

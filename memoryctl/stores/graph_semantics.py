@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from memoryctl.declaration.table import MAX_HOPS
 from memoryctl.errors import InputError
 from memoryctl.model import validate_agent_id, validate_entity_type, validate_relation_type
-from memoryctl.stores.protocols import MAX_HOPS, Direction, GraphMemory, GraphTraversal
+from memoryctl.stores.protocols import Direction, GraphMemory, GraphTraversal
 
 MENTIONS = "MENTIONS"
 _DIRECTIONS: tuple[Direction, ...] = ("out", "in", "both")

@@ -1,5 +1,5 @@
 """The lexical leg's word statistics (table ``lexical_terms``, schema 0007), kept by the writer,
-and the names of the agent's entities (schema 0009: what ``query/named.py`` looks up).
+and the names of the agent's entities (schema 0009: what ``query/dense_question.py`` looks up).
 
 Every transaction that changes which live memories hold which words (insert, update of a live
 memory, soft delete) changes the per-agent document frequencies by the difference, in the same

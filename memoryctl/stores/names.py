@@ -9,7 +9,7 @@ under the store's name: both vector engines (a Qdrant server, Qdrant Edge) are `
 from __future__ import annotations
 
 POSTGRES = "postgres"
-VECTORS = "qdrant"
+QDRANT = "qdrant"  # the vector store, whichever engine: a Qdrant server or Qdrant Edge
 NEO4J = "neo4j"  # the cluster profile's graph
 SQL_GRAPH = "graph"  # the embedded profile's graph: node/edge tables in PostgreSQL
 # Not a store: the query's lexical leg (a PostgreSQL statement), named in ``degraded`` when it failed

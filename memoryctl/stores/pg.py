@@ -22,7 +22,6 @@ from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from memoryctl.config import PostgresSettings
 from memoryctl.errors import BadRecord, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -98,17 +97,6 @@ def open_pool(
             raise StoreUnavailable("postgres", _first_line(exc), hint=UNAVAILABLE_HINT) from None
         raise StoreUnavailable("postgres", "timed out connecting", hint=UNAVAILABLE_HINT) from None
     return pool
-
-
-def pool_from_settings(settings: PostgresSettings, dsn: str | None = None) -> Pool:
-    return open_pool(
-        dsn or settings.dsn,
-        password=settings.password.get_secret_value() if settings.password else None,
-        min_size=settings.pool_min,
-        max_size=settings.pool_max,
-        connect_timeout_s=settings.connect_timeout_s,
-        statement_timeout_ms=settings.statement_timeout_ms,
-    )
 
 
 def set_local_timeout(

@@ -24,7 +24,6 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 Direction = Literal["out", "in", "both"]
 MetaOp = Literal["=", "!=", "<", "<=", ">", ">=", "in"]
-MAX_HOPS = 3  # the deepest graph traversal a query may ask for
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +217,7 @@ class GraphTraversal:
     agent_id: str | None
     start_key: str
     relation_types: Sequence[str] = ()  # empty = any type
-    hops: int = 1  # 1..MAX_HOPS
+    hops: int = 1  # 1..MAX_HOPS (memoryctl.declaration.table)
     direction: Direction = "both"
     limit: int | None = None
     # Restrict the memories returned (not the path) to [created_from, created_to), and order them

@@ -34,7 +34,7 @@ class QdrantRest:
         self.url = url.rstrip("/")
         self.http = HttpService(
             self.url,
-            store=names.VECTORS,
+            store=names.QDRANT,
             headers={"api-key": api_key} if api_key else {},
             timeout_s=timeout_s,
             retry=retry or Retry(retries=0),
@@ -51,11 +51,11 @@ class QdrantRest:
         resp = self.get(path)
         if resp.status_code >= 400:
             hint = "qdrant.api_key is wrong or missing" if resp.status_code in (401, 403) else None
-            raise StoreError(names.VECTORS, f"GET {path}: HTTP {resp.status_code}: {error_text(resp)}", hint=hint)
+            raise StoreError(names.QDRANT, f"GET {path}: HTTP {resp.status_code}: {error_text(resp)}", hint=hint)
         try:
             return resp.json()["result"]
         except (ValueError, KeyError, TypeError):
-            raise StoreError(names.VECTORS, f"GET {path}: not a Qdrant answer ({resp.text[:120]!r})") from None
+            raise StoreError(names.QDRANT, f"GET {path}: not a Qdrant answer ({resp.text[:120]!r})") from None
 
     def close(self) -> None:
         self.http.close()

@@ -74,11 +74,6 @@ def timescale_status(conn: Any) -> TimescaleStatus:
     return TimescaleStatus(row["available"], "timescaledb" in libs, row["installed"])
 
 
-def timescale_usable(pool: Pool) -> bool:
-    with pg_errors(), pool.connection() as conn:
-        return timescale_status(conn).usable
-
-
 def apply_schema(pool: Pool, *, timescale: bool | None = None) -> list[dict[str, Any]]:
     """Apply pending migrations; return what was applied (empty when up to date).
 

@@ -1,6 +1,6 @@
 """The ``VectorStore`` both vector engines share, over a small set of engine primitives.
 
-Layout (DESIGN.md, "Data model"): one collection per embedding model version, named from the model
+Layout (README, "Data model and write path"): one collection per embedding model version, named from the model
 id (``<prefix>__<slug>__<hash8>``: the slug keeps it readable, the hash keeps two ids that slug
 alike apart), reached through an "active" pointer (the server's alias ``memories``; a file for
 Qdrant Edge). A collection describes itself (model id, dimension, distance), so a restore or a
@@ -62,7 +62,7 @@ from memoryctl.stores.protocols import (
 )
 from memoryctl.stores.vector_filter import Filter, build_filter, empty_selection, meta_key, to_utc
 
-STORE = names.VECTORS
+STORE = names.QDRANT
 DEFAULT_ID_CHUNK = 1000
 # Payload fields read back by search / scroll; the rest stays in the engine.
 HIT_FIELDS = ["agent_id", "created_at", "kind"]

@@ -53,7 +53,6 @@ from typing import Any, cast
 import numpy as np
 import qdrant_edge as qe
 
-from memoryctl.config import Settings
 from memoryctl.errors import InputError, StoreError, StoreUnavailable
 from memoryctl.stores import vector_filter as vf
 from memoryctl.stores.protocols import EmbeddingModelInfo, VectorHit, VectorPoint, VectorRecord
@@ -462,16 +461,6 @@ class EdgeVectorStore(VectorCore):
         backend = EdgeBackend(Path(base_dir), prefix=collection_prefix, exact_below=exact_below, hnsw_ef=hnsw_ef)
         super().__init__(backend, collection_prefix=collection_prefix, id_chunk_size=id_chunk_size, fields=fields)
         self.edge = backend
-
-    @classmethod
-    def from_settings(cls, settings: Settings, **kwargs: Any) -> EdgeVectorStore:
-        """From ``memoryctl.config.Settings``: the shards live under ``settings.vectors_dir``."""
-        return cls(
-            settings.vectors_dir,
-            collection_prefix=settings.qdrant.collection_prefix,
-            meta_indexes=settings.qdrant.indexed_metadata,
-            **kwargs,
-        )
 
     def payload_schema(self, model_id: str | None = None) -> dict[str, str]:
         """Field -> index type of a collection (for ``health`` and tests)."""

@@ -23,7 +23,6 @@ from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from memoryctl.config import QdrantSettings
 from memoryctl.errors import BadRecord, InputError, StoreError, StoreUnavailable
 from memoryctl.stores import vector_filter as vf
 from memoryctl.stores.protocols import EmbeddingModelInfo, VectorHit, VectorPoint, VectorRecord
@@ -333,17 +332,3 @@ class QdrantVectorStore(VectorCore):
     @property
     def local(self) -> bool:
         return self.qdrant.local
-
-    @classmethod
-    def from_settings(cls, settings: QdrantSettings, **kwargs: Any) -> QdrantVectorStore:
-        return cls(
-            url=settings.url,
-            path=settings.path,
-            api_key=settings.api_key.get_secret_value() if settings.api_key else None,
-            timeout_s=settings.timeout_s,
-            alias=settings.alias,
-            collection_prefix=settings.collection_prefix,
-            meta_indexes=settings.indexed_metadata,
-            layout=settings.collection_layout(),
-            **kwargs,
-        )

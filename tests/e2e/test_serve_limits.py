@@ -142,3 +142,10 @@ def test_reconcile_runs_through_the_service_on_the_embedded_profile(
     assert _cli(config, "runs", "--command", "reconcile", "--json") == 0
     runs = json.loads(capsys.readouterr().out)
     assert runs[0]["status"] == "ok" and runs[0]["trigger"] == "cli"
+
+
+def test_an_operation_runs_only_on_its_declared_profiles(served: Service, capsys: pytest.CaptureFixture[str]) -> None:
+    config = served.settings.source_file
+    assert config is not None
+    assert _cli(config, "backup", "qdrant") == 2
+    assert "runs on the cluster profile, not embedded" in capsys.readouterr().err

@@ -192,7 +192,7 @@ def test_relational_vector_pushdown(world: tuple[MemoryClient, dict[str, Memory]
     r = client.query(MemoryQuery(text="latency problems", agent_id="a1", where=[Where.parse("kind = ticket")]))
     assert names(data, r) == ["m6"]
     # nothing pulled up first: PostgreSQL's other steps are the lexical leg, under the same where
-    # clause, the entity names the question says (query/named.py: none here, a few key lookups)
+    # clause, the entity names the question says (query/dense_question.py: none here, a few key lookups)
     # and the candidates' following turns under the where clause too (the conversational context)
     assert [s.name for s in r.steps if s.store == "postgres"] == [
         "lexical.search",

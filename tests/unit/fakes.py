@@ -21,7 +21,7 @@ import numpy as np
 
 from memoryctl.embed.hashing import HashEmbedder
 from memoryctl.model import Memory
-from memoryctl.query import named
+from memoryctl.query import dense_question
 from memoryctl.query.spec import MemoryQuery, Where
 from memoryctl.stores import names
 from memoryctl.stores.protocols import GraphTraversal, MetaCondition, VectorFilter, VectorHit
@@ -167,9 +167,9 @@ class FakeRelational:
 
     def names_said(self, q: MemoryQuery, text: str) -> list[str]:
         self.calls("names_said", text=text)
-        said = set(named.grams(text))
+        said = set(dense_question.grams(text))
         known = {
-            " ".join(named.words(e.name))
+            " ".join(dense_question.words(e.name))
             for m in self.world.memories.values()
             if m.deleted_at is None and (q.agent_id is None or m.agent_id == q.agent_id)
             for e in m.entities
@@ -216,7 +216,7 @@ class FakeVectors:
     ``stale`` ids are still "in the store" although PostgreSQL deleted them: a lagging replica.
     """
 
-    name = names.VECTORS
+    name = names.QDRANT
 
     def __init__(self, world: World, *, stale: Sequence[uuid.UUID] = ()) -> None:
         self.world, self.calls = world, Calls()

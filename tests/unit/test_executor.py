@@ -93,7 +93,7 @@ def test_vector_plan_is_one_search_then_hydration(world: World) -> None:
     assert texts(r) == ["alice started the rollback of payments"]
     # relationships are fetched from the graph while PostgreSQL hydrates
     # the lexical leg runs in PostgreSQL while the query is embedded and the vector store searched
-    # (after the entity names it says are looked up, query/named.py)
+    # (after the entity names it says are looked up, query/dense_question.py)
     assert [st.name for st in r.steps] == [
         "lexical.search",
         "postgres.names",
@@ -349,7 +349,7 @@ def _copy(q: MemoryQuery) -> MemoryQuery:
 
 
 def test_the_dense_leg_embeds_the_question_without_the_names_it_says() -> None:
-    """query/named.py: the names of entities the scope's memories carry are left out of what the
+    """query/dense_question.py: the names of entities the scope's memories carry are left out of what the
     dense leg embeds (the entity and lexical legs match them); other words, and a question that is
     only a name, are embedded as asked; a failed lookup embeds the whole question."""
     world = World()

@@ -1,6 +1,6 @@
 """The console script's fast path parses a command exactly as the typer command does.
 
-Both are generated from one declaration (``memoryctl.operations.table``); this runs both parsers
+Both are generated from one declaration (``memoryctl.declaration.table``); this runs both parsers
 on the same command lines and compares the values they hand on (typer's are caught at
 ``Ctx.execute``), so that neither can drift from the other or from the declaration.
 """
@@ -16,7 +16,7 @@ from memoryctl.cli.context import Ctx
 from memoryctl.cli.main import _invoke
 from memoryctl.config import Settings
 from memoryctl.config_layers import SECTIONS
-from memoryctl.operations.table import OPERATIONS
+from memoryctl.declaration.table import OPERATIONS
 
 U1 = "5b0c2a9e-2f4e-4c59-9a53-3b0f7d1a0001"
 LINES = [

@@ -114,3 +114,11 @@ def test_memoryctl_imports_no_controller_side_package_by_its_folder_name() -> No
     for name, path in modules().items():
         outside = {t.split(".")[0] for t in imported(name, path)} & set(CONTROLLER_SIDE)
         assert not outside, f"{name} imports {outside}"
+
+
+def test_store_adapters_take_what_they_need_not_the_settings() -> None:
+    """The stack maps the configuration onto each adapter's own arguments (memoryctl/stack.py);
+    an adapter that imported memoryctl.config would change whenever an unrelated setting does."""
+    for name, path in modules().items():
+        if name.startswith("memoryctl.stores."):
+            assert "memoryctl.config" not in set(imported(name, path)), name

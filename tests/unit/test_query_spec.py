@@ -211,3 +211,22 @@ def test_values_no_store_compares_are_refused(text: str) -> None:
 
 def test_quoted_nan_is_text() -> None:
     assert Where.parse('note = "NaN"').value == "NaN" and Where.parse("note = 'Infinity'").value == "Infinity"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"limit": 0}, "limit must be from 1 to 1000, not 0"),
+        ({"limit": 1001}, "limit must be from 1 to 1000"),
+        ({"threshold": 1.5}, "threshold must be from -1 to 1"),
+        ({"combine": "xor"}, "combine must be one of and, or"),
+        ({"retrieval": "sparse"}, "retrieval must be one of hybrid, dense, lexical"),
+    ],
+)
+def test_a_query_is_checked_by_the_declaration(fields: dict[str, object], message: str) -> None:
+    """The Python API gets the same check, and message, as the command line, HTTP and MCP: one
+    place validates each field (memoryctl.declaration.table)."""
+    with pytest.raises(InputError, match=message):
+        MemoryQuery(text="x", agent_id="a", **fields).validate()  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="hops must be from 1 to 3, not 4"):
+        GraphFilter(EntityRef("User", "Alice"), hops=4)

@@ -1,10 +1,10 @@
 -- The names of the entities an agent's live memories carry, counted in lexical_terms beside the
--- words: the query engine asks which of them a question says (query/named.py) before it embeds
+-- words: the query engine asks which of them a question says (query/dense_question.py) before it embeds
 -- the question, and the dense leg embeds the question without them (a small bi-encoder weighs a
 -- name so heavily that "thanks Bob" outranked Bob's own turns for "the risks Bob raised"; who is
 -- named is the entity leg's and the lexical leg's to judge, both match names exactly).
 --
--- A name's term is 'entity ' followed by its words, lower-cased, one space apart (query/named.py
+-- A name's term is 'entity ' followed by its words, lower-cased, one space apart (query/dense_question.py
 -- builds the question's side the same way). No word of a tsvector holds a space, so these terms
 -- never meet a question word's key, and the empty word still counts each memory once.
 -- Whoever changes these functions must rebuild the table (the statements below).

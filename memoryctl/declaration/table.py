@@ -1,4 +1,4 @@
-"""Every operation of ``memoryctl``, declared once (``memoryctl.operations.declare`` says what a
+"""Every operation of ``memoryctl``, declared once (``memoryctl.declaration.declare`` says what a
 declaration holds). The command line, the service's HTTP routes and OpenAPI document, and the MCP
 tools are generated from this table; ``README.md`` documents the same commands and flags.
 
@@ -7,10 +7,12 @@ Standard library only: the console script's fast path imports it on every call.
 
 from __future__ import annotations
 
-from memoryctl.operations.declare import Operation, Param
+import functools
 
-MAX_LIMIT = 1000  # hits of one query; also what MemoryQuery accepts (memoryctl.query.spec)
-MAX_HOPS = 3  # graph hops; the graph stores paste it into their statements (memoryctl.stores.protocols)
+from memoryctl.declaration.declare import Operation, Param
+
+MAX_LIMIT = 1000  # hits of one query (MemoryQuery checks its fields with these declarations)
+MAX_HOPS = 3  # graph hops; the graph stores check it again before pasting it into a statement
 DEFAULT_KIND = "note"  # memoryctl.model.DEFAULT_KIND
 
 OK, FAILED, USAGE = (0, "ok"), (1, "failed (error and hint on stderr)"), (2, "bad input or usage")
@@ -35,6 +37,13 @@ OUTBOX_ROWS = (
     Param("all", "boolean", "Every row set aside.", default=False),
 )
 BATCH = Param("batch", "integer", "Memories per embed/upsert batch.", default=512, low=1, high=10_000)
+
+
+# An agent's write of memories (add, forget): an agent token may run it, an MCP tool, exit 3 when a
+# store is behind.
+AGENT_WRITE = functools.partial(
+    Operation, writes=True, access="agent", exits=(*STANDARD, PARTIAL), outputs=(JSON,), mcp=True
+)
 
 
 def _memories(name: str) -> str:
@@ -101,7 +110,7 @@ OPERATIONS: dict[str, Operation] = {
             outputs=(JSON,),
             mcp=True,
         ),
-        Operation(
+        AGENT_WRITE(
             "add",
             "Store one memory (PostgreSQL first, then the vector store and the graph) and print its id.",
             (
@@ -121,11 +130,6 @@ OPERATIONS: dict[str, Operation] = {
                 Param("id", "string", "Use this UUID (idempotent re-adds).", fill="uuid"),
             ),
             _memories("add"),
-            writes=True,
-            access="agent",
-            exits=(*STANDARD, PARTIAL),
-            outputs=(JSON,),
-            mcp=True,
         ),
         Operation(
             "import",
@@ -148,7 +152,7 @@ OPERATIONS: dict[str, Operation] = {
             upload="file",
             long=True,
         ),
-        Operation(
+        AGENT_WRITE(
             "forget",
             "Soft-delete memories: hidden from every query at once, purged later by reconcile.",
             (
@@ -156,11 +160,6 @@ OPERATIONS: dict[str, Operation] = {
                 Param("agent", "string", "Only within this agent."),
             ),
             _memories("forget"),
-            writes=True,
-            access="agent",
-            exits=(*STANDARD, PARTIAL),
-            outputs=(JSON,),
-            mcp=True,
         ),
         Operation(
             "sync",

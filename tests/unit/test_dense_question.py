@@ -1,8 +1,8 @@
-"""The question the dense leg embeds (``memoryctl.query.named``), without stores."""
+"""The question the dense leg embeds (``memoryctl.query.dense_question``), without stores."""
 
 from __future__ import annotations
 
-from memoryctl.query.named import MAX_NAME_WORDS, grams, without
+from memoryctl.query.dense_question import MAX_NAME_WORDS, grams, without
 
 
 def test_grams_are_the_runs_of_words_a_name_could_be() -> None:
