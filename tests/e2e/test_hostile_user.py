@@ -137,6 +137,8 @@ def test_7_invalid_utf8_through_the_service(service: Served, home: Path) -> None
         ["query", "x", "--where", "sentiment < NaN"],
         ["query", "x", "--where", "sentiment > -Infinity"],
         ["stats", "--since", "99999999d"],
+        ["query", "x", "--hops", "9"],  # harness: a declared range or choice refused without a hint
+        ["query", "x", "--combine", "xor"],
     ],
 )
 def test_7_values_out_of_range_are_usage_errors(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
@@ -207,6 +209,8 @@ def test_harness_a_non_ascii_token_is_a_401(service: Served) -> None:
         ("/v1/query", {"text": "x", "where": ["note = '\ud800'"]}),
         ("/v1/health", {"deadline": 9287082278146372.0}),
         ("/v1/health", {"deadline": -1}),
+        ("/v1/query", {"text": "x", "hops": 9}),
+        ("/v1/query", {"text": "x", "combine": "xor"}),
     ],
 )
 def test_harness_unpaired_surrogates_and_wild_deadlines_are_400s(
@@ -239,3 +243,24 @@ def test_harness_an_import_of_bad_lines_says_error_in_every_output_mode(
     code, out, err = cli(capsys, "import", str(jsonl(home / "bad-only.jsonl", {"nope": 1})), "--json")
     assert_user_error(code, err, "invalid line")
     assert json.loads(out)["invalid"][0]["line"] == 1
+
+
+def test_harness_a_client_gone_mid_body_leaves_no_traceback(service: Served, home: Path) -> None:
+    """Found after the move to uvicorn: a request cut short was logged as a failure with a
+    traceback (starlette's ClientDisconnect); it is the client's doing, answered 400 if anyone listens."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(service.url)
+    with socket.create_connection((url.hostname, url.port), timeout=30) as conn:
+        conn.sendall(
+            b"POST /v1/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {service.token}\r\nContent-Length: 100\r\n\r\n".encode()
+            + b'{"text": '
+        )
+        conn.shutdown(socket.SHUT_WR)
+        while conn.recv(65536):
+            pass
+    status, _, _ = service.request("/v1/status", method="GET")  # the service is fine, and it logged no bug
+    assert status == 200
+    assert "Traceback" not in (home / "serve.log").read_text(errors="replace")

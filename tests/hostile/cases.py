@@ -380,7 +380,8 @@ def raw_request(draw: st.DrawFn) -> Case:
     pace = draw(st.sampled_from(["whole", "whole", "partial", "slow"]))
     body = json.dumps({"text": draw(valid_text), "agent": draw(valid_agent)}).encode()
     request = (
-        b"POST /v1/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer {token}\r\n"
+        b"POST /v1/query HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        b"Authorization: Bearer {token}\r\n"
         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
     )
     if pace == "whole":

@@ -99,7 +99,7 @@ class Harness:
             return
         self.counts[f"exit {outcome.code}"] += 1
         if "Traceback" in outcome.text or "internal error" in outcome.text:
-            self.defect(case, f"a traceback or internal error:\n{outcome.text[-2000:]}")
+            self.defect(case, f"a traceback or internal error:\n{outcome.text[-4000:]}")
             return
         expected = self._expected_code(case, params)
         if outcome.code not in expected:
@@ -213,13 +213,13 @@ class Harness:
         request = case.raw.replace(b"{token}", self.served.token.encode())
         with socket.create_connection((split.hostname, split.port), timeout=30) as conn:
             try:
-                if case.pace == "slow":
+                if case.pace == "slow":  # a whole request in four pieces, then wait for the answer
                     for i in range(0, len(request), max(1, len(request) // 4)):
                         conn.sendall(request[i : i + max(1, len(request) // 4)])
                         time.sleep(0.05)
-                else:
+                else:  # garbage or a request cut short: the client is done (half-close)
                     conn.sendall(request)
-                conn.shutdown(socket.SHUT_WR)
+                    conn.shutdown(socket.SHUT_WR)
             except OSError:
                 pass  # the server may answer and close before it has read everything: that is fine
             reply = b""
