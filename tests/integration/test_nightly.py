@@ -20,13 +20,13 @@ from memoryctl.ops.nightly import Nightly
 from tests.conftest import cluster_settings, write_cluster_config
 from tests.lora.synthetic import embedding_rows
 
-pytest.importorskip("torch", reason="the [lora] extra (torch) is not installed")
+pytest.importorskip("torch", reason="memoryctl-lora's torch is not installed")
 
 pytestmark = [pytest.mark.integration, pytest.mark.lora, pytest.mark.slow]
 
 
 def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path) -> None:
-    from memoryctl.lora.train_generation import build_tiny_qwen2
+    from memoryctl_lora.train_generation import build_tiny_qwen2
     from tests.lora.vllm_standin import VLLMStandin
 
     base = tmp_path / "tiny-qwen"

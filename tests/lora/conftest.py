@@ -1,4 +1,4 @@
-"""Shared fixtures for the LoRA tests; torch-dependent ones skip cleanly without the [lora] extra."""
+"""Shared fixtures for the LoRA tests; torch-dependent ones skip cleanly without torch and peft."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _extra_installed() -> bool:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if _extra_installed():
         return
-    skip = pytest.mark.skip(reason="needs the [lora] extra: pip install 'memoryctl[lora]'")
+    skip = pytest.mark.skip(reason="needs torch, transformers and peft: pip install -e ./lora")
     for item in items:
         if "lora" in item.keywords:
             item.add_marker(skip)

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from memoryctl.lora.config import LoraTrainingConfig
-from memoryctl.lora.cycle import embedding_cycle, generation_cycle, promote_generation, rollback_generation
-from memoryctl.lora.registry import AdapterRegistry
-from memoryctl.lora.serving import AdapterServing
 from memoryctl.vllm import VLLMClient
+from memoryctl_lora.config import LoraTrainingConfig
+from memoryctl_lora.cycle import embedding_cycle, generation_cycle, promote_generation, rollback_generation
+from memoryctl_lora.registry import AdapterRegistry
+from memoryctl_lora.serving import AdapterServing
 from tests.lora.conftest import Stopwatch
 from tests.lora.synthetic import embedding_rows, generation_rows
 from tests.lora.vllm_standin import StandinState, VLLMStandin
@@ -34,7 +34,7 @@ def test_skipped_when_too_little_data(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_generation_cycle_promote_second_run_and_rollback(tmp_path: Path, timings: dict[str, float]) -> None:
-    from memoryctl.lora.train_generation import build_tiny_qwen2
+    from memoryctl_lora.train_generation import build_tiny_qwen2
 
     base = build_tiny_qwen2(tmp_path / "base", seed=0)
     reg = AdapterRegistry(tmp_path / "reg")

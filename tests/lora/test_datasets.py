@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from memoryctl.lora.datasets import (
+from memoryctl_lora.datasets import (
     EmbeddingDataset,
     GenerationDataset,
     Skipped,
@@ -16,7 +16,7 @@ from memoryctl.lora.datasets import (
     pairs_from_turns,
     split_bucket,
 )
-from memoryctl.lora.manifest import DataWindow
+from memoryctl_lora.manifest import DataWindow
 
 
 def _rows(n: int, *, shared_positive_every: int = 0) -> list[dict[str, str]]:

@@ -1,4 +1,4 @@
-"""`import memoryctl.lora` works without torch; asking for training without it is a ConfigError with the hint."""
+"""`import memoryctl_lora` works without torch; asking for training without it is a ConfigError with the hint."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from memoryctl.adapter_files import LORA_INSTALL_HINT
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,8 +26,8 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
 def test_import_lora_does_not_import_torch() -> None:
     r = _run("""
         import sys
-        import memoryctl.lora, memoryctl.lora.registry, memoryctl.lora.serving, memoryctl.lora.evaluate
-        import memoryctl.lora.datasets, memoryctl.lora.train_embedding, memoryctl.lora.train_generation
+        import memoryctl_lora, memoryctl_lora.registry, memoryctl_lora.serving, memoryctl_lora.evaluate
+        import memoryctl_lora.datasets, memoryctl_lora.train_embedding, memoryctl_lora.train_generation
         assert "torch" not in sys.modules, "torch imported eagerly"
         print("ok")
     """)
@@ -38,8 +40,8 @@ def test_training_without_torch_raises_config_error_with_hint() -> None:
     r = _run("""
         import sys
         sys.modules["torch"] = None
-        from memoryctl.lora.datasets import EmbeddingDataset
-        from memoryctl.lora.train_embedding import train_embedding_adapter
+        from memoryctl_lora.datasets import EmbeddingDataset
+        from memoryctl_lora.train_embedding import train_embedding_adapter
         from memoryctl.errors import ConfigError
         try:
             train_embedding_adapter(EmbeddingDataset((), ()), "/tmp/never-written")
@@ -49,4 +51,4 @@ def test_training_without_torch_raises_config_error_with_hint() -> None:
             raise SystemExit("no error")
     """)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "pip install 'memoryctl[lora]'"
+    assert r.stdout.strip() == LORA_INSTALL_HINT

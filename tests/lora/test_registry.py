@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from memoryctl.errors import NotFoundError, UsageError
-from memoryctl.lora.manifest import AdapterIntegrityError, read_manifest, verify_adapter, write_manifest
-from memoryctl.lora.registry import AdapterRegistry
+from memoryctl_lora.manifest import AdapterIntegrityError, read_manifest, verify_adapter, write_manifest
+from memoryctl_lora.registry import AdapterRegistry
 
 
 def _adapter(tmp: Path, name: str, payload: bytes, kind: str = "generation") -> Path:

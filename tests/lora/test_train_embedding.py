@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memoryctl.lora.config import LoraTrainingConfig
-from memoryctl.lora.datasets import EmbeddingDataset, build_embedding_dataset
-from memoryctl.lora.evaluate import embedding_gate, recall_at_k
-from memoryctl.lora.manifest import ADAPTER_FILES, DataWindow, verify_adapter
-from memoryctl.lora.registry import AdapterRegistry
+from memoryctl_lora.config import LoraTrainingConfig
+from memoryctl_lora.datasets import EmbeddingDataset, build_embedding_dataset
+from memoryctl_lora.evaluate import embedding_gate, recall_at_k
+from memoryctl_lora.manifest import ADAPTER_FILES, DataWindow, verify_adapter
+from memoryctl_lora.registry import AdapterRegistry
 from tests.lora.conftest import RESULTS, Stopwatch
 from tests.lora.synthetic import embedding_rows
 
@@ -42,7 +42,7 @@ def trained(
     tmp_path_factory: pytest.TempPathFactory,
     timings: dict[str, float],
 ) -> Any:
-    from memoryctl.lora.train_embedding import train_embedding_adapter
+    from memoryctl_lora.train_embedding import train_embedding_adapter
 
     out = tmp_path_factory.mktemp("emb-adapter")
     with Stopwatch(timings, "embedding: train 20 steps (incl. load + eval)"):
@@ -54,7 +54,7 @@ def trained(
 
 @pytest.fixture(scope="module")
 def base_model(timings: dict[str, float]) -> Any:
-    from memoryctl.lora.train_embedding import load_embedding_model
+    from memoryctl_lora.train_embedding import load_embedding_model
 
     with Stopwatch(timings, "embedding: load base MiniLM"):
         return load_embedding_model()
@@ -80,7 +80,7 @@ def test_adapter_files_and_manifest(trained: Any, dataset: EmbeddingDataset, con
 def test_adapter_changes_embeddings_and_gate_promotes(
     trained: Any, base_model: Any, dataset: EmbeddingDataset, timings: dict[str, float]
 ) -> None:
-    from memoryctl.lora.train_embedding import load_embedding_model
+    from memoryctl_lora.train_embedding import load_embedding_model
 
     with Stopwatch(timings, "embedding: load base + adapter (merged)"):
         tuned = load_embedding_model(trained.adapter_dir)
@@ -112,7 +112,7 @@ def test_adapter_changes_embeddings_and_gate_promotes(
 
 @pytest.mark.slow
 def test_registered_adapter_loads_with_version_id(trained: Any, tmp_path: Path) -> None:
-    from memoryctl.lora.train_embedding import load_embedding_model
+    from memoryctl_lora.train_embedding import load_embedding_model
 
     reg = AdapterRegistry(tmp_path)
     v = reg.register("embedding", trained.adapter_dir)
@@ -124,7 +124,7 @@ def test_registered_adapter_loads_with_version_id(trained: Any, tmp_path: Path) 
 def test_base_matches_sentence_transformers(base_model: Any) -> None:
     from sentence_transformers import SentenceTransformer
 
-    from memoryctl.lora.train_embedding import minilm_model_dir
+    from memoryctl_lora.train_embedding import minilm_model_dir
 
     texts = ["the vault was repaired on Monday", "Maria restarted the WireGuard mesh", "hello"]
     st = SentenceTransformer(str(minilm_model_dir()), device="cpu", local_files_only=True)
@@ -134,7 +134,7 @@ def test_base_matches_sentence_transformers(base_model: Any) -> None:
 
 
 def test_training_is_deterministic(dataset: EmbeddingDataset, tmp_path: Path, timings: dict[str, float]) -> None:
-    from memoryctl.lora.train_embedding import train_embedding_adapter
+    from memoryctl_lora.train_embedding import train_embedding_adapter
 
     small = EmbeddingDataset(dataset.train[:8], dataset.heldout[:4])
     cfg = LoraTrainingConfig.for_embedding(steps=2, batch_size=4, max_seq_length=32, seed=3, min_examples=1)

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from memoryctl.errors import ConfigError
-from memoryctl.lora.config import LoraTrainingConfig
-from memoryctl.lora.datasets import GenerationDataset, build_generation_dataset
-from memoryctl.lora.evaluate import generation_gate
-from memoryctl.lora.manifest import sha256_file, verify_adapter
+from memoryctl_lora.config import LoraTrainingConfig
+from memoryctl_lora.datasets import GenerationDataset, build_generation_dataset
+from memoryctl_lora.evaluate import generation_gate
+from memoryctl_lora.manifest import sha256_file, verify_adapter
 from tests.lora.conftest import RESULTS, Stopwatch
 from tests.lora.synthetic import generation_rows
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.lora
 
 @pytest.fixture(scope="module")
 def base_dir(tmp_path_factory: pytest.TempPathFactory, timings: dict[str, float]) -> Path:
-    from memoryctl.lora.train_generation import build_tiny_qwen2
+    from memoryctl_lora.train_generation import build_tiny_qwen2
 
     with Stopwatch(timings, "generation: build tiny Qwen2 (hidden 64, 2 layers)"):
         return build_tiny_qwen2(tmp_path_factory.mktemp("tiny-qwen2"), seed=0)
@@ -47,7 +47,7 @@ def trained(
     tmp_path_factory: pytest.TempPathFactory,
     timings: dict[str, float],
 ) -> Any:
-    from memoryctl.lora.train_generation import train_generation_adapter
+    from memoryctl_lora.train_generation import train_generation_adapter
 
     with Stopwatch(timings, "generation: train 60 steps (incl. load + eval)"):
         result = train_generation_adapter(
@@ -59,7 +59,7 @@ def trained(
 
 
 def test_tiny_base_is_reproducible(base_dir: Path, tmp_path: Path) -> None:
-    from memoryctl.lora.train_generation import build_tiny_qwen2
+    from memoryctl_lora.train_generation import build_tiny_qwen2
 
     again = build_tiny_qwen2(tmp_path, seed=0)
     assert sha256_file(again / "model.safetensors") == sha256_file(base_dir / "model.safetensors")
@@ -88,7 +88,7 @@ def test_reload_gives_identical_outputs(
 ) -> None:
     import torch
 
-    from memoryctl.lora.train_generation import load_generation_model
+    from memoryctl_lora.train_generation import load_generation_model
 
     with Stopwatch(timings, "generation: load base + adapter"):
         a = load_generation_model(base_dir, trained.adapter_dir)
@@ -106,7 +106,7 @@ def test_reload_gives_identical_outputs(
 def test_second_run_is_gated_against_the_active_adapter(
     trained: Any, base_dir: Path, dataset: GenerationDataset, config: LoraTrainingConfig, tmp_path: Path
 ) -> None:
-    from memoryctl.lora.train_generation import train_generation_adapter
+    from memoryctl_lora.train_generation import train_generation_adapter
 
     cfg = config.model_copy(update={"steps": 5, "seed": 2})
     second = train_generation_adapter(
@@ -119,7 +119,7 @@ def test_second_run_is_gated_against_the_active_adapter(
 
 
 def test_training_is_deterministic(base_dir: Path, dataset: GenerationDataset, tmp_path: Path) -> None:
-    from memoryctl.lora.train_generation import train_generation_adapter
+    from memoryctl_lora.train_generation import train_generation_adapter
 
     cfg = LoraTrainingConfig.for_generation(steps=4, lr=1e-2, batch_size=4, seed=5)
     r1 = train_generation_adapter(dataset, tmp_path / "a", cfg, base_model_dir=base_dir)
@@ -129,7 +129,7 @@ def test_training_is_deterministic(base_dir: Path, dataset: GenerationDataset, t
 
 
 def test_missing_base_model_is_a_config_error(dataset: GenerationDataset, tmp_path: Path) -> None:
-    from memoryctl.lora.train_generation import train_generation_adapter
+    from memoryctl_lora.train_generation import train_generation_adapter
 
     with pytest.raises(ConfigError, match="no generation base model"):
         train_generation_adapter(dataset, tmp_path, LoraTrainingConfig.for_generation())

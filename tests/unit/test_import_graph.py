@@ -122,3 +122,48 @@ def test_store_adapters_take_what_they_need_not_the_settings() -> None:
     for name, path in modules().items():
         if name.startswith("memoryctl.stores."):
             assert "memoryctl.config" not in set(imported(name, path)), name
+
+
+# The nightly's side of memoryctl: the only modules that import memoryctl_lora (the memoryctl-lora
+# distribution, installed where the nightly trains), and only inside functions.
+NIGHTLY_SIDE = ("memoryctl.ops.nightly", "memoryctl.ops.adapters")
+
+
+def lora_imports(path: Path) -> Iterator[tuple[int, bool]]:
+    """(line, lazy) of every import of memoryctl_lora in ``path``; lazy = inside a function or
+    under ``if TYPE_CHECKING:`` (types only), i.e. not run when the module is imported."""
+
+    def walk(node: ast.AST, lazy: bool) -> Iterator[tuple[int, bool]]:
+        for child in ast.iter_child_nodes(node):
+            names: list[str] = []
+            if isinstance(child, ast.Import):
+                names = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom) and not child.level:
+                names = [child.module or ""]
+            if any(n.split(".")[0] == "memoryctl_lora" for n in names):
+                yield child.lineno, lazy
+            inner = lazy or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            if isinstance(child, ast.If) and ast.unparse(child.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                inner = True
+            yield from walk(child, inner)
+
+    yield from walk(ast.parse(path.read_text(), str(path)), False)
+
+
+def test_memoryctl_imports_memoryctl_lora_only_lazily_where_the_nightly_trains() -> None:
+    """The core install is torch-free: memoryctl-lora (torch, peft) is only where the nightly trains."""
+    found = {name: list(lora_imports(path)) for name, path in modules().items()}
+    assert {name for name, hits in found.items() if hits} <= set(NIGHTLY_SIDE)
+    eager = [(name, line) for name, hits in found.items() for line, lazy in hits if not lazy]
+    assert eager == [], f"module-level imports of memoryctl_lora: {eager}"
+    assert found["memoryctl.ops.nightly"], "the checker finds the nightly's imports"
+
+
+def test_the_lazy_import_checker_tells_module_level_from_function_level(tmp_path: Path) -> None:
+    src = tmp_path / "m.py"
+    src.write_text(
+        "import memoryctl_lora.cycle\n"
+        "if TYPE_CHECKING:\n    from memoryctl_lora import registry\n"
+        "def f():\n    from memoryctl_lora.serving import AdapterServing\n"
+    )
+    assert list(lora_imports(src)) == [(1, False), (3, True), (5, True)]

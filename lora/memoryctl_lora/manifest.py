@@ -10,7 +10,6 @@ a corrupted adapter in vLLM fails at request time, long after the nightly run ha
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -19,18 +18,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memoryctl.errors import StoreError
+# The files and their identity are the core's (the minilm embedder names its model after the
+# same digest, without this distribution); re-exported here for the training side.
+from memoryctl.adapter_files import ADAPTER_FILES, AdapterIntegrityError, adapter_checksums, sha256_file
+
+__all__ = [
+    "ADAPTER_FILES",
+    "MANIFEST_NAME",
+    "AdapterIntegrityError",
+    "DataWindow",
+    "adapter_checksums",
+    "read_manifest",
+    "sha256_file",
+    "verify_adapter",
+    "write_manifest",
+]
 
 MANIFEST_NAME = "manifest.json"
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 MANIFEST_FORMAT = 1
-
-
-class AdapterIntegrityError(StoreError):
-    """An adapter directory is incomplete or does not match its manifest's checksums."""
-
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
-        super().__init__("lora-registry", message, hint=hint)
 
 
 @dataclass(frozen=True)
@@ -46,29 +51,6 @@ class DataWindow:
 
     def to_json(self) -> dict[str, str | None]:
         return {"since": self.since.isoformat() if self.since else None, "until": self.until.isoformat()}
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-def adapter_checksums(adapter_dir: Path) -> dict[str, Any]:
-    """sha256 of each adapter file plus one combined digest (a short, stable version identity)."""
-    files: dict[str, str] = {}
-    for name in ADAPTER_FILES:
-        p = adapter_dir / name
-        if not p.is_file():
-            raise AdapterIntegrityError(
-                f"{adapter_dir}: missing {name}",
-                hint="the adapter directory must hold adapter_config.json and adapter_model.safetensors",
-            )
-        files[name] = sha256_file(p)
-    combined = hashlib.sha256("".join(f"{n}:{files[n]}\n" for n in sorted(files)).encode()).hexdigest()
-    return {"algorithm": "sha256", "files": files, "combined": combined}
 
 
 def write_manifest(adapter_dir: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:

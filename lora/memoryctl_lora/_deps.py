@@ -1,9 +1,10 @@
-"""Lazy access to the optional training stack (torch, transformers, peft).
+"""Lazy access to the training stack (torch, transformers, peft).
 
-``import memoryctl.lora`` must work on a core install: the CLI imports it to print ``nightly
---help``, the registry and the adapter serving need no torch at all. Only a code path that actually trains or runs a
-model calls :func:`require_torch`, and a missing extra becomes one ConfigError that names the fix
-instead of an ImportError traceback from deep inside a training step.
+``import memoryctl_lora`` must work before torch is imported: the registry and the adapter
+serving need no torch at all, and ``memoryctl nightly`` reaches them on every night. Only a code
+path that actually trains or runs a model calls :func:`require_torch`, and a missing package
+becomes one ConfigError that names the fix instead of an ImportError traceback from deep inside a
+training step.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from memoryctl.adapter_files import LORA_INSTALL_HINT as LORA_INSTALL_HINT
 from memoryctl.errors import ConfigError
 
-LORA_EXTRA_HINT = "pip install 'memoryctl[lora]'"
+# The distribution declares these packages, so on a proper install they are there; the hint is for
+# a half-installed one (``pip install --no-deps``, a broken wheelhouse).
 
 
 def require(module: str) -> ModuleType:
@@ -23,7 +26,7 @@ def require(module: str) -> ModuleType:
     except ImportError as exc:  # pragma: no cover - exercised only on installs without the extra
         raise ConfigError(
             f"LoRA training needs the optional package {module!r}, which is not installed ({exc})",
-            hint=LORA_EXTRA_HINT,
+            hint=LORA_INSTALL_HINT,
         ) from exc
 
 
@@ -35,7 +38,7 @@ def require_torch() -> ModuleType:
 
 
 def torch_available() -> bool:
-    """True when the [lora] extra is importable; tests use it to skip cleanly."""
+    """True when the training stack is importable; tests use it to skip cleanly."""
     try:
         require_torch()
     except ConfigError:

