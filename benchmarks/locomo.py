@@ -31,11 +31,11 @@ printed).
 Methods: ``default`` (``memoryctl query TEXT``), ``dense``, ``lexical`` (one leg, as
 ``--retrieval``), ``graph`` (``default`` plus ``--entity Speaker:<name> --via AUTHORED`` when the
 question names exactly one of the two speakers; the others run as ``default``), ``no-context``
-(``[query] context_turns = 0``), ``no-dates`` (``[query] dates_named = false``), and ``bm25``:
-Okapi BM25 (k1 1.2, b 0.75) over the same turns in Python, a reference, not the engine. Metrics
-as ``benchmarks/recall.py``: recall@10, hit@1, hit@5, MRR, overall and per category; query
-p50/p95 of the engine (the query embedding is cached per question, so it is timed apart, on its
-first computation, and printed in the title).
+(``[query] context_turns = 0``), ``no-dates`` (``[query] dates_named = false``), ``no-sessions``
+(``[query] session_context = false``), and ``bm25``: Okapi BM25 (k1 1.2, b 0.75) over the same turns
+in Python, a reference, not the engine. Metrics as ``benchmarks/recall.py``: recall@10, hit@1,
+hit@5, MRR, overall and per category; query p50/p95 of the engine (the query embedding is cached per
+question, so it is timed apart, on its first computation, and printed in the title).
 
 Development and report: ``--conversations`` picks the conversations (default: all eight). Methods
 are developed on ``DEV`` (41, 42, 43) only; the others (44, 47, 48, 49, 50) are reported, and
@@ -80,7 +80,7 @@ AUTHORED = "AUTHORED"
 CONVERSATIONS = ("41", "42", "43", "44", "47", "48", "49", "50")
 DEV = ("41", "42", "43")  # what methods are developed on; the rest are reported only
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-METHODS = ("default", "dense", "lexical", "graph", "no-context", "no-dates", "bm25")
+METHODS = ("default", "dense", "lexical", "graph", "no-context", "no-dates", "no-sessions", "bm25")
 # The data gives one time per session; the turns of a session are spaced this far apart, in the
 # order they were said (within the engine's context window: query/turns.py CONTEXT_WITHIN).
 TURN_GAP = timedelta(seconds=30)

@@ -17,6 +17,8 @@ Methods (every one asks the engine, scoped to the conversation's agent, top 10):
   the turns written just before it (``memoryctl/query/turns.py``);
 - ``no-dates``: ``default`` with ``[query] dates_named = false``: no preference for the memories
   written at the times the question names (``memoryctl/query/dates.py``);
+- ``no-sessions``: ``default`` with ``[query] session_context = false``: no preference for the
+  candidates whose session holds other relevant candidates (``memoryctl/query/sessions.py``);
 - ``with-names``: ``default`` with ``[query] dense_without_names = false``: the dense leg embeds the
   whole question, the names of the entities it says included (``memoryctl/query/dense_question.py``);
 - ``dense``: the vector leg alone (``--retrieval dense``), no recency;
@@ -112,6 +114,7 @@ METHODS = (
     "recency",
     "no-context",
     "no-dates",
+    "no-sessions",
     "with-names",
     "dense",
     "lexical",
@@ -446,6 +449,12 @@ def methods(
         with options(dated=False):
             return ask(q)
 
+    def sessionless(q: Question) -> list[uuid.UUID]:
+        """``default`` with ``[query] session_context = false``: no preference for the candidates
+        whose session holds other relevant candidates (``memoryctl/query/sessions.py``)."""
+        with options(sessions=False):
+            return ask(q)
+
     def named(q: Question) -> list[uuid.UUID]:
         """``default`` with ``[query] dense_without_names = false``: the dense leg embeds the
         whole question, the names of entities it says included (``memoryctl/query/dense_question.py``)."""
@@ -463,6 +472,7 @@ def methods(
         "recency": lambda q: ask(q, half_life=RECENCY),
         "no-context": alone,
         "no-dates": undated,
+        "no-sessions": sessionless,
         "with-names": named,
         "dense": lambda q: ask(q, decay=False, retrieval="dense"),
         "lexical": lambda q: ask(q, decay=False, retrieval="lexical"),

@@ -315,6 +315,7 @@ class MemoryClient:
                 qs.context_turns,
                 qs.dense_without_names,
                 qs.dates_named,
+                qs.session_context,
             ),
         )
 

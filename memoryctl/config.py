@@ -140,6 +140,11 @@ class VllmSettings(BaseModel):
     api_key: SecretStr | None = None
     model: str = "Qwen/Qwen2.5-7B-Instruct"
     timeout_s: float = Field(30.0, gt=0)
+    # The LLM extractor names the LoRA adapter the nightly hot-loaded onto `model` (the newest one
+    # /v1/models lists with that parent; the base model when none is), looked up again at most every
+    # adapter_check_s, so a promotion or a rollback reaches every process without a restart.
+    use_served_adapter: bool = False
+    adapter_check_s: float = Field(60.0, ge=0)
 
 
 class QuerySettings(BaseModel):
@@ -171,6 +176,9 @@ class QuerySettings(BaseModel):
     # A question that names a time ("on May 3, 2023", "last week") prefers the memories written
     # then (query/dates.py): one more leg of the relevance, a preference, never a filter.
     dates_named: bool = True
+    # A text ranking prefers the candidates whose conversation session holds other candidates that
+    # match the question too (query/sessions.py): one more leg of the relevance.
+    session_context: bool = True
 
     def half_life_for(self, agent_id: str | None) -> timedelta | None:
         """The agent's recency half-life: its own, else ``half_life``; None for "off" or none set."""

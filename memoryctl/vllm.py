@@ -12,7 +12,8 @@ adapters"):
 * ``POST /v1/chat/completions``: the OpenAI request; ``response_format`` ``json_schema`` for
   structured outputs.
 * ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}`` and ``POST
-  /v1/unload_lora_adapter`` ``{"lora_name"}``: 200 with plain text; they exist only when the server
+  /v1/unload_lora_adapter`` ``{"lora_name"}``: 200 with plain text (every answer of vLLM 0.33.0,
+  read from its source: tests/fixtures/vllm-0.33.0/lora_adapter_api.json); they exist only when the server
   runs with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (and ``--enable-lora --max-lora-rank N``),
   otherwise FastAPI answers 404 ``{"detail": "Not Found"}``, reported with that hint.
 
@@ -30,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from memoryctl.errors import StoreError
+from memoryctl.errors import StoreError, StoreUnavailable
 from memoryctl.http_service import HttpService, Retry, error_text, root_url
 
 STORE = "vllm"
@@ -128,8 +129,22 @@ class VLLMClient:
         return self._json("POST", "/v1/chat/completions", json=body)
 
     def load_lora_adapter(self, name: str, path: str) -> None:
-        """Load an adapter. Idempotent: if ``name`` is already served from ``path``, do nothing."""
-        resp = self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
+        """Load an adapter. Idempotent: if ``name`` is already served from ``path``, do nothing.
+
+        vLLM 0.33.0 answers an adapter whose rank exceeds ``--max-lora-rank`` with a 500 (the engine
+        refuses it; tests/fixtures/vllm-0.33.0/lora_adapter_api.json): not an outage, so it is a
+        ``StoreError`` naming the setting, never a ``StoreUnavailable`` a caller would wait out."""
+        try:
+            resp = self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
+        except StoreUnavailable as exc:
+            if "max_lora_rank" not in exc.message:
+                raise
+            raise StoreError(
+                self.http.store,
+                f"loading LoRA adapter {name!r} from {path}: {exc.message.split(': ', 1)[-1]}",
+                hint="start vLLM with --max-lora-rank >= the adapter's rank (r in its adapter_config.json),"
+                " or train with a lower rank ([nightly] generation_lora.rank)",
+            ) from None
         if resp.status_code == 400 and "already" in error_text(resp) and self.models().has_adapter(name, path):
             return
         self._raise_for(resp, f"loading LoRA adapter {name!r} from {path}")

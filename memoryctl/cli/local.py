@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,11 @@ def serve(ctx: Ctx, params: Mapping[str, Any], values: Mapping[str, Any]) -> int
 
     _logging(bool(params.get("verbose")))
     settings = ctx.settings
+    # A stop while warming up (systemctl stop, a harness's SIGTERM) must still stop what the
+    # warm-up started -- the embedded PostgreSQL above all: SIGTERM's default action would end the
+    # process there and then, leaving it orphaned. Until serve_forever installs its own handlers,
+    # SIGTERM is an interrupt like Ctrl-C.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     service = Service(settings, http=params.get("http"))
     try:
         timings = service.warm_up()

@@ -41,5 +41,7 @@ def make_extractor(settings: ExtractorSettings, vllm: VllmSettings | None = None
             api_key=vllm.api_key.get_secret_value() if vllm.api_key else None,
             timeout_s=vllm.timeout_s,
             fallback=RulesExtractor(),
+            use_served_adapter=vllm.use_served_adapter,
+            adapter_check_s=vllm.adapter_check_s,
         )
     raise ConfigError(f"unknown extractor.kind {settings.kind!r}", hint="one of rules, llm, none")

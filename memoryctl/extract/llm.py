@@ -19,6 +19,7 @@ retries, timeouts and error mapping are its transport's).
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import Any
 
@@ -176,6 +177,8 @@ class LlmExtractor:
         fallback: Extractor | None = None,
         merge_fallback: bool = True,
         transport: httpx.BaseTransport | None = None,
+        use_served_adapter: bool = False,
+        adapter_check_s: float = 60.0,
     ) -> None:
         if not url or not url.startswith(("http://", "https://")):
             raise ConfigError(
@@ -187,13 +190,34 @@ class LlmExtractor:
         )
         self._url = self._vllm.url + "/v1/chat/completions"
         self._model = model
+        self._use_served_adapter = use_served_adapter
+        self._adapter_check_s = adapter_check_s
+        self._served: str = model
+        self._served_checked: float | None = None
         self._max_tokens = max_tokens
         self._fallback = fallback
         self._merge = merge_fallback
 
+    def served_model(self) -> str:
+        """The model a request names: ``model``, or with ``use_served_adapter`` the newest LoRA
+        adapter vLLM lists on it (the one the nightly promoted; the base model after a rollback to
+        none). Looked up at most every ``adapter_check_s``; when vLLM cannot say, the last answer
+        stands (the chat request then meets the same outage and degrades as usual)."""
+        if not self._use_served_adapter:
+            return self._model
+        now = time.monotonic()
+        if self._served_checked is None or now - self._served_checked >= self._adapter_check_s:
+            try:
+                adapters = [a.id for a in self._vllm.models(retry=False).adapters if a.parent == self._model]
+            except StoreError:
+                return self._served
+            self._served = adapters[-1] if adapters else self._model
+            self._served_checked = now
+        return self._served
+
     def request_body(self, text: str) -> dict[str, Any]:
         return {
-            "model": self._model,
+            "model": self.served_model(),
             "messages": [
                 {"role": "system", "content": SYSTEM_PROMPT},
                 {"role": "user", "content": text[:MAX_INPUT_CHARS]},

@@ -86,6 +86,7 @@ class PlanOptions:
     context_turns: int = CONTEXT_TURNS  # a text ranking's conversational context (0: none)
     dense_without_names: bool = True  # the dense leg embeds the question without the names it says
     dated: bool = True  # prefer the memories written at the times the question names
+    sessions: bool = True  # a text ranking's session-level context (query/sessions.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,13 +288,15 @@ class ByRelevance:
     (``context_turns``, 0: none; ``context_adds``: the turns written just after a candidate may
     join, not under a graph filter or a threshold they were not checked against), and recency
     within a band when ``half_life`` is set; ``dated``: the times the question names
-    (``query/dates.py``), a preference for the memories written then."""
+    (``query/dates.py``), a preference for the memories written then; ``sessions``: the support of
+    each candidate's session (``query/sessions.py``)."""
 
     half_life: timedelta | None = None
     named: bool = True
     context_turns: int = 0
     context_adds: bool = True
     dated: tuple[Window, ...] = ()
+    sessions: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,6 +355,7 @@ def _ranking(q: MemoryQuery, shape: Shape, options: PlanOptions, now: datetime |
             context_turns=options.context_turns if q.text is not None else 0,
             context_adds=q.graph is None and q.threshold is None,
             dated=tuple(dates.windows(q.text, now)) if q.text is not None and options.dated else (),
+            sessions=options.sessions and q.text is not None,
         )
     return NewestFirst()
 

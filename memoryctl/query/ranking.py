@@ -6,9 +6,10 @@ hydration, ``memoryctl.query.hydrate``, and handed in). The rule comes with the 
 (``memoryctl.query.plan``), never from which scores a candidate happens to carry:
 
 - ``ByRelevance`` (text): the fused relevance of the text legs (``fusion.relevance``), with the
-  named-entity leg averaged in (``fusion.with_named``), each candidate read with its context
-  (``query/turns.py``), and, with a half-life, recency as a bounded preference within a band of the
-  relevance's spread (``fusion.rank_score``);
+  session's support (``query/sessions.py``) and the named-entity leg averaged in
+  (``fusion.with_named``), each candidate read with its context (``query/turns.py``), and, with a
+  half-life, recency as a bounded preference within a band of the relevance's spread
+  (``fusion.rank_score``);
 - ``ByFusedRank`` (``or``): the legs' reciprocal rank fusion as the executor computed it;
 - ``NewestFirst``: every hit scores 1.0 and the tie rule orders them newest first.
 
@@ -22,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, assert_never
 
-from memoryctl.query import dates
+from memoryctl.query import dates, sessions
 from memoryctl.query.fusion import TEXT_LEGS, names_any, rank_score, recency, spread, with_named, with_preference
 from memoryctl.query.plan import ByFusedRank, ByRelevance, NewestFirst, Ranking
 from memoryctl.query.results import Hit
@@ -70,7 +71,7 @@ def rank(rule: Ranking, q: MemoryQuery, live: Scored, turns: Turns, graph_source
     names where the graph's part came from (the graph store, or PostgreSQL mentions)."""
     match rule:
         case ByRelevance():
-            live = _in_context(_dated(rule, _entities_named(rule, q, live)), turns)
+            live = _in_context(_dated(rule, _entities_named(rule, q, _sessions(rule, live))), turns)
             scored = _by_relevance(rule, live)
         case ByFusedRank():
             scored = [(m, parts, parts["rrf"]) for m, parts in live]  # ties newest first, below
@@ -94,6 +95,20 @@ def _by_relevance(rule: ByRelevance, live: Scored) -> list[tuple[Memory, dict[st
         parts = {**s, "recency": recency(m.created_at, newest, rule.half_life)}
         out.append((m, parts, rank_score(s["relevance"], parts["recency"], band)))
     return out
+
+
+def _sessions(rule: ByRelevance, live: Scored) -> Scored:
+    """With session-level context (``query/sessions.py``), the text relevance with one more leg
+    averaged in: how much the other candidates of each candidate's session match the question;
+    the candidates with any support get ``session``, that share, in their scores."""
+    if not rule.sessions or len(live) < 2:
+        return live
+    backing = sessions.support([s["relevance"] for _, s in live], [(m.agent_id, m.created_at) for m, _ in live])
+    fused = with_preference([s["relevance"] for _, s in live], backing, len(TEXT_LEGS))
+    return [
+        (m, {**s, "relevance": r, **({"session": round(b, 3)} if b > 0 else {})})
+        for (m, s), r, b in zip(live, fused, backing, strict=True)
+    ]
 
 
 def _entities_named(rule: ByRelevance, q: MemoryQuery, live: Scored) -> Scored:

@@ -192,6 +192,21 @@ def test_an_agent_token_opens_one_agent_over_http_and_mcp(served: Service, capsy
     assert _post(served, b["token"], "get", id=added["id"])[0] == 404
     status, forgotten = _post(served, b["token"], "forget", ids=[added["id"]])
     assert status == 200 and forgotten["forgotten"] == []
+    # an import with B's token lands in B, whatever agent its lines name (and A's id is a conflict)
+    lines = [
+        {"text": "imported by B", "agent_id": "agent-a"},
+        {"id": added["id"], "text": "taken", "agent_id": "agent-a"},
+    ]
+    reply = httpx2.post(
+        f"http://{served.address_http}/v1/import",
+        content="".join(json.dumps(line) + "\n" for line in lines).encode(),
+        headers={"Authorization": f"Bearer {b['token']}", "Content-Type": "application/x-ndjson"},
+        timeout=60,
+    )
+    assert reply.status_code == 200 and reply.json()["inserted"] == 1, reply.text
+    assert [bad["line"] for bad in reply.json()["invalid"]] == [2]  # A's id: a conflict, not a move
+    assert reply.headers["Memoryctl-Exit-Code"] == "2"
+    assert _post(served, b["token"], "query", text="imported by B")[1]["hits"][0]["agent_id"] == "agent-b"
     assert _post(served, b["token"], "reconcile")[0] == 403  # the operator's
     assert _post(served, b["token"], "token/list")[0] == 403
     # the operator's token opens every agent
@@ -204,12 +219,18 @@ def test_an_agent_token_opens_one_agent_over_http_and_mcp(served: Service, capsy
             assert error and "bound to agent 'agent-b'" in text
             error, answer = await call(client, "get", id=added["id"])
             assert error and "no memory" in answer
+            error, text = await call(client, "add", text="planted over mcp", agent="agent-a")
+            assert error and "bound to agent 'agent-b'" in text
+            error, forgotten = await call(client, "forget", ids=[added["id"]])
+            assert not error and forgotten["forgotten"] == []
             error, _ = await call(client, "add", text="B's own note")
             assert not error
             error, answer = await call(client, "query", text="own note")
-            assert not error and [h["agent_id"] for h in answer["hits"]] == ["agent-b"]
+            assert not error and answer["hits"] and {h["agent_id"] for h in answer["hits"]} == {"agent-b"}
 
     anyio.run(over_mcp)
+    status, kept = _post(served, str(served.token), "get", id=added["id"])
+    assert status == 200 and (kept["agent_id"], kept["text"]) == ("agent-a", "A's secret plan")
     # revoked: refused from the next request on
     assert _invoke(["--config", str(config), "token", "revoke", b["id"]]) == 0
     assert _post(served, b["token"], "query", text="x")[0] == 401

@@ -8,8 +8,13 @@ asserted.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -149,3 +154,52 @@ def test_an_operation_runs_only_on_its_declared_profiles(served: Service, capsys
     assert config is not None
     assert _cli(config, "backup", "qdrant") == 2
     assert "runs on the cluster profile, not embedded" in capsys.readouterr().err
+
+
+def test_a_stop_during_warm_up_stops_the_embedded_postgres(served_root: Path) -> None:
+    """SIGTERM while `memoryctl serve` warms up (systemctl stop, a harness) used to end the process
+    at once and leave its embedded PostgreSQL running. The warm-up is held in its embedder step
+    (an embeddings server that accepts and never answers), after PostgreSQL started."""
+    config = embedded_config(served_root / "warm-up")
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(8)
+        mute.settimeout(180)  # a deadline: the embedded PostgreSQL starts first, slowly on a busy host
+        url = f"http://127.0.0.1:{mute.getsockname()[1]}"
+        embedder = f'kind = "http"\nurl = "{url}"\nmodel = "mute"\ndim = 64\ntimeout_s = 300'
+        config.write_text(config.read_text().replace('kind = "hash"', embedder, 1))
+        pgdata = served_root / "warm-up" / "d" / "postgres"
+        env = {**os.environ, "MEMORYCTL_CONFIG": str(config)}
+        proc = subprocess.Popen([sys.executable, "-m", "memoryctl", "serve"], env=env, stderr=subprocess.PIPE)
+        try:
+            held, _ = mute.accept()  # the warm-up embeds: PostgreSQL is up
+            postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = proc.communicate(timeout=120)
+            held.close()
+            assert proc.returncode == 130, stderr.decode()[-2000:]
+            assert "Traceback" not in stderr.decode()
+            assert not _alive(postmaster), "the embedded PostgreSQL outlived its service"
+            assert not (pgdata / "postmaster.pid").exists()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            _stop_postgres(pgdata)
+
+
+def _alive(pid: int) -> bool:
+    deadline = time.monotonic() + 60  # a fast shutdown checkpoints first
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _stop_postgres(pgdata: Path) -> None:
+    """Whatever happened above, no PostgreSQL of this test keeps running (fast shutdown)."""
+    with contextlib.suppress(FileNotFoundError, ValueError, IndexError, ProcessLookupError):
+        os.kill(int((pgdata / "postmaster.pid").read_text().split()[0]), signal.SIGINT)

@@ -9,12 +9,18 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
+from memoryctl.config import ExtractorSettings, VllmSettings
 from memoryctl.errors import StoreError, StoreUnavailable
+from memoryctl.extract import make_extractor
+from memoryctl.extract.llm import LlmExtractor
 from memoryctl.vllm import VLLMClient
 from memoryctl_lora.serving import AdapterRef, AdapterServing
-from tests.lora.vllm_standin import StandinState, VLLMStandin
+from tests.lora.vllm_standin import LORA_ANSWERS, StandinState, VLLMStandin
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.33.0"
 
 KEY = "s3cret"
 
@@ -66,8 +72,10 @@ def test_load_errors_are_mapped(client: VLLMClient, standin: VLLMStandin, tmp_pa
     with pytest.raises(StoreError, match="No adapter found") as e:
         client.load_lora_adapter("x", str(tmp_path / "nope"))
     assert not isinstance(e.value, StoreUnavailable)
-    with pytest.raises(StoreError, match="max_lora_rank"):
+    with pytest.raises(StoreError, match="LoRA rank 64 is greater than max_lora_rank 16") as e:
         client.load_lora_adapter("big", _adapter_dir(tmp_path, "big", rank=64))
+    assert not isinstance(e.value, StoreUnavailable)  # vLLM's 500 here is a refusal, not an outage
+    assert e.value.hint is not None and "--max-lora-rank" in e.value.hint
     standin.state.fail_next_load = True
     with pytest.raises(StoreUnavailable, match="HTTP 500"):
         client.load_lora_adapter("y", _adapter_dir(tmp_path, "y"))
@@ -140,3 +148,88 @@ def test_embeddings(client: VLLMClient) -> None:
     assert abs(sum(x * x for x in vecs[0]) - 1.0) < 1e-9
     with pytest.raises(StoreError, match="does not exist"):
         client.embeddings("unknown", ["a"])
+
+
+def test_the_standin_answers_as_vllm_0_33_does(standin: VLLMStandin, tmp_path: Path) -> None:
+    """Every runtime-LoRA answer of the stand-in is vLLM 0.33.0's, as read from its source into
+    tests/fixtures/vllm-0.33.0/lora_adapter_api.json (status, error type, message)."""
+    fixture = json.loads((FIXTURES / "lora_adapter_api.json").read_text())
+    assert LORA_ANSWERS == fixture["answers"]  # the stand-in's own copy (deployed as one file)
+    answers = fixture["answers"]
+    headers = {"Authorization": f"Bearer {KEY}"}
+
+    def post(route: str, body: dict[str, object], key: str, **fields: object) -> httpx.Response:
+        resp = httpx.post(f"{standin.url}{route}", json=body, headers=headers, timeout=5)
+        want = answers[key]
+        assert resp.status_code == want["code"], (key, resp.text)
+        if want["code"] == 200:
+            assert resp.text == want["text"].format(**fields)
+        else:
+            error = resp.json()["error"]
+            assert (error["type"], error["code"]) == (want["type"], want["code"]), key
+            assert error["message"] == want["message"].format(**fields), key
+        return resp
+
+    load, unload = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
+    path = _adapter_dir(tmp_path, "a")
+    assert set(fixture["load_request_fields"]) >= {"lora_name", "lora_path", "load_inplace"}
+    post(load, {"lora_name": "a"}, "load_missing_field")
+    base = standin.state.base_model
+    post(load, {"lora_name": base, "lora_path": path}, "load_base_model_name", name=base)
+    post(load, {"lora_name": "a", "lora_path": path}, "loaded", name="a")
+    post(load, {"lora_name": "a", "lora_path": path}, "load_already_loaded", name="a")
+    post(load, {"lora_name": "a", "lora_path": path, "load_inplace": True}, "loaded", name="a")
+    post(load, {"lora_name": "b", "lora_path": "/srv/nowhere"}, "load_not_found", name="b", path="<path>")
+    big = _adapter_dir(tmp_path, "big", rank=32)
+    post(load, {"lora_name": "big", "lora_path": big}, "load_rank_too_large", rank=32, max_rank=16)
+    post(unload, {}, "unload_missing_field")
+    post(unload, {"lora_name": "a"}, "unloaded", name="a")
+    post(unload, {"lora_name": "a"}, "unload_not_found", name="a")
+
+
+def test_the_llm_extractor_names_the_served_adapter_through_a_swap_and_rollbacks(
+    standin: VLLMStandin, serving: AdapterServing, tmp_path: Path
+) -> None:
+    """``[vllm] use_served_adapter``: requests name the adapter the nightly hot-loaded, and the
+    stand-in's answer (a Topic named after the model that answered) shows which one did."""
+    base = standin.state.base_model
+    text = "Alice restarted the payments service."
+
+    def answered_by(extractor: LlmExtractor) -> list[tuple[str, str]]:
+        out = extractor.extract(text)
+        assert out.degraded is None, out.degraded
+        return [(e.type, e.name) for e in out.entities]
+
+    llm = LlmExtractor(standin.url, base, api_key=KEY, merge_fallback=False, use_served_adapter=True, adapter_check_s=0)
+    plain = LlmExtractor(standin.url, base, api_key=KEY, merge_fallback=False)
+    assert answered_by(llm) == []  # no adapter loaded: the base model answers
+    v1, v2 = AdapterRef("gen-v1", _adapter_dir(tmp_path, "v1")), AdapterRef("gen-v2", _adapter_dir(tmp_path, "v2"))
+    serving.hot_swap(v1)
+    assert answered_by(llm) == [("Topic", "gen-v1")]
+    assert answered_by(plain) == []  # not configured: always the base model
+    serving.hot_swap(v2, previous="gen-v1")
+    assert answered_by(llm) == [("Topic", "gen-v2")]
+    serving.rollback("gen-v2", v1)
+    assert answered_by(llm) == [("Topic", "gen-v1")]
+    serving.rollback("gen-v1", None)
+    assert answered_by(llm) == []
+    llm.close()
+    plain.close()
+
+
+def test_the_served_adapter_is_looked_up_at_most_every_adapter_check_s(standin: VLLMStandin, tmp_path: Path) -> None:
+    base = standin.state.base_model
+    llm = LlmExtractor(standin.url, base, api_key=KEY, use_served_adapter=True, adapter_check_s=3600)
+    assert llm.served_model() == standin.state.base_model
+    standin.state.loras["gen-v1"] = _adapter_dir(tmp_path, "v1")
+    assert llm.served_model() == standin.state.base_model  # cached until adapter_check_s passes
+    assert [p for m, p in standin.state.requests if p == "/v1/models"] == ["/v1/models"]
+    llm.close()
+
+
+def test_make_extractor_passes_the_served_adapter_setting() -> None:
+    settings = VllmSettings(url="http://127.0.0.1:9", use_served_adapter=True, adapter_check_s=5)
+    llm = make_extractor(ExtractorSettings(kind="llm"), settings)
+    assert isinstance(llm, LlmExtractor)
+    assert (llm._use_served_adapter, llm._adapter_check_s) == (True, 5)
+    llm.close()

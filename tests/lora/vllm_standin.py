@@ -8,12 +8,19 @@ client uses, with the request/response shapes and error behaviour of vLLM's ``se
 * ``GET /health`` → 200, empty body; not behind the API key (as in vLLM).
 * ``GET /v1/models`` → ``{"object": "list", "data": [...]}``: base model cards (``parent: null``)
   then one card per loaded adapter (``root`` = its path, ``parent`` = the base model).
-* ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}`` → 200 plain text
+* ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path", "load_inplace"}`` → 200 plain text
   ``Success: LoRA adapter '<name>' added successfully.``; 400 ``InvalidUserInput`` when a field is
-  missing or the name is already loaded; 404 ``NotFoundError`` "No adapter found for <path>" when
-  the directory has no ``adapter_config.json``; 400 when the adapter's rank exceeds
-  ``max_lora_rank``.
+  missing, the name is the base model's, or the name is already loaded (unless ``load_inplace``);
+  404 ``NotFoundError`` "No adapter found for <path>" when the directory has no
+  ``adapter_config.json``; 500 ``InternalServerError`` when the adapter's rank exceeds
+  ``max_lora_rank`` (the engine refuses it).
 * ``POST /v1/unload_lora_adapter`` ``{"lora_name"}`` → 200 plain text; 404 when not loaded.
+* Every LoRA answer's text is vLLM 0.33.0's, from tests/fixtures/vllm-0.33.0/lora_adapter_api.json
+  (read from vLLM's source; absolute paths in messages become ``<path>`` as vLLM's do).
+* ``POST /v1/chat/completions`` ``{"model", "messages", ...}`` → a chat completion in vLLM's shape
+  whose content is an extraction naming the model that answered: nothing from the base model, one
+  ``Topic`` named after the adapter from a loaded adapter (the swap is visible); 404 ``The model
+  `x` does not exist.`` for any other name, as vLLM answers.
 * ``POST /v1/embeddings`` ``{"model", "input"}`` → OpenAI embedding list: by default deterministic
   unit vectors derived from a hash of each input (NOT semantic — for plumbing tests only); with
   ``embed`` set (``serve --runner pooling`` below), real embeddings from that function.
@@ -42,6 +49,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +58,53 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+# vLLM 0.33.0's runtime LoRA answers, read from its source: the same table as
+# tests/fixtures/vllm-0.33.0/lora_adapter_api.json (whose README says where; test_vllm_client checks
+# they are equal). Kept here because the deploy copies this one file onto the local gpu node.
+LORA_ANSWERS: dict[str, dict[str, Any]] = {
+    "loaded": {"code": 200, "text": "Success: LoRA adapter '{name}' added successfully."},
+    "unloaded": {"code": 200, "text": "Success: LoRA adapter '{name}' removed successfully."},
+    "load_missing_field": {
+        "code": 400,
+        "type": "InvalidUserInput",
+        "message": "Both 'lora_name' and 'lora_path' must be provided.",
+    },
+    "load_base_model_name": {
+        "code": 400,
+        "type": "InvalidUserInput",
+        "message": "The lora adapter '{name}' conflicts with a served base model.",
+    },
+    "load_already_loaded": {
+        "code": 400,
+        "type": "InvalidUserInput",
+        "message": "The lora adapter '{name}' has already been loaded."
+        " If you want to load the adapter in place, set 'load_inplace' to True.",
+    },
+    "load_not_found": {
+        "code": 404,
+        "type": "NotFoundError",
+        "message": "Loading lora {name} failed: No adapter found for {path}",
+    },
+    "load_rank_too_large": {
+        "code": 500,
+        "type": "InternalServerError",
+        "message": "LoRA rank {rank} is greater than max_lora_rank {max_rank}.",
+    },
+    "unload_missing_field": {
+        "code": 400,
+        "type": "InvalidUserInput",
+        "message": "'lora_name' needs to be provided to unload a LoRA adapter.",
+    },
+    "unload_not_found": {"code": 404, "type": "NotFoundError", "message": "The lora adapter '{name}' cannot be found."},
+}
+
+
+def sanitize_message(message: str) -> str:
+    """vLLM 0.33.0's ``sanitize_message`` (entrypoints/serve/exception_handling/utils.py): error
+    messages never show absolute paths."""
+    message = re.sub(r"/(?:home|usr|opt|var|tmp|root|lib|mnt|srv)(?:/[\w.\-]+)+", "<path>", message)
+    return re.sub(r"(?:/[\w\-]+)+/[\w\-]+\.\w+", "<path>", message).strip()
 
 
 @dataclass
@@ -165,17 +220,30 @@ class _Handler(BaseHTTPRequestHandler):
                 self._unload(body)
             elif self.path == "/v1/embeddings":
                 self._embeddings(body)
+            elif self.path == "/v1/chat/completions":
+                self._chat(body)
             else:
                 self._send(404, {"detail": "Not Found"})
+
+    def _answer(self, key: str, **fields: Any) -> None:
+        """vLLM 0.33.0's answer ``key`` (tests/fixtures/vllm-0.33.0/lora_adapter_api.json)."""
+        spec = LORA_ANSWERS[key]
+        if spec["code"] == 200:
+            self._send(200, spec["text"].format(**fields), "text/plain; charset=utf-8")
+        else:
+            self._error(spec["code"], sanitize_message(spec["message"].format(**fields)), spec["type"])
 
     def _load(self, body: dict[str, Any]) -> None:
         st = self.server.state
         name, path = body.get("lora_name"), body.get("lora_path")
         if not name or not path:
-            self._error(400, "Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput")
+            self._answer("load_missing_field")
             return
-        if name in st.loras:
-            self._error(400, f"The lora adapter '{name}' has already been loaded.", "InvalidUserInput")
+        if name == st.base_model:
+            self._answer("load_base_model_name", name=name)
+            return
+        if name in st.loras and not body.get("load_inplace"):
+            self._answer("load_already_loaded", name=name)
             return
         if st.fail_next_load:
             st.fail_next_load = False
@@ -183,41 +251,64 @@ class _Handler(BaseHTTPRequestHandler):
             return
         cfg = Path(path) / "adapter_config.json"
         if not cfg.is_file():
-            self._error(404, f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError")
+            self._answer("load_not_found", name=name, path=path)
             return
         rank = int(json.loads(cfg.read_text()).get("r", 0))
-        if rank > st.max_lora_rank:
-            self._error(400, f"LoRA rank {rank} is greater than max_lora_rank {st.max_lora_rank}.", "BadRequestError")
+        if rank > st.max_lora_rank:  # raised by the engine (peft_helper.validate_legal): a 500
+            self._answer("load_rank_too_large", rank=rank, max_rank=st.max_lora_rank)
             return
         st.loras[name] = path
-        self._send(200, f"Success: LoRA adapter '{name}' added successfully.", "text/plain; charset=utf-8")
+        self._answer("loaded", name=name)
 
     def _unload(self, body: dict[str, Any]) -> None:
         st = self.server.state
         name = body.get("lora_name")
         if not name:
-            self._error(400, "either 'lora_name' and 'lora_int_id' needs to be provided.", "InvalidUserInput")
+            self._answer("unload_missing_field")
             return
         if name not in st.loras:
-            self._error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
+            self._answer("unload_not_found", name=name)
             return
         if name in st.fail_unload:
             self._error(500, f"injected failure unloading {name}", "InternalServerError")
             return
         del st.loras[name]
-        self._send(200, f"Success: LoRA adapter '{name}' removed successfully.", "text/plain; charset=utf-8")
+        self._answer("unloaded", name=name)
+
+    def _served(self, body: dict[str, Any]) -> str | None:
+        """The model a request names: the base model or a loaded adapter; otherwise vLLM's 404."""
+        st = self.server.state
+        model = body.get("model") or st.base_model
+        if model != st.base_model and model not in st.loras:
+            self._error(404, f"The model `{model}` does not exist.", "NotFoundError")
+            return None
+        return str(model)
+
+    def _chat(self, body: dict[str, Any]) -> None:
+        """A chat completion in vLLM 0.33.0's shape (tests/fixtures/vllm-0.33.0/chat_response.json)
+        whose answer says which model gave it: the base model extracts nothing, an adapter extracts
+        one Topic named after itself — so a test sees a hot-load (or a rollback) in what comes back."""
+        model = self._served(body)
+        if model is None:
+            return
+        entities = [] if model == self.server.state.base_model else [{"type": "Topic", "name": model}]
+        content = json.dumps({"entities": entities, "relations": []})
+        message = {"role": "assistant", "content": content, "refusal": None, "tool_calls": [], "reasoning": None}
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "stop", "stop_reason": None}
+        usage = {"prompt_tokens": 1, "total_tokens": 2, "completion_tokens": 1, "prompt_tokens_details": None}
+        answer = {"id": "chatcmpl-standin", "object": "chat.completion", "created": 0, "model": model}
+        self._send(200, {**answer, "choices": [choice], "usage": usage})
 
     def _embeddings(self, body: dict[str, Any]) -> None:
         st = self.server.state
-        model = body.get("model") or st.base_model
         inputs = body.get("input")
         if isinstance(inputs, str):
             inputs = [inputs]
         if not isinstance(inputs, list) or not all(isinstance(t, str) for t in inputs):
             self._error(400, "input must be a string or a list of strings", "BadRequestError")
             return
-        if model != st.base_model and model not in st.loras:
-            self._error(404, f"The model `{model}` does not exist.", "NotFoundError")
+        model = self._served(body)
+        if model is None:
             return
         vectors = st.embed(inputs) if st.embed else [deterministic_vector(t, st.embedding_dim) for t in inputs]
         data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]

@@ -7,6 +7,7 @@ planner decides and why.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -68,7 +69,7 @@ def test_text_pushes_everything_the_payload_holds_into_one_search() -> None:
     assert p.describe() == "vector+lexical(pushdown: agent, time, kind =, meta.sentiment <)"
     assert shape.search.legs == ("vector", "lexical")  # hybrid by default
     # a text ranking: relevance, the names the question says, the context; no recency unless asked
-    assert p.ranking == ByRelevance(half_life=None, named=True, context_turns=2, context_adds=True)
+    assert p.ranking == ByRelevance(half_life=None, named=True, context_turns=2, context_adds=True, sessions=True)
     assert (p.window, p.limit) == (depth(q(text="x")), 10)
 
 
@@ -232,13 +233,14 @@ def test_the_ranking_rule_comes_with_the_plan() -> None:
     """What the ranking does is decided with the shape, from the query and the options; the
     executor never reads it back from the scores a candidate carries."""
     month = timedelta(days=30)
-    assert chosen(q(text="x", half_life=month)).ranking == ByRelevance(half_life=month, context_turns=2)
-    assert chosen(q(text="x", half_life=month, decay=False)).ranking == ByRelevance(context_turns=2)
-    # a raw vector has no words: no names to match, no context to read
+    text = ByRelevance(context_turns=2, sessions=True)
+    assert chosen(q(text="x", half_life=month)).ranking == replace(text, half_life=month)
+    assert chosen(q(text="x", half_life=month, decay=False)).ranking == text
+    # a raw vector has no words: no names to match, no context to read, no session to weigh
     raw = chosen(q(vector=[0.1, 0.2]))
     assert raw.ranking == ByRelevance(named=False, context_turns=0)
-    assert chosen(q(text="x", threshold=0.5)).ranking == ByRelevance(context_turns=2, context_adds=False)
-    off = plan(q(text="x"), None, PlanOptions(context_turns=0, dense_without_names=False))
+    assert chosen(q(text="x", threshold=0.5)).ranking == replace(text, context_adds=False)
+    off = plan(q(text="x"), None, PlanOptions(context_turns=0, dense_without_names=False, sessions=False))
     assert isinstance(off, Plan) and off.ranking == ByRelevance(context_turns=0)
     assert isinstance(off.shape, VectorSearch) and not off.shape.search.without_names
     assert chosen(q(graph=ALICE, where=[Where.parse("kind = note")])).ranking == NewestFirst()
