@@ -45,6 +45,10 @@ IMPORT_BATCH = 500
 # enough to drain what a killed process left within a few writes, bounded so one add stays quick.
 BACKLOG_PER_WRITE = 1
 MAX_HEALTH_DEADLINE_S = 60.0
+# How long a write waits for its own outbox rows when another delivery holds them (a concurrent
+# write's backlog batch, a `sync`): that delivery is moving them right now, so waiting tells the
+# caller the truth ("searchable") instead of "pending"; longer than this, it says what holds them.
+OWN_ROWS_WAIT_S = 15.0
 
 
 @dataclass(slots=True)
@@ -267,7 +271,9 @@ class MemoryClient:
         graph = self.stack.graph() if "graph" in targets else None
         usable = [t for t, store in (("vector", vectors), ("graph", graph)) if t in targets and store is not None]
         deliverer = Deliverer(self.stack.records, vectors, graph, self.stack.embedder if vectors else None)
-        report = deliverer.deliver(memory_ids=ids, batch=batch, targets=usable)
+        report = deliverer.deliver(
+            memory_ids=ids, batch=batch, targets=usable, wait_held_s=OWN_ROWS_WAIT_S if ids else None
+        )
         working = [t for t in usable if t not in report.failed]
         if ids is not None and backlog and working:
             if backlog < 0:
