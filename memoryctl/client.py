@@ -44,6 +44,11 @@ IMPORT_BATCH = 500
 # Batches of other pending deliveries a single add or forget takes along (an import takes them all):
 # enough to drain what a killed process left within a few writes, bounded so one add stays quick.
 BACKLOG_PER_WRITE = 1
+MAX_HEALTH_DEADLINE_S = 60.0
+# How long a write waits for its own outbox rows when another delivery holds them (a concurrent
+# write's backlog batch, a `sync`): that delivery is moving them right now, so waiting tells the
+# caller the truth ("searchable") instead of "pending"; longer than this, it says what holds them.
+OWN_ROWS_WAIT_S = 15.0
 
 
 @dataclass(slots=True)
@@ -213,14 +218,20 @@ class MemoryClient:
             progress(len(batch))
 
     def forget(self, ids: Sequence[uuid.UUID], *, agent_id: str | None = None) -> WriteOutcome:
-        """Soft delete: hidden from every query path at once; purged later by reconcile."""
-        done = self.stack.records.soft_delete(ids, agent_id=agent_id)
-        missing = [i for i in ids if i not in done]
-        if missing and not self.stack.records.get_many(missing):
+        """Soft delete: hidden from every query path at once; purged later by reconcile.
+
+        All or nothing: an id that names no memory (of ``agent_id``, when given) is an error
+        before anything is forgotten (the harness found ``forget KNOWN UNKNOWN`` exiting 1 "no
+        memory" with KNOWN forgotten all the same). Forgetting a forgotten memory changes nothing.
+        """
+        owners = self.stack.records.owners(ids)
+        missing = [i for i in ids if i not in owners or (agent_id is not None and owners[i] != agent_id)]
+        if missing:
             raise NotFoundError(
                 f"no memory {', '.join(map(str, missing))}" + (f" for agent {agent_id!r}" if agent_id else ""),
-                hint="check the id with `memoryctl get ID`",
+                hint="check the id with `memoryctl get ID`; nothing was forgotten",
             )
+        done = self.stack.records.soft_delete(ids, agent_id=agent_id)
         out = WriteOutcome(ids=list(done), updated=len(done))
         if done:
             out.delivery = self._deliver(done, backlog=BACKLOG_PER_WRITE)
@@ -260,7 +271,9 @@ class MemoryClient:
         graph = self.stack.graph() if "graph" in targets else None
         usable = [t for t, store in (("vector", vectors), ("graph", graph)) if t in targets and store is not None]
         deliverer = Deliverer(self.stack.records, vectors, graph, self.stack.embedder if vectors else None)
-        report = deliverer.deliver(memory_ids=ids, batch=batch, targets=usable)
+        report = deliverer.deliver(
+            memory_ids=ids, batch=batch, targets=usable, wait_held_s=OWN_ROWS_WAIT_S if ids else None
+        )
         working = [t for t in usable if t not in report.failed]
         if ids is not None and backlog and working:
             if backlog < 0:
@@ -379,8 +392,14 @@ class MemoryClient:
 
     # ---- operations -----------------------------------------------------------------------------
     def health(self, *, deadline_s: float = 1.8) -> HealthReport:
-        """Every component probed in parallel, each under the deadline."""
+        """Every component probed in parallel, each under the deadline (0-60 s)."""
         from memoryctl.health import check
+
+        if not (isinstance(deadline_s, int | float) and 0 < deadline_s <= MAX_HEALTH_DEADLINE_S):
+            raise InputError(
+                f"health deadline {deadline_s!r} is out of range",
+                hint=f"seconds, more than 0 and at most {MAX_HEALTH_DEADLINE_S:g}",
+            )
 
         return check(self.stack, deadline_s=deadline_s)
 

@@ -79,6 +79,22 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def check_unicode(value: Any, what: str) -> None:
+    """Refuse strings that are not Unicode text: an unpaired surrogate (``"\\ud800"`` is valid
+    JSON, so an HTTP client can send one) cannot be encoded as UTF-8, so no store can hold it
+    (found by the hostile-client harness: a 500 and a traceback). ``value``: a string or JSON."""
+    try:
+        if isinstance(value, str):
+            value.encode("utf-8")
+        else:
+            json.dumps(value, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(
+            f"{what} is not valid Unicode (an unpaired surrogate at position {exc.start})",
+            hint="send text as UTF-8; a JSON \\uD800-\\uDFFF escape must be half of a pair",
+        ) from None
+
+
 def validate_agent_id(value: str) -> str:
     if not isinstance(value, str) or not _AGENT_ID.match(value):
         raise InputError(
@@ -153,6 +169,7 @@ class EntityRef:
             raise InputError(f"invalid entity name {self.name!r}", hint=f"names are 1-{MAX_NAME} non-blank characters")
         if any(unicodedata.category(c) == "Cc" for c in self.name):
             raise InputError(f"entity name {self.name!r} contains control characters")
+        check_unicode(self.name, "entity name")
 
     def key(self, agent_id: str) -> str:
         return entity_key(agent_id, self.type, self.name)
@@ -340,6 +357,7 @@ class Memory:
             raise InputError(f"memory text is {len(self.text)} characters; the limit is {MAX_TEXT}")
         if "\x00" in self.text:
             raise InputError("memory text contains a NUL character", hint="PostgreSQL text cannot hold NUL; strip it")
+        check_unicode(self.text, "memory text")
         validate_agent_id(self.agent_id)
         validate_kind(self.kind)
         if not isinstance(self.created_at, datetime):
@@ -348,6 +366,7 @@ class Memory:
         self.created_at = parse_datetime(self.created_at)
         if not isinstance(self.metadata, dict):
             raise InputError("metadata must be a JSON object")
+        check_unicode(self.metadata, "metadata")
         try:
             encoded = json.dumps(self.metadata, allow_nan=False)
         except (TypeError, ValueError) as exc:

@@ -182,18 +182,30 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Backends per parametrised suite among the tests that will run (after -m/-k deselection)."""
+    for item in session.items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         for name, label in BACKEND_FIXTURES.items():
             if name in params:
                 _backends[label][str(params[name])]["collected"] += 1
 
 
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    return report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """A module skipped while it is collected (``pytest.importorskip`` at its top, ``pytest.skip(...,
+    allow_module_level=True)``) drops every test in it without a single test report: it counts as a
+    skip like any other, so CI fails on it unless it is allowed (issue 25, item 3)."""
+    if report.skipped:
+        _skips.append((report.nodeid, _skip_reason(report)))
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        _skips.append((report.nodeid, reason))
+        _skips.append((report.nodeid, _skip_reason(report)))
     if report.when == "call" or (report.when == "setup" and not report.passed):
         params = getattr(report, "_backend_params", None)
         if params:
@@ -214,10 +226,20 @@ def _disallowed_skips() -> list[tuple[str, str]]:
     return [(n, r) for n, r in _skips if not any(n.startswith(prefix) for prefix in SKIP_ALLOWLIST)]
 
 
+def _backends_not_run() -> list[str]:
+    """Backends of a parametrised suite that were collected and never ran (each must run in CI)."""
+    return [
+        f"{label}: {value}"
+        for label, per in sorted(_backends.items())
+        for value, c in sorted(per.items())
+        if not any(n for k, n in c.items() if k != "collected")
+    ]
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if _qdrant_checked:
         _drop_scopes(_qdrant_scopes)
-    if in_ci() and _disallowed_skips() and session.exitstatus == 0:
+    if in_ci() and (_disallowed_skips() or _backends_not_run()) and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -242,6 +264,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     tr.write_line(f"skipped: {len(_skips)}")
     for nodeid, reason in _disallowed_skips():
         tr.write_line(f"{'FAILS CI' if in_ci() else 'would fail CI'}: {nodeid}: {reason}")
+    for backend in _backends_not_run():
+        tr.write_line(f"{'FAILS CI' if in_ci() else 'would fail CI'}: backend NOT RUN: {backend}")
 
 
 def cluster_data(pg_dsn: str, neo4j: dict[str, str], qdrant_path: Path, **extra: object) -> dict[str, Any]:

@@ -39,17 +39,28 @@ def _actor() -> str | None:
 FILLS: dict[str, Callable[[], Any]] = {"uuid": _uuid, "trigger": _trigger, "actor": _actor}
 
 
+def _not_a_json_number(constant: str) -> Any:
+    raise ValueError(constant)
+
+
 def parse_pairs(pairs: list[str], flag: str) -> dict[str, Any]:
-    """``key=value``; the value is JSON when it parses as JSON (numbers, booleans), else a string."""
+    """``key=value``; the value is JSON when it parses as JSON (numbers, booleans), else a string.
+    NaN and Infinity, which Python's JSON reader takes and no JSON writer (the service's client, a
+    jsonb column) gives back, are refused: a traceback through the service before."""
     parsed: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep:
             raise InputError(f"{flag} {pair!r} is not key=value", hint=f"e.g. {flag} sentiment=0.7")
         try:
-            value: Any = json.loads(raw)
+            value: Any = json.loads(raw, parse_constant=_not_a_json_number)
         except json.JSONDecodeError:
             value = raw
+        except ValueError as exc:
+            raise InputError(
+                f"{flag} {key.strip()!r}: {exc} is not a number JSON can hold",
+                hint=f"write a finite number, or quote it for the text: {flag} '{key.strip()}=\"{exc}\"'",
+            ) from None
         parsed[key.strip()] = value
     return parsed
 

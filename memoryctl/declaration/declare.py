@@ -76,9 +76,11 @@ class Param:
             of = f" of {self.items}s" if self.items else ""
             raise InputError(f"{self.name} must be {_article(self.type)}{of}, not {value!r}", hint=self.help)
         if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
-            raise InputError(f"{self.name} must be from {_num(self.low)} to {_num(self.high)}, not {value!r}")
+            raise InputError(
+                f"{self.name} must be from {_num(self.low)} to {_num(self.high)}, not {value!r}", hint=self.help
+            )
         if self.choices and value not in self.choices:
-            raise InputError(f"{self.name} must be one of {', '.join(self.choices)}, not {value!r}")
+            raise InputError(f"{self.name} must be one of {', '.join(self.choices)}, not {value!r}", hint=self.help)
         return value
 
     def schema(self) -> dict[str, Any]:

@@ -198,6 +198,10 @@ def import_(client: MemoryClient, call: Call) -> Reply:
     if outcome.invalid and reply.exit_code == ExitCode.OK:
         # Bad input and nothing else: 2, as documented for bad input (3 says a store is behind).
         reply.exit_code = int(ExitCode.USAGE)
+        reply.warnings = [
+            f"error: {len(outcome.invalid)} invalid line(s) skipped; the others were imported",
+            "hint: fix the lines listed (by number) and import the file again: unchanged lines stay as they are",
+        ]
     return reply
 
 

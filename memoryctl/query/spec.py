@@ -21,6 +21,7 @@ from memoryctl.errors import InputError
 from memoryctl.model import (
     EntityRef,
     ago,
+    check_unicode,
     is_duration,
     parse_datetime,
     parse_duration,
@@ -105,6 +106,7 @@ class Where:
             values = [validate_agent_id(str(v)) for v in values]
         else:
             for v in values:
+                check_unicode(v, "--where value")
                 if not isinstance(v, str | int | float | bool):
                     raise InputError(f"metadata filter values must be strings, numbers or booleans, not {v!r}")
                 if op in ("<", "<=", ">", ">=") and (isinstance(v, bool) or not isinstance(v, int | float)):
@@ -286,6 +288,8 @@ class MemoryQuery:
     def validate(self) -> MemoryQuery:
         """The query as the engine runs it (a new value when anything was normalised), or
         ``InputError`` naming what is wrong."""
+        if self.text is not None:
+            check_unicode(self.text, "query text")
         if self.text is not None and not self.text.strip():
             return dataclasses.replace(self, text=None).validate()
         if self.all_agents and self.agent_id is not None:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -296,6 +296,8 @@ async def _chunks(request: Request, timeout: float) -> AsyncIterator[bytes]:
             return
         except TimeoutError:
             raise HttpError(408, f"the body did not arrive within {timeout:g} s") from None
+        except ClientDisconnect:  # the client went away mid-body: nobody to answer, no bug to log
+            raise HttpError(400, "the client closed the connection before the body ended") from None
         if chunk:
             yield chunk
 

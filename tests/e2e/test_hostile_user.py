@@ -137,6 +137,8 @@ def test_7_invalid_utf8_through_the_service(service: Served, home: Path) -> None
         ["query", "x", "--where", "sentiment < NaN"],
         ["query", "x", "--where", "sentiment > -Infinity"],
         ["stats", "--since", "99999999d"],
+        ["query", "x", "--hops", "9"],  # harness: a declared range or choice refused without a hint
+        ["query", "x", "--combine", "xor"],
     ],
 )
 def test_7_values_out_of_range_are_usage_errors(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
@@ -189,3 +191,90 @@ def test_10_messages_and_exit_codes(home: Path, capsys: pytest.CaptureFixture[st
     assert json.loads(out)["invalid"][0]["error"] == "memory text must be a string, not int"
     code, _, err = cli(capsys, "get", "not-a-uuid")
     assert_user_error(code, err, "not a UUID")
+
+
+# ---- found by the hostile-client harness (tests/e2e/test_hostile_clients.py) ----------------------
+def test_harness_a_non_ascii_token_is_a_401(service: Served) -> None:
+    status, _, data = service.request("/v1/query", {"text": "x"}, token="\xab\xa1 \x86t")
+    assert status == 401 and data["error"], data
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/add", {"text": "\ud800"}),
+        ("/v1/add", {"text": "ok", "metadata": {"k": ["\udfff"]}}),
+        ("/v1/add", {"text": "ok", "entities": ["User:a\ud800"]}),
+        ("/v1/query", {"text": "\ud800"}),
+        ("/v1/query", {"text": "x", "where": ["note = '\ud800'"]}),
+        ("/v1/health", {"deadline": 9287082278146372.0}),
+        ("/v1/health", {"deadline": -1}),
+        ("/v1/query", {"text": "x", "hops": 9}),
+        ("/v1/query", {"text": "x", "combine": "xor"}),
+    ],
+)
+def test_harness_unpaired_surrogates_and_wild_deadlines_are_400s(
+    service: Served, path: str, body: dict[str, object]
+) -> None:
+    """An unpaired surrogate is valid JSON (``"\\ud800"``) and no store can hold it: it was a 500
+    with a traceback (UnicodeEncodeError), or a 503 from PostgreSQL's JSON parser."""
+    status, _, data = service.request(path, body)
+    assert status == 400 and data["hint"], data
+
+
+def test_harness_an_import_line_with_a_surrogate_is_a_bad_line(service: Served) -> None:
+    status, head, data = service.request("/v1/import?agent=surrogates", b'{"text": "\\ud800"}\n{"text": "fine"}\n')
+    assert status == 200 and head.get("Memoryctl-Exit-Code") == "2"
+    assert [b["line"] for b in data["invalid"]] == [1] and data["inserted"] == 1
+
+
+def test_harness_forget_is_all_or_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    """`forget KNOWN UNKNOWN` exited 1 "no memory UNKNOWN" and forgot KNOWN all the same."""
+    _, known, _ = cli(capsys, "add", "keep me", "--agent", "forget")
+    code, _, err = cli(capsys, "forget", known.strip(), str(uuid.uuid4()))
+    assert code == 1 and "no memory" in err and "nothing was forgotten" in err
+    _, out, _ = cli(capsys, "get", known.strip(), "--json")
+    assert json.loads(out)["deleted_at"] is None
+
+
+def test_harness_an_import_of_bad_lines_says_error_in_every_output_mode(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = cli(capsys, "import", str(jsonl(home / "bad-only.jsonl", {"nope": 1})), "--json")
+    assert_user_error(code, err, "invalid line")
+    assert json.loads(out)["invalid"][0]["line"] == 1
+
+
+def test_harness_a_client_gone_mid_body_leaves_no_traceback(service: Served, home: Path) -> None:
+    """Found after the move to uvicorn: a request cut short was logged as a failure with a
+    traceback (starlette's ClientDisconnect); it is the client's doing, answered 400 if anyone listens."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(service.url)
+    with socket.create_connection((url.hostname, url.port), timeout=30) as conn:
+        conn.sendall(
+            b"POST /v1/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {service.token}\r\nContent-Length: 100\r\n\r\n".encode()
+            + b'{"text": '
+        )
+        conn.shutdown(socket.SHUT_WR)
+        while conn.recv(65536):
+            pass
+    status, _, _ = service.request("/v1/status", method="GET")  # the service is fine, and it logged no bug
+    assert status == 200
+    assert "Traceback" not in (home / "serve.log").read_text(errors="replace")
+
+
+@pytest.mark.parametrize("pair", ["k=NaN", "k=[1, Infinity]", 'k={"x": -Infinity}'])
+def test_harness_meta_nan_or_infinity_is_refused_through_the_service(
+    service: Served, capsys: pytest.CaptureFixture[str], pair: str
+) -> None:
+    """Found by the harness (seed 2908675482): Python's JSON reader takes NaN/Infinity in a --meta
+    value, the service's client cannot send it: a ValueError traceback through the socket."""
+    code, _, err = cli(capsys, "add", "meta with a constant", "--agent", "consts", "--meta", pair)
+    assert_user_error(code, err, "is not a number JSON can hold")
+    code, out, err = cli(capsys, "add", "meta as text", "--agent", "consts", "--meta", 'k="NaN"', "--json")
+    assert code == 0, err
+    code, out, _ = cli(capsys, "get", json.loads(out)["id"], "--json")
+    assert json.loads(out)["metadata"] == {"k": "NaN"}

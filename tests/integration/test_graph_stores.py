@@ -291,7 +291,15 @@ def test_protocol_and_names(ctx: Ctx) -> None:
     if info["engine"] == "neo4j":
         assert info["edition"] == "community" and info["version"].startswith("5.26")
         assert info["name"] == "Neo4j Kernel"
-    ctx.store.ensure_schema()  # idempotent
+    # ping reads the live store, not constants: its counts follow this test's writes exactly
+    w = build_world(ctx)
+    after = ctx.store.ping()
+    memories, entities, _ = ctx.raw_counts()
+    assert memories > 0 and entities > 0
+    assert (after["memories"] - info["memories"], after["entities"] - info["entities"]) == (memories, entities)
+    ctx.store.ensure_schema()  # idempotent: nothing dropped or rebuilt, the graph still answers
+    assert ctx.raw_counts()[:2] == (memories, entities) and ctx.store.ping()["memories"] == after["memories"]
+    assert ctx.store.traverse(trav(w, w.alice, hops=1, relation_types=["KNOWS"], direction="out"))
 
 
 def test_hops_along_typed_relations(ctx: Ctx) -> None:

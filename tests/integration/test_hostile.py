@@ -18,6 +18,7 @@ before any store, each with its own reason.
 from __future__ import annotations
 
 import random
+import re
 import string
 import uuid
 from collections import Counter, defaultdict
@@ -55,9 +56,13 @@ KEYWORDS = [
 ]  # fmt: skip
 ALNUM = string.ascii_letters + string.digits
 
-# Floors on the distinct hostile values that reached each store (the run prints the actual counts).
-FLOORS_STORED = {"postgres": 1000, "qdrant": 800, "neo4j": 500}
-FLOORS_QUERIED = {"postgres": 150, "qdrant": 150, "neo4j": 150}
+# Floors on the distinct hostile values that reached each store (the run prints the actual counts):
+# the seeded generator makes the same inputs every run, so these are the measured figures (issue 25,
+# item 4). Hostile means a string with a character outside [A-Za-z0-9_]; identifier-safe values are
+# not counted.
+FLOORS_STORED = {"postgres": 1229, "qdrant": 1038, "neo4j": 921}
+FLOORS_QUERIED = {"postgres": 298, "qdrant": 178, "neo4j": 180}
+FLOOR_REFUSED_MESSAGES = 431
 
 
 def hostile(rng: random.Random, *, control: bool = True, max_parts: int = 6) -> str:
@@ -218,6 +223,11 @@ def expected_after_corpus(empty: dict[str, Any], memories: list[Memory], words: 
 
 
 # ---------------------------------------------------------------------------------------- tallies
+SAFE = re.compile(r"[A-Za-z0-9_]*")
+
+
+def is_hostile(value: Any) -> bool:
+    return isinstance(value, str) and SAFE.fullmatch(value) is None
 
 
 @dataclass
@@ -228,7 +238,10 @@ class Tally:
     refused: Counter[str] = field(default_factory=Counter)
 
     def add(self, store: str, field_: str, value: Any) -> None:
-        self.reached[store][field_].add(value)
+        """Count ``value`` if it is hostile: an identifier-safe string (``[A-Za-z0-9_]`` only: meta
+        keys, entity and relation types, most kinds) or a non-string is no test of quoting."""
+        if is_hostile(value):
+            self.reached[store][field_].add(value)
 
     def total(self, store: str) -> int:
         return sum(len(v) for v in self.reached[store].values())
@@ -306,10 +319,13 @@ def test_hostile_values_are_stored_as_data_in_every_store(world: World, unchange
         assert (pl["agent_id"], pl["kind"], pl["meta"]) == (m.agent_id, m.kind, m.metadata)
         assert pl["entity_keys"] == [e.key(m.agent_id) for e in m.entities]
         for f, v in fields(m):
-            if f in ("agent_id", "kind", "meta_key", "meta_value", "entity_type", "entity_name"):
+            if f in ("agent_id", "kind", "meta_key", "meta_value"):
                 tally.add("qdrant", f, v)
+        for key in pl["entity_keys"]:  # Qdrant holds keys (normalised names), compared exactly above
+            tally.add("qdrant", "entity_key", key)
     # Neo4j: memory nodes, entity nodes and typed edges, read back by key.
     read = _cypher(client).run_read
+    last_name = {e.key(m.agent_id): e.name for m in sorted(memories, key=lambda m: m.id) for e in m.all_entities()}
     for m in memories:
         [node] = read("MATCH (m:Memory {id: $id}) RETURN m.agent_id AS agent", {"id": str(m.id)}, None)
         assert node == {"agent": m.agent_id}
@@ -321,7 +337,9 @@ def test_hostile_values_are_stored_as_data_in_every_store(world: World, unchange
         assert {r["key"] for r in ents} == {e.key(m.agent_id) for e in m.entities}
         for e in m.entities:
             [got] = [r for r in ents if r["key"] == e.key(m.agent_id)]
-            assert got["type"] == e.type and normalise_name(got["name"]) == normalise_name(e.name)
+            # Byte for byte: the node keeps the name of the last memory that wrote it (keys are
+            # normalised, names are not; a store that normalised or mangled names fails here).
+            assert (got["type"], got["name"]) == (e.type, last_name[e.key(m.agent_id)]), (got, e)
         [rel] = m.relations
         edges = read(
             "MATCH (e:Entity {key: $key})-[r]->(:Memory {id: $id}) RETURN type(r) AS t",
@@ -332,6 +350,8 @@ def test_hostile_values_are_stored_as_data_in_every_store(world: World, unchange
         for f, v in fields(m):
             if f in ("agent_id", "entity_type", "entity_name", "relation_type"):
                 tally.add("neo4j", f, v)
+        for e in m.entities:
+            tally.add("neo4j", "entity_key", e.key(m.agent_id))
     report_line(tally.line("stored as data and read back"))
     for s, floor in FLOORS_STORED.items():
         assert tally.total(s) >= floor, tally.line("stored")
@@ -380,8 +400,7 @@ def test_hostile_values_as_query_parameters_in_every_store(world: World, unchang
         )
         assert not r.degraded and "qdrant" in stores
         assert {h.id for h in r.hits} == same_meta
-        tally.add("qdrant", "meta_value", value)
-        tally.add("qdrant", "text", m.text)
+        tally.add("qdrant", "meta_value", value)  # the text reaches Qdrant as its embedding only
         with client.stack.pool.connection() as conn:  # the query text, recorded with the recall
             texts = conn.execute(
                 "SELECT payload ->> 'text' AS t FROM memory_events WHERE query_id = %s", (r.query.query_id,)
@@ -395,21 +414,26 @@ def test_hostile_values_as_query_parameters_in_every_store(world: World, unchang
         r, stores = run(MemoryQuery(agent_id=m.agent_id, graph=GraphFilter(ent), limit=50))
         assert not r.degraded and "neo4j" in stores
         assert {h.id for h in r.hits} == mentioning and m.id in mentioning
-        tally.add("neo4j", "entity_name", ent.name)
-        tally.add("neo4j", "entity_type", ent.type)
+        tally.add("neo4j", "entity_key", k)  # the traversal starts from the key (agent, type, normalised name)
     # Values that were never stored: empty answers, not errors, from each store.
     rng = random.Random(5)
     for _ in range(60):
         absent = hostile(rng, control=False) + "\u2603absent"
         m = rng.choice(memories)
         where = [Where.build(f"meta.{next(iter(m.metadata))}", "=", absent)]
-        assert client.query(MemoryQuery(agent_id=m.agent_id, where=where)).hits == []
-        assert client.query(MemoryQuery(text=absent, agent_id=m.agent_id, where=where)).hits == []
+        # Empty because the store answered and found nothing: a failing store also answers empty
+        # (degraded), so each answer names the store that ran it and nothing degraded.
+        for q, store in (
+            (MemoryQuery(agent_id=m.agent_id, where=where), "postgres"),
+            (MemoryQuery(text=absent, agent_id=m.agent_id, where=where), "qdrant"),
+            (MemoryQuery(agent_id=m.agent_id, graph=GraphFilter(EntityRef(m.entities[0].type, absent))), "neo4j"),
+        ):
+            r, stores = run(q)
+            assert (r.hits, r.degraded) == ([], []) and store in stores, (store, r.degraded, stores)
         ghost = EntityRef(m.entities[0].type, absent)
-        assert client.query(MemoryQuery(agent_id=m.agent_id, graph=GraphFilter(ghost))).hits == []
         for s in ("postgres", "qdrant"):
             tally.add(s, "absent_value", absent)
-        tally.add("neo4j", "absent_name", ghost.name)
+        tally.add("neo4j", "absent_key", ghost.key(m.agent_id))
     # The queries wrote exactly one recall event per hit, and nothing else.
     world.after["postgres"]["counts"]["memory_events"] += recalled
     report_line(tally.line("bound as query parameters"))
@@ -470,18 +494,25 @@ def _no_operator(text: str) -> str:
 def test_invalid_values_are_refused_with_their_reason(world: World, unchanged: None) -> None:
     rng = random.Random(11)
     tally = Tally()
+    distinct: dict[str, set[str]] = defaultdict(set)
     for reason, make in REFUSALS:
         for _ in range(40):
             attempt = make(rng)
             with pytest.raises(MemoryctlError) as err:
                 attempt()
             assert reason in err.value.message, (reason, err.value.message)
+            distinct[reason].add(err.value.message)  # the message quotes the refused input
             tally.refused[reason] += 1
     # A batch with one bad memory in it writes nothing: the refusal comes before any store.
     with pytest.raises(MemoryctlError, match="invalid kind"):
         world.client.add([world.memories[0], Memory(text="x", agent_id="a", kind="no way")], extract=False)
-    report_line(tally.line("refused before any store, reason checked"))
-    assert sum(tally.refused.values()) == 40 * len(REFUSALS)
+    attempts, inputs = sum(tally.refused.values()), sum(len(v) for v in distinct.values())
+    report_line(
+        f"hostile inputs, refused by the model's validation (constructors, no client call), reason checked:"
+        f" {attempts} attempts, {inputs} distinct refusal messages; "
+        + ", ".join(f"{k} {len(distinct[k])}/{v}" for k, v in sorted(tally.refused.items()))
+    )
+    assert attempts == 40 * len(REFUSALS) and inputs >= FLOOR_REFUSED_MESSAGES
 
 
 def cypher_writes(rng: random.Random) -> Iterator[tuple[str, str]]:

@@ -202,8 +202,20 @@ def test_or_runs_each_leg_as_its_own_plan() -> None:
     assert p.describe() == "or: parallel legs fused by RRF"
 
 
-def test_or_with_a_single_leg_is_that_leg() -> None:
-    assert chosen(q(text="rollback", combine="or")).kind == "vector"
+@pytest.mark.parametrize(
+    "leg",
+    [
+        {"text": "rollback"},
+        {"where": [Where.parse("kind = note")]},
+        {"graph": ALICE},
+        {"text": "rollback", "since": SINCE},  # a time window is a scope of the one leg, not a leg
+    ],
+)
+def test_or_with_a_single_leg_is_that_leg(leg: dict[str, object]) -> None:
+    """Exactly the plan of the same query with ``and``: no fusion of one leg, no other leg run."""
+    single = chosen(q(combine="or", limit=4, **leg))
+    assert single == chosen(q(limit=4, **leg))
+    assert not isinstance(single.shape, AnyOf) and single.ranking != ByFusedRank()
 
 
 def test_a_graph_filter_needs_an_agent() -> None:
