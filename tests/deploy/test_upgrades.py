@@ -144,7 +144,7 @@ def test_a_timescaledb_minor_upgrade_updates_the_extension_and_keeps_every_row(
     upgrade = overlay(tmp_path, {**ROLL, "timescaledb": {"version": NEXT_TIMESCALEDB}})
     run = run_deploy(REPO / ".cache" / "deploy-timescaledb.log", overlay=upgrade)
     assert run.returncode == 0 and run.errors == 0, run.output[-3000:]
-    changed = run.changed_operations()
+    changed = [op.split(" | ", 1)[-1] for op in run.changed_operations()]  # without the role's prefix
     assert f"TimescaleDB {NEXT_TIMESCALEDB}" in changed
     assert f"ALTER EXTENSION timescaledb UPDATE ({TIMESCALEDB} -> {NEXT_TIMESCALEDB})" in changed
     assert node("node1").package("timescaledb-2-postgresql-17").version == f"{NEXT_TIMESCALEDB}~source1"
