@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -108,14 +108,27 @@ while time.monotonic() < deadline:
 """
 
 
-def notification(status: str, alertname: str, node_name: str) -> dict[str, Any] | None:
-    """The first notification the webhook got with an alert of that name, node and status."""
+def notification(
+    status: str, alertname: str, node_name: str, *, starts_at: str | None = None, since: datetime | None = None
+) -> dict[str, Any] | None:
+    """The first notification the webhook got with an alert of that name, node and status; of
+    *this* alert (``starts_at``: the firing one's), or of one that started after ``since``.
+
+    Alertmanager keeps an alert it notified and sends its "resolved" once it clears, even if that
+    was an earlier run's (found on the cluster: a rerun picked up run 1's stale resolution), so an
+    alert is told apart by when it started, not by its labels.
+    """
     for line in sh(OPS, f"cat {WEBHOOK_LOG} 2>/dev/null || true").splitlines():
         record_ = json.loads(line)
         for alert in record_["body"]["alerts"]:
             labels = alert["labels"]
-            if alert["status"] == status and labels["alertname"] == alertname and labels.get("node") == node_name:
-                return {"received": record_["t"], "receiver": record_["body"]["receiver"], **alert}
+            if alert["status"] != status or labels["alertname"] != alertname or labels.get("node") != node_name:
+                continue
+            if starts_at is not None and alert["startsAt"] != starts_at:
+                continue
+            if since is not None and datetime.fromisoformat(alert["startsAt"].replace("Z", "+00:00")) < since:
+                continue
+            return {"received": record_["t"], "receiver": record_["body"]["receiver"], **alert}
     return None
 
 
@@ -125,7 +138,7 @@ def test_alert_qdrant_down_reaches_the_receiver_and_resolves(deployed: Any) -> N
     sh(OPS, f"rm -f {WEBHOOK_LOG}; nohup python3 {WEBHOOK} {WEBHOOK_LOG} 900 >/dev/null 2>&1 & echo $! > {WEBHOOK}.pid")
     try:
         wait_for("no QdrantDown before the test", lambda: firing("QdrantDown", INDEX) is None, timeout=120)
-        stopped = time.monotonic()
+        stopped, stopped_at = time.monotonic(), datetime.now(UTC) - timedelta(seconds=5)  # node clocks may lag
         sh(INDEX, "systemctl stop qdrant")
         transcript.append(f"{datetime.now(UTC):%H:%M:%S} systemctl stop qdrant on {INDEX}")
         wait_for(
@@ -136,7 +149,9 @@ def test_alert_qdrant_down_reaches_the_receiver_and_resolves(deployed: Any) -> N
         )
         fired_s = round(time.monotonic() - stopped, 1)
         transcript.append(f"{datetime.now(UTC):%H:%M:%S} QdrantDown{{node={INDEX}}} firing in Prometheus")
-        sent = wait_for("the firing notification", lambda: notification("firing", "QdrantDown", INDEX), 120, 1)
+        sent = wait_for(
+            "the firing notification", lambda: notification("firing", "QdrantDown", INDEX, since=stopped_at), 120, 1
+        )
         notified_s = round(time.monotonic() - stopped, 1)
         transcript.append(f"{datetime.now(UTC):%H:%M:%S} notification: {sent['status']} {sent['labels']}")
         assert sent["receiver"] == "operator"
@@ -145,7 +160,12 @@ def test_alert_qdrant_down_reaches_the_receiver_and_resolves(deployed: Any) -> N
         started = time.monotonic()
         sh(INDEX, "systemctl start qdrant")
         transcript.append(f"{datetime.now(UTC):%H:%M:%S} systemctl start qdrant on {INDEX}")
-        resolved = wait_for("the resolved notification", lambda: notification("resolved", "QdrantDown", INDEX), 180, 1)
+        resolved = wait_for(
+            "the resolved notification",
+            lambda: notification("resolved", "QdrantDown", INDEX, starts_at=sent["startsAt"]),
+            180,
+            1,
+        )
         resolved_s = round(time.monotonic() - started, 1)
         transcript.append(f"{datetime.now(UTC):%H:%M:%S} notification: {resolved['status']} {resolved['labels']}")
         assert resolved["labels"] == sent["labels"] and resolved["endsAt"] > sent["startsAt"]
