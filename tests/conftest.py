@@ -18,9 +18,15 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, settings
 
 from memoryctl.client import MemoryClient
 from memoryctl.config import Settings, load_settings
+
+# Property tests check results, never durations (speed lives in benchmarks/): on two busy cores
+# Hypothesis' own timing checks (a slow example, slow input generation) fail tests that are right.
+settings.register_profile("memoryctl", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("memoryctl")
 
 HINT = 'start the test servers with `scripts/services up` and `eval "$(scripts/services env)"` (scripts/test does both)'
 
