@@ -288,6 +288,10 @@ class Env:
         self.client.close()
 
 
+# Each memory ranked by its own score: no conversational context, no session support.
+ALONE = {"context_turns": 0, "session_context": False}
+
+
 def open_env(
     pg_dsn: str,
     neo4j_uri: str,
@@ -300,7 +304,8 @@ def open_env(
     """A ``MemoryClient`` whose stack holds Qdrant Edge and Neo4j (the cluster profile would open a
     Qdrant server; the composition is otherwise the client's own, engine included). ``retrieval``
     dense ranks like the other methods: each memory by its own cosine, without the conversational
-    context (``[query] context_turns = 0``); hybrid is the engine's default ranking."""
+    context (``[query] context_turns = 0``) or its session's support (``session_context = false``);
+    hybrid is the engine's default ranking."""
     settings = load_settings(
         Path(os.devnull),
         profile="cluster",
@@ -308,7 +313,7 @@ def open_env(
         postgres={"dsn": pg_dsn, "connect_timeout_s": 5},
         neo4j={"uri": neo4j_uri, "password": neo4j_password or None, "timeout_s": timeout_s},
         embedder={"kind": "hash"},
-        query={"store_timeout_s": timeout_s, **({"context_turns": 0} if retrieval == "dense" else {})},
+        query={"store_timeout_s": timeout_s, **(ALONE if retrieval == "dense" else {})},
         # The metadata keys the relational+vector queries filter on, indexed as an operator would
         # (README, [qdrant] indexed_metadata); added to an existing collection on --reuse.
         qdrant={"indexed_metadata": INDEXED_METADATA},

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import sys
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -190,8 +191,12 @@ def test_an_agent_token_opens_one_agent_over_http_and_mcp(served: Service, capsy
     status, answer = _post(served, b["token"], "query", text="secret plan")
     assert status == 200 and answer["hits"] == []
     assert _post(served, b["token"], "get", id=added["id"])[0] == 404
-    status, forgotten = _post(served, b["token"], "forget", ids=[added["id"]])
-    assert status == 200 and forgotten["forgotten"] == []
+    # forgetting A's id is refused as for an id nobody has (all or nothing; nothing told about A)
+    status, refused = _post(served, b["token"], "forget", ids=[added["id"]])
+    nobody = str(uuid.uuid4())
+    status_nobody, refused_nobody = _post(served, b["token"], "forget", ids=[nobody])
+    assert (status, status_nobody) == (404, 404)
+    assert refused["error"].replace(added["id"], "ID") == refused_nobody["error"].replace(nobody, "ID")
     # an import with B's token lands in B, whatever agent its lines name (and A's id is a conflict)
     lines = [
         {"text": "imported by B", "agent_id": "agent-a"},
@@ -221,8 +226,8 @@ def test_an_agent_token_opens_one_agent_over_http_and_mcp(served: Service, capsy
             assert error and "no memory" in answer
             error, text = await call(client, "add", text="planted over mcp", agent="agent-a")
             assert error and "bound to agent 'agent-b'" in text
-            error, forgotten = await call(client, "forget", ids=[added["id"]])
-            assert not error and forgotten["forgotten"] == []
+            error, text = await call(client, "forget", ids=[added["id"]])
+            assert error and "no memory" in text
             error, _ = await call(client, "add", text="B's own note")
             assert not error
             error, answer = await call(client, "query", text="own note")

@@ -83,8 +83,9 @@ def test_vector_first_gives_the_graph_first_answer(
     client, rollback = world
     # Both plans give the same candidates. Forty lunch notes tie on both legs, and which of them
     # fill the candidates' window at its cut is the stores' choice; a note's conversational
-    # context (the candidates written just before it, query/turns.py) depends on that choice.
-    monkeypatch.setattr(client.engine, "options", replace(client.engine.options, context_turns=0))
+    # context (the candidates written just before it, query/turns.py) and its session's support
+    # (the candidates of its session, query/sessions.py) depend on that choice.
+    monkeypatch.setattr(client.engine, "options", replace(client.engine.options, context_turns=0, sessions=False))
     for q in (_q(3), _q(5), _q(3, since=NOW - timedelta(hours=2, minutes=30))):
         graph_first = _run(client, q, min_fanout=0)
         vector_first = _run(client, q, min_fanout=10)
