@@ -10,13 +10,14 @@ indexes and scans in Python: it is for correctness tests, not speed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar, cast
 
 import httpx
 from qdrant_client import QdrantClient
@@ -43,6 +44,36 @@ from memoryctl.stores.vector_core import (
 )
 
 _DIST = {"cosine": qm.Distance.COSINE, "dot": qm.Distance.DOT, "euclid": qm.Distance.EUCLID}
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _stale_connection(exc: BaseException) -> bool:
+    """The server closed a kept-alive connection as the client reused it ("Server disconnected
+    without sending a response"): the request never reached Qdrant, a new connection is all it needs."""
+    source = exc.source if isinstance(exc, ResponseHandlingException) else exc
+    return isinstance(source, httpx.RemoteProtocolError)
+
+
+def retry_stale(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run an idempotent call a second time when its pooled connection was stale.
+
+    Only idempotent calls carry it (reads; upserts, payload updates and deletes by id), so a
+    request that did reach the server before the connection broke is harmless to repeat. Without
+    it, one idle connection closed by Qdrant failed a whole nightly re-embed step (#21's cluster).
+    """
+
+    @functools.wraps(method)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except Exception as exc:
+            if not _stale_connection(exc):
+                raise
+            return method(*args, **kwargs)
+
+    return call
 
 
 def _condition(c: vf.Condition) -> qm.Condition:
@@ -154,6 +185,7 @@ class QdrantBackend:
         return {"alias": self.alias}
 
     # ---- collections ----------------------------------------------------------------------------
+    @retry_stale
     def model_of(self, name: str) -> EmbeddingModelInfo | None:
         if not self.client.collection_exists(name):
             return None
@@ -166,6 +198,7 @@ class QdrantBackend:
             distance=cast(Distance, meta.get("distance", "cosine")),
         )
 
+    @retry_stale
     def names(self) -> list[str]:
         return [c.name for c in self.client.get_collections().collections]
 
@@ -206,6 +239,7 @@ class QdrantBackend:
         if self.client.collection_exists(name):
             self.client.delete_collection(name)
 
+    @retry_stale
     def active(self, *, fresh: bool) -> str | None:
         """The alias target, trusted for ``alias_cache_s`` unless ``fresh``.
 
@@ -232,6 +266,7 @@ class QdrantBackend:
         self._active = None
 
     # ---- points ---------------------------------------------------------------------------------
+    @retry_stale
     def upsert(self, name: str, points: Sequence[VectorPoint]) -> None:
         self.client.upsert(
             name,
@@ -239,14 +274,17 @@ class QdrantBackend:
             wait=True,
         )
 
+    @retry_stale
     def set_payload(self, name: str, ids: Sequence[uuid.UUID], payload: dict[str, Any]) -> None:
         # By filter, not by id list: an id that is not (yet) in Qdrant is not an error.
         selector = qm.FilterSelector(filter=qm.Filter(must=[qm.HasIdCondition(has_id=[str(i) for i in ids])]))
         self.client.set_payload(name, payload=payload, points=selector, wait=True)
 
+    @retry_stale
     def delete(self, name: str, ids: Sequence[uuid.UUID]) -> None:
         self.client.delete(name, points_selector=qm.PointIdsList(points=[str(i) for i in ids]), wait=True)
 
+    @retry_stale
     def search(self, name: str, search: Search) -> list[list[VectorHit]]:
         requests = [
             qm.QueryRequest(
@@ -261,6 +299,7 @@ class QdrantBackend:
         responses = self.client.query_batch_points(name, requests=requests)
         return [[hit_from(p.id, p.score, p.payload) for p in r.points] for r in responses]
 
+    @retry_stale
     def scroll(self, name: str, flt: vf.Filter, limit: int, offset: Any) -> tuple[list[VectorRecord], Any]:
         records, nxt = self.client.scroll(
             name,
@@ -272,9 +311,11 @@ class QdrantBackend:
         )
         return [record_from(r.id, r.payload, "") for r in records], nxt
 
+    @retry_stale
     def count(self, name: str, flt: vf.Filter) -> int:
         return int(self.client.count(name, count_filter=to_qdrant(flt), exact=True).count)
 
+    @retry_stale
     def version(self) -> str | None:
         return None if self.local else self.client.info().version
 
