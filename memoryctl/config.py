@@ -38,6 +38,35 @@ class PostgresSettings(BaseModel):
     pool_max: int = Field(8, ge=1)
     connect_timeout_s: float = Field(5.0, gt=0)
     statement_timeout_ms: int = Field(30_000, ge=0)
+    # A replicated cluster (Patroni, docs/ha.md): every member as HOST[:PORT]. They replace the
+    # dsn's host and port in a libpq multi-host connection, which tries them in order and keeps the
+    # first that satisfies target_session_attrs, so new connections follow the primary.
+    hosts: list[str] = Field(default_factory=list)
+    # libpq's target_session_attrs; None = "read-write" when hosts names 2+ members, else libpq's default.
+    target_session_attrs: Literal["any", "read-write", "read-only", "primary", "standby", "prefer-standby"] | None = (
+        None
+    )
+    # How long a write waits for a read-write server after its connection broke (a failover), then
+    # runs again (the write path is idempotent by id); 0 = fail at once.
+    failover_wait_s: float = Field(30.0, ge=0)
+    # A server that stopped answering (its node lost) fails an unacknowledged send after this long,
+    # instead of the kernel's ~15 minutes of retransmissions (libpq tcp_user_timeout); 0 = the kernel's.
+    tcp_user_timeout_ms: int = Field(10_000, ge=0)
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        from memoryctl.stores.pg_conninfo import split_host
+
+        for entry in value:
+            split_host(entry)
+        return value
+
+    def conninfo(self) -> str:
+        """The connection string the pool opens: the dsn, or the dsn over ``hosts`` (multi-host)."""
+        from memoryctl.stores.pg_conninfo import multi_host_conninfo
+
+        return multi_host_conninfo(self.dsn, self.hosts, self.target_session_attrs)
 
 
 class QdrantSettings(BaseModel):

@@ -67,7 +67,7 @@ class Stack:
 
     @cached_property
     def records(self) -> RecordStore:
-        return RecordStore(self.pool)
+        return RecordStore(self.pool, failover_wait_s=self.settings.postgres.failover_wait_s)
 
     @cached_property
     def runs(self) -> RunLog:
@@ -221,12 +221,13 @@ def neo4j_graph(settings: Neo4jSettings) -> Neo4jGraphStore:
 def postgres_pool(settings: PostgresSettings, dsn: str | None = None) -> Pool:
     """The connection pool for ``[postgres]`` (``dsn``: the embedded server's, instead of the configured one)."""
     return open_pool(
-        dsn or settings.dsn,
+        dsn or settings.conninfo(),
         password=settings.password.get_secret_value() if settings.password else None,
         min_size=settings.pool_min,
         max_size=settings.pool_max,
         connect_timeout_s=settings.connect_timeout_s,
         statement_timeout_ms=settings.statement_timeout_ms,
+        tcp_user_timeout_ms=settings.tcp_user_timeout_ms,
     )
 
 

@@ -12,8 +12,9 @@ adapters"):
 * ``POST /v1/chat/completions``: the OpenAI request; ``response_format`` ``json_schema`` for
   structured outputs.
 * ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}`` and ``POST
-  /v1/unload_lora_adapter`` ``{"lora_name"}``: 200 with plain text (every answer of vLLM 0.33.0,
-  read from its source: tests/fixtures/vllm-0.33.0/lora_adapter_api.json); they exist only when the server
+  /v1/unload_lora_adapter`` ``{"lora_name"}``: 200 with plain text (every answer of vLLM 0.19.1, the
+  version the product deploys, read from its source: tests/fixtures/vllm-0.19.1/lora_adapter_api.json);
+  they exist only when the server
   runs with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (and ``--enable-lora --max-lora-rank N``),
   otherwise FastAPI answers 404 ``{"detail": "Not Found"}``, reported with that hint.
 
@@ -36,6 +37,8 @@ from memoryctl.http_service import HttpService, Retry, error_text, root_url
 
 STORE = "vllm"
 LORA_ROUTES = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter")
+# How vLLM's engine core wraps an error raised while adding an adapter (v1/engine/core.py).
+ENGINE_CALL_FAILED = "Call to add_lora method failed: "
 RUNTIME_LORA_HINT = (
     "start vLLM with --enable-lora --max-lora-rank >= the adapter rank and the environment variable "
     "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"
@@ -131,17 +134,26 @@ class VLLMClient:
     def load_lora_adapter(self, name: str, path: str) -> None:
         """Load an adapter. Idempotent: if ``name`` is already served from ``path``, do nothing.
 
-        vLLM 0.33.0 answers an adapter whose rank exceeds ``--max-lora-rank`` with a 500 (the engine
-        refuses it; tests/fixtures/vllm-0.33.0/lora_adapter_api.json): not an outage, so it is a
+        Never under a served base model's name: vLLM 0.19.1 accepts that (0.33.0 refuses it) and then
+        answers every request naming the base model with the adapter, so the client refuses first.
+        vLLM answers an adapter whose rank exceeds ``--max-lora-rank`` with a 500 (the engine refuses
+        it; tests/fixtures/vllm-0.19.1/lora_adapter_api.json): not an outage, so it is a
         ``StoreError`` naming the setting, never a ``StoreUnavailable`` a caller would wait out."""
+        if name in {m.id for m in self.models().base}:
+            raise StoreError(
+                self.http.store,
+                f"loading LoRA adapter {name!r}: that is the name of a model the server serves (a base model)",
+                hint="give the adapter its own name: vLLM would serve every request for the base model with it",
+            )
         try:
             resp = self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
         except StoreUnavailable as exc:
             if "max_lora_rank" not in exc.message:
                 raise
+            refusal = exc.message.split(": ", 1)[-1].replace(ENGINE_CALL_FAILED, "")
             raise StoreError(
                 self.http.store,
-                f"loading LoRA adapter {name!r} from {path}: {exc.message.split(': ', 1)[-1]}",
+                f"loading LoRA adapter {name!r} from {path}: {refusal}",
                 hint="start vLLM with --max-lora-rank >= the adapter's rank (r in its adapter_config.json),"
                 " or train with a lower rank ([nightly] generation_lora.rank)",
             ) from None

@@ -12,12 +12,15 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import orjson
 import psycopg
+from psycopg import Connection
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -29,7 +32,8 @@ log = logging.getLogger(__name__)
 # Every connection memoryctl opens returns rows as dicts; the alias lets mypy know.
 Pool = ConnectionPool[psycopg.Connection[DictRow]]
 
-UNAVAILABLE_HINT = "is PostgreSQL up and is [postgres] dsn right? `memoryctl config show` prints it"
+UNAVAILABLE_HINT = "is PostgreSQL up and are [postgres] dsn / hosts right? `memoryctl config show` prints them"
+T = TypeVar("T")
 
 
 # Any digit to "0", then look for sixteen zeros: a C-speed test for a run of 16+ digits (a regex
@@ -63,17 +67,31 @@ def open_pool(
     max_size: int = 8,
     connect_timeout_s: float = 5.0,
     statement_timeout_ms: int = 30_000,
+    tcp_user_timeout_ms: int = 0,
 ) -> Pool:
-    """Open a pool and prove it works, so a wrong DSN fails here with a clear message."""
+    """Open a pool and prove it works, so a wrong DSN fails here with a clear message.
+
+    ``tcp_user_timeout_ms`` (libpq's ``tcp_user_timeout``, with TCP keepalives): a connection to a
+    server whose node vanished fails after that long instead of hanging in retransmissions, so a
+    write can move on to the new primary (ignored on Unix sockets: the embedded profile).
+    """
     kwargs: dict[str, Any] = {"connect_timeout": max(1, int(connect_timeout_s)), "row_factory": dict_row}
     if password:
         kwargs["password"] = password
+    if tcp_user_timeout_ms:
+        kwargs.update(
+            tcp_user_timeout=int(tcp_user_timeout_ms),
+            keepalives=1,
+            keepalives_idle=max(1, tcp_user_timeout_ms // 2000),
+            keepalives_interval=max(1, tcp_user_timeout_ms // 4000),
+            keepalives_count=2,
+        )
     if statement_timeout_ms:
         kwargs["options"] = f"-c statement_timeout={int(statement_timeout_ms)}"
 
-    def configure(conn: psycopg.Connection[DictRow]) -> None:
-        conn.autocommit = False
-        set_json_loads(_json_loads, conn)
+    # libpq's connect_timeout is per host: a multi-host string whose first member's node is gone
+    # waits that long before trying the next one, so the pool waits for all of them.
+    timeout = connect_timeout_s * _host_count(dsn)
 
     pool: Pool = ConnectionPool(
         dsn,
@@ -81,13 +99,13 @@ def open_pool(
         min_size=min_size,
         max_size=max_size,
         kwargs=kwargs,
-        configure=configure,
+        configure=_configure,
         open=False,
-        timeout=connect_timeout_s,
+        timeout=timeout,
         name="memoryctl",
     )
     try:
-        pool.open(wait=True, timeout=connect_timeout_s)
+        pool.open(wait=True, timeout=timeout)
     except PoolTimeout:
         pool.close()
         # The pool swallows the connect error; repeat it once to say why.
@@ -97,6 +115,28 @@ def open_pool(
             raise StoreUnavailable("postgres", _first_line(exc), hint=UNAVAILABLE_HINT) from None
         raise StoreUnavailable("postgres", "timed out connecting", hint=UNAVAILABLE_HINT) from None
     return pool
+
+
+def _configure(conn: psycopg.Connection[DictRow]) -> None:
+    conn.autocommit = False
+    set_json_loads(_json_loads, conn)
+
+
+def _connect_like(pool: Pool) -> psycopg.Connection[DictRow]:
+    """A connection outside ``pool``, opened and configured as its own are."""
+    conninfo = pool.conninfo if isinstance(pool.conninfo, str) else pool.conninfo()
+    kwargs: dict[str, Any] = pool.kwargs() if callable(pool.kwargs) else dict(pool.kwargs or {})
+    conn = psycopg.Connection[DictRow].connect(conninfo, **kwargs)
+    _configure(conn)
+    return conn
+
+
+def _host_count(dsn: str) -> int:
+    try:
+        hosts = str(conninfo_to_dict(dsn).get("host") or "")
+    except psycopg.Error:
+        return 1  # the pool's connect reports the bad string
+    return max(1, len(hosts.split(",")))
 
 
 def set_local_timeout(
@@ -122,6 +162,74 @@ def pg_errors() -> Iterator[None]:
         raise BadRecord("postgres", _first_line(exc)) from None
     except psycopg.Error as exc:
         raise StoreError("postgres", _first_line(exc)) from None
+
+
+# SQLSTATEs that say "not this server, not now": it is shutting down or starting up / in recovery
+# (57P01-57P03), the session is read-only (25006: a standby, or a primary being demoted), the
+# connection failed (class 08). An OperationalError without one: the connection broke mid-call.
+# Never a statement timeout (57014) or a lock timeout (55P03): those are deadlines, not failovers.
+FAILOVER_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "25006"})
+
+
+def is_failover(exc: BaseException) -> bool:
+    """Whether ``exc`` means the server went away or stopped taking writes (another may take them)."""
+    if isinstance(exc, PoolTimeout):
+        return True
+    if not isinstance(exc, psycopg.Error):
+        return False
+    state = exc.sqlstate
+    if state is None:
+        return isinstance(exc, psycopg.OperationalError)
+    return state in FAILOVER_SQLSTATES or state.startswith("08")
+
+
+class WriteInDoubt(StoreUnavailable):
+    """A write whose connection broke and no read-write server came back in time: it may or may
+    not have committed. The ids it names can be written again as they are (idempotent by id)."""
+
+
+def retry_on_failover(pool: Pool, write: Callable[[Connection[DictRow]], T], *, wait_s: float, what: str) -> T:
+    """Run ``write`` (one whole transaction on the connection it is given) and, while it fails as
+    in a failover, run it again on the primary until ``wait_s`` has passed.
+
+    Safe because every write retried here is idempotent by id: a transaction whose COMMIT reached
+    the old primary (and, with ``synchronous_mode``, its standby) before the connection broke is
+    found as written on the retry and changes nothing (``RecordStore.upsert``: "unchanged"), so a
+    write is never applied twice.
+
+    The retries run on a connection of their own, opened with the pool's connection string (the
+    multi-host one: it lands on whichever member accepts writes): the pool reconnects in the
+    background with a doubling delay (1, 2, 4, 8 ... s), which would add up to the time a write
+    waits after the new primary is up. The pool is drained, so its idle connections to the old
+    primary are replaced. After ``wait_s``: ``WriteInDoubt`` naming ``what``.
+    """
+    try:
+        with pool.connection() as conn:
+            return write(conn)
+    except (psycopg.Error, PoolTimeout) as exc:
+        if not is_failover(exc):
+            raise
+        last: BaseException = exc
+    pool.drain()
+    deadline = time.monotonic() + wait_s
+    attempt = 1
+    while (left := deadline - time.monotonic()) > 0:
+        log.warning("postgres: %s failed (%s), attempt %d; retrying", what, _first_line(last), attempt)
+        time.sleep(min(0.2 * (attempt - 1), 1.0, left))
+        attempt += 1
+        try:
+            with _connect_like(pool) as conn:
+                return write(conn)
+        except psycopg.Error as exc:
+            if not is_failover(exc):
+                raise
+            last = exc
+    raise WriteInDoubt(
+        "postgres",
+        f"{what}: no read-write server within {wait_s:g}s of a broken connection ({_first_line(last)});"
+        " the write may or may not have been applied",
+        hint="writing it again with the same id(s) is safe (idempotent by id); `memoryctl health` shows the cluster",
+    )
 
 
 def _first_line(exc: BaseException) -> str:

@@ -24,7 +24,7 @@ from psycopg.types.json import Jsonb
 from memoryctl.errors import ConflictError, StoreError
 from memoryctl.model import EntityRef, Memory, node_from_json
 from memoryctl.stores import lexical_terms, names
-from memoryctl.stores.pg import Pool, pg_errors, set_local_timeout
+from memoryctl.stores.pg import Pool, pg_errors, retry_on_failover, set_local_timeout
 
 TARGETS = ("vector", "graph")
 
@@ -110,8 +110,9 @@ def _same(existing: dict[str, Any], m: Memory) -> bool:
 class RecordStore:
     name = names.POSTGRES
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, *, failover_wait_s: float = 0.0) -> None:
         self.pool = pool
+        self.failover_wait_s = failover_wait_s  # [postgres] failover_wait_s: upsert's retry window
 
     # ---- writes -------------------------------------------------------------------------------
     def upsert(self, memories: Sequence[Memory], *, skip_conflicts: bool = False) -> UpsertResult:
@@ -122,11 +123,27 @@ class RecordStore:
         refused (``ConflictError``, nothing written); with ``skip_conflicts`` the others are
         written and the positions of the refused ones listed in the result (an import reports their
         lines).
+
+        A connection that breaks (a failover) runs the transaction again on the new primary within
+        ``failover_wait_s`` (``pg.retry_on_failover``). That is safe because the write is idempotent
+        by id: if the first COMMIT did land, the retry finds every memory as written and reports it
+        "unchanged", with no second outbox entry.
         """
-        result = UpsertResult()
         if not memories:
-            return result
-        with pg_errors(), self.pool.connection() as conn, conn.transaction():
+            return UpsertResult()
+        first = memories[0].id
+        what = f"writing {len(memories)} memories (ids {first}…)" if len(memories) > 1 else f"writing memory {first}"
+        with pg_errors():
+            return retry_on_failover(
+                self.pool,
+                lambda conn: self._upsert(conn, memories, skip_conflicts),
+                wait_s=self.failover_wait_s,
+                what=what,
+            )
+
+    def _upsert(self, conn: Connection[Any], memories: Sequence[Memory], skip_conflicts: bool) -> UpsertResult:
+        result = UpsertResult()
+        with conn.transaction():
             existing = {
                 r["id"]: r
                 for r in conn.execute(

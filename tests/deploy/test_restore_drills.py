@@ -72,7 +72,7 @@ def payload_hashes(collection: str) -> dict[str, str]:
 
 def test_drill_derived_stores_restored_from_snapshots_and_postgres(imported: e2e_data.DataSet) -> None:
     before = answers()
-    collection = memoryctl("health", "--json", "--deadline", "15").json()["components"]["qdrant"]["collection"]["name"]
+    collection = memoryctl("health", "--json", "--deadline", "15").json()["components"]["qdrant"]["collection"]
     points = payload_hashes(collection)
     assert len(points) >= len(imported.records), len(points)
     snapshot, backup_s = timed(lambda: memoryctl("backup", "qdrant", "--json").json())

@@ -1,7 +1,7 @@
 """The LLM extractor's output written through ``add()`` into both graph engines.
 
 vLLM is the one part that cannot run here (no GPU): a STAND-IN serves the response pinned to vLLM
-0.33.0 (tests/fixtures/vllm-0.33.0, whose schema compiles with that version's xgrammar:
+0.19.1 (tests/fixtures/vllm-0.19.1, whose schema compiles with the xgrammar it runs with:
 tests/unit/test_extract_contract.py). Everything after the HTTP answer is real: the extractor's
 validation, ``MemoryClient.add`` with ``[extractor] kind = "llm"``, the write path, and the graph in
 Neo4j (cluster profile) and in PostgreSQL's tables (embedded profile), read back and traversed.
@@ -27,7 +27,7 @@ from tests.unit.test_extract import StandInChatServer
 
 pytestmark = pytest.mark.integration
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.33.0"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.19.1"
 TEXT = json.loads((FIXTURES / "chat_request.json").read_text())["request_text"]
 ALICE, BOB = EntityRef("Person", "Alice"), EntityRef("Person", "Bob")
 OPS, PAYMENTS = EntityRef("Ticket", "OPS-42"), EntityRef("Project", "payments service")

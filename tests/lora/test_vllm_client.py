@@ -20,7 +20,7 @@ from memoryctl.vllm import VLLMClient
 from memoryctl_lora.serving import AdapterRef, AdapterServing
 from tests.lora.vllm_standin import LORA_ANSWERS, StandinState, VLLMStandin
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.33.0"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.19.1"
 
 KEY = "s3cret"
 
@@ -150,9 +150,10 @@ def test_embeddings(client: VLLMClient) -> None:
         client.embeddings("unknown", ["a"])
 
 
-def test_the_standin_answers_as_vllm_0_33_does(standin: VLLMStandin, tmp_path: Path) -> None:
-    """Every runtime-LoRA answer of the stand-in is vLLM 0.33.0's, as read from its source into
-    tests/fixtures/vllm-0.33.0/lora_adapter_api.json (status, error type, message)."""
+def test_the_standin_answers_as_vllm_0_19_does(standin: VLLMStandin, tmp_path: Path) -> None:
+    """Every runtime-LoRA answer of the stand-in is vLLM 0.19.1's (the version the product deploys), as
+    read from its source into tests/fixtures/vllm-0.19.1/lora_adapter_api.json (status, error type,
+    message)."""
     fixture = json.loads((FIXTURES / "lora_adapter_api.json").read_text())
     assert LORA_ANSWERS == fixture["answers"]  # the stand-in's own copy (deployed as one file)
     answers = fixture["answers"]
@@ -164,27 +165,51 @@ def test_the_standin_answers_as_vllm_0_33_does(standin: VLLMStandin, tmp_path: P
         assert resp.status_code == want["code"], (key, resp.text)
         if want["code"] == 200:
             assert resp.text == want["text"].format(**fields)
-        else:
-            error = resp.json()["error"]
-            assert (error["type"], error["code"]) == (want["type"], want["code"]), key
+            return resp
+        error = resp.json()["error"]
+        assert (error["type"], error["code"]) == (want["type"], want["code"]), key
+        if "message" in want:
             assert error["message"] == want["message"].format(**fields), key
+        for part in want.get("message_contains", []):
+            assert part.format(**fields) in error["message"], (key, part)
         return resp
 
     load, unload = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
     path = _adapter_dir(tmp_path, "a")
-    assert set(fixture["load_request_fields"]) >= {"lora_name", "lora_path", "load_inplace"}
-    post(load, {"lora_name": "a"}, "load_missing_field")
-    base = standin.state.base_model
-    post(load, {"lora_name": base, "lora_path": path}, "load_base_model_name", name=base)
+    assert fixture["load_request_fields"] == ["lora_name", "lora_path", "load_inplace"]
+    post(load, {"lora_name": "a"}, "request_field_absent", field="lora_path")
+    post(load, {"lora_name": "a", "lora_path": ""}, "load_missing_field")
     post(load, {"lora_name": "a", "lora_path": path}, "loaded", name="a")
     post(load, {"lora_name": "a", "lora_path": path}, "load_already_loaded", name="a")
     post(load, {"lora_name": "a", "lora_path": path, "load_inplace": True}, "loaded", name="a")
-    post(load, {"lora_name": "b", "lora_path": "/srv/nowhere"}, "load_not_found", name="b", path="<path>")
+    post(load, {"lora_name": "b", "lora_path": "/srv/nowhere"}, "load_not_found", name="b", path="/srv/nowhere")
     big = _adapter_dir(tmp_path, "big", rank=32)
     post(load, {"lora_name": "big", "lora_path": big}, "load_rank_too_large", rank=32, max_rank=16)
-    post(unload, {}, "unload_missing_field")
+    post(unload, {}, "request_field_absent", field="lora_name")
+    post(unload, {"lora_name": ""}, "unload_missing_field")
     post(unload, {"lora_name": "a"}, "unloaded", name="a")
     post(unload, {"lora_name": "a"}, "unload_not_found", name="a")
+    missing = httpx.post(f"{standin.url}/v1/chat/completions", json={"model": "zz"}, headers=headers, timeout=5)
+    want = fixture["model_not_found"]
+    assert missing.status_code == want["code"]
+    assert missing.json()["error"] == {**want, "message": want["message"].format(name="zz")}
+
+
+def test_an_adapter_named_like_the_base_model_is_refused_by_the_client(
+    client: VLLMClient, standin: VLLMStandin, tmp_path: Path
+) -> None:
+    """vLLM 0.19.1 accepts an adapter named like the served base model (0.33.0 refuses it) and then
+    serves every request naming the base model with that adapter; the client refuses to ask."""
+    base = standin.state.base_model
+    headers = {"Authorization": f"Bearer {KEY}"}
+    body = {"lora_name": base, "lora_path": _adapter_dir(tmp_path, "shadow")}
+    with pytest.raises(StoreError, match="base model") as e:
+        client.load_lora_adapter(base, body["lora_path"])
+    assert e.value.hint is not None and standin.state.loras == {}
+    # what the client prevents: the stand-in, like 0.19.1, takes it and answers the base's name with it
+    assert httpx.post(f"{standin.url}/v1/load_lora_adapter", json=body, headers=headers, timeout=5).status_code == 200
+    chat = httpx.post(f"{standin.url}/v1/chat/completions", json={"model": base}, headers=headers, timeout=5)
+    assert json.loads(chat.json()["choices"][0]["message"]["content"])["entities"] == [{"type": "Topic", "name": base}]
 
 
 def test_the_llm_extractor_names_the_served_adapter_through_a_swap_and_rollbacks(

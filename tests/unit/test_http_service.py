@@ -88,10 +88,12 @@ def test_vllm_client_maps_refusals_to_hints_naming_the_setting() -> None:
     with pytest.raises(StoreError, match="401") as err:
         vllm(Script(httpx.Response(401, json={"message": "bad key"})), api_key="k").models()
     assert not isinstance(err.value, StoreUnavailable) and "vllm.api_key" in (err.value.hint or "")
-    script = Script(httpx.Response(404, json={"detail": "Not Found"}))
+    models = httpx.Response(200, json={"object": "list", "data": [{"id": "base", "root": "base", "parent": None}]})
+    script = Script(models, httpx.Response(404, json={"detail": "Not Found"}))
     with pytest.raises(StoreError) as err:
         vllm(script).load_lora_adapter("a", "/adapters/a")
-    assert err.value.hint == RUNTIME_LORA_HINT and script.requests[0].url.path == "/v1/load_lora_adapter"
+    assert err.value.hint == RUNTIME_LORA_HINT
+    assert [r.url.path for r in script.requests] == ["/v1/models", "/v1/load_lora_adapter"]  # base names first
     with pytest.raises(StoreError) as err:
         vllm(Script(httpx.Response(401)), settings="embedder").embeddings("m", ["x"])
     assert "embedder.api_key" in (err.value.hint or "")
