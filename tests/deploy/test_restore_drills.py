@@ -78,8 +78,8 @@ def test_drill_derived_stores_restored_from_snapshots_and_postgres(imported: e2e
     snapshot, backup_s = timed(lambda: memoryctl("backup", "qdrant", "--json").json())
 
     # The data is lost: every memoryctl collection on every peer, and Neo4j's database files.
-    for collection in peer_api(INDEX, "/collections")["collections"]:
-        peer_api(INDEX, f"/collections/{collection['name']}", method="DELETE")
+    for lost in peer_api(INDEX, "/collections")["collections"]:
+        peer_api(INDEX, f"/collections/{lost['name']}", method="DELETE")
     sh(INDEX, f"systemctl stop neo4j && rm -rf {NEO4J_DATA}/databases/neo4j {NEO4J_DATA}/transactions/neo4j")
     sh(INDEX, "systemctl start neo4j")
     wait_for("Neo4j answers again", lambda: neo4j_status() == "ok", timeout=180)
