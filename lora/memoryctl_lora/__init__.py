@@ -24,12 +24,6 @@ Entry points for ``memoryctl nightly`` (see each module's docstring):
 
 from __future__ import annotations
 
-if __name__ != "memoryctl_lora":
-    # From the repository root the folder lora/ is an empty PEP 420 namespace, so this package could
-    # be reached as lora.memoryctl_lora: a second copy of every module (two registries' classes, two
-    # ConfigErrors). One import path only.
-    raise ImportError(f"import memoryctl_lora (the memoryctl-lora distribution), not {__name__}")
-
 from ._deps import LORA_INSTALL_HINT, require_torch, torch_available
 from .config import LoraTrainingConfig
 from .datasets import (

@@ -1,10 +1,10 @@
 """lora/ is the memoryctl-lora distribution (import name memoryctl_lora), not a second path to our code.
 
-The repository's layout names lora/ as a top-level folder. Python makes any folder on sys.path an
-importable PEP 420 namespace, so from the repository root ``import lora`` finds an empty namespace
-(nothing of ours: no module, no __init__.py); ``import lora.cycle`` fails, and reaching the package
-as ``lora.memoryctl_lora`` is refused by the package itself. memoryctl-lora is released in lockstep
-with memoryctl (it uses memoryctl's internals), so it pins the exact version of the same commit.
+The repository's layout names lora/ as a top-level folder. Python would make that folder an empty
+PEP 420 namespace from the repository root, and the package reachable a second time as
+``lora.memoryctl_lora`` (a second copy of every module); lora/__init__.py turns ``import lora`` into
+an error that names the right import. memoryctl-lora is released in lockstep with memoryctl (it uses
+memoryctl's internals), so it pins the exact version of the same commit.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import sys
 import textwrap
 import tomllib
 from pathlib import Path
+
+import pytest
 
 import memoryctl
 
@@ -31,22 +33,17 @@ def _requirement_names(reqs: list[str]) -> set[str]:
     return {r.split(";")[0].split("[")[0].split("=")[0].split(">")[0].split("<")[0].strip().lower() for r in reqs}
 
 
-def test_import_lora_from_the_root_finds_only_an_empty_namespace() -> None:
-    r = _from_root("""
-        import lora
-        assert getattr(lora, "__file__", None) is None, lora.__file__
-        print(sorted(n for n in vars(lora) if not n.startswith("__")))
-    """)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "[]"
-    assert not (ROOT / "lora" / "__init__.py").exists()
+@pytest.mark.parametrize("statement", ["import lora", "import lora.cycle", "import lora.memoryctl_lora"])
+def test_nothing_imports_as_lora_from_the_root(statement: str) -> None:
+    r = _from_root(statement)
+    assert r.returncode != 0
+    assert "ImportError: lora/ is the memoryctl-lora distribution, not a module: import memoryctl_lora" in r.stderr
 
 
-def test_no_module_of_ours_is_importable_under_lora() -> None:
-    r = _from_root("import lora.cycle")
-    assert r.returncode != 0 and "No module named 'lora.cycle'" in r.stderr
-    r = _from_root("import lora.memoryctl_lora")
-    assert r.returncode != 0 and "import memoryctl_lora (the memoryctl-lora distribution)" in r.stderr
+def test_the_distribution_ships_memoryctl_lora_only() -> None:
+    """lora/__init__.py sits beside the package, not in it: the wheel's package list excludes it."""
+    lora = tomllib.loads((ROOT / "lora" / "pyproject.toml").read_text())
+    assert lora["tool"]["setuptools"]["packages"]["find"]["include"] == ["memoryctl_lora", "memoryctl_lora.*"]
 
 
 def test_memoryctl_lora_is_its_own_distribution_pinned_to_this_memoryctl() -> None:
