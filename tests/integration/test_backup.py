@@ -295,6 +295,10 @@ def test_pgbackrest_point_in_time_restore_and_status(
 
     pgbackrest = [str(a) for a in cluster["pgbackrest"]]  # type: ignore[attr-defined]
     _as_postgres(*pgbackrest, "--type=full", "backup")
+    # pgBackRest picks a backup whose stop time, in whole seconds, is before the target's whole
+    # second ("unable to find backup set with stop time less than …" otherwise): on a quiet machine
+    # the writes and T below can fall in the backup's last second.
+    _next_second()
     client.add(_memories(50, seed=1), deliver=False)  # after the backup: only the WAL has these
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_switch_wal()")
