@@ -50,8 +50,8 @@ _R = TypeVar("_R")
 
 
 def _stale_connection(exc: BaseException) -> bool:
-    """The server closed a kept-alive connection as the client reused it ("Server disconnected
-    without sending a response"): the request never reached Qdrant, a new connection is all it needs."""
+    """The connection closed before any answer ("Server disconnected without sending a response"):
+    most often Qdrant closed an idle kept-alive connection as the client reused it."""
     source = exc.source if isinstance(exc, ResponseHandlingException) else exc
     return isinstance(source, httpx.RemoteProtocolError)
 
