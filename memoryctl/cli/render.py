@@ -279,13 +279,28 @@ def reembedded(report: dict[str, Any], values: Mapping[str, Any]) -> None:
 
 
 def nightly(report: dict[str, Any], values: Mapping[str, Any]) -> None:
-    table = _table(f"nightly: {'failed' if report['failed'] else 'ok'} ({report['seconds']:.1f} s)")
+    table = _table(f"nightly: {report['status']} ({report['seconds']:.1f} s)")
     for col in ("step", "status", "seconds", "detail"):
         table.add_column(col, overflow="fold")
-    for s in report["steps"]:
-        detail = s["detail"].get("reason") or s["detail"].get("error") or ""
-        table.add_row(s["name"], s["status"], f"{s['seconds']:.1f}", str(detail))
+    for step in report["steps"]:
+        table.add_row(step["name"], step["status"], f"{step['seconds']:.1f}", _step_detail(step))
     out.print(table, markup=False)
+
+
+def _step_detail(step: Mapping[str, Any]) -> str:
+    """Why a step did not run or failed; else its scalar figures (``--json`` has them all).
+
+    A step's dict is flat (``NightlyReport.as_dict``): its details sit beside name/status/seconds.
+    """
+    for key in ("reason", "error"):
+        if step.get(key):
+            return str(step[key])
+    figures = [
+        f"{k}={v}"
+        for k, v in step.items()
+        if k not in ("name", "status", "seconds") and isinstance(v, (str, int, float)) and not isinstance(v, bool)
+    ]
+    return ", ".join(figures[:6])
 
 
 def recorded(data: Any, values: Mapping[str, Any]) -> None:
