@@ -23,7 +23,7 @@ from memoryctl.model import Memory
 from memoryctl.ops.gpu_pause import wait_until_ready
 from memoryctl.ops.nightly import Nightly
 from memoryctl.vllm import VLLMClient
-from tests.conftest import cluster_settings
+from tests.conftest import cluster_settings, write_cluster_config
 
 pytest.importorskip("torch", reason="memoryctl-lora's torch is not installed")
 
@@ -64,8 +64,9 @@ def _journal(units: Path) -> list[list[str]]:
 
 
 def test_the_gpu_is_freed_for_training_and_a_failed_night_serves_what_was_served(
-    pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path
+    pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from memoryctl.cli.main import _invoke
     from memoryctl_lora.train_generation import build_tiny_qwen2
 
     base = tmp_path / "tiny-qwen"
@@ -148,6 +149,22 @@ def test_the_gpu_is_freed_for_training_and_a_failed_night_serves_what_was_served
             assert [a.id for a in vllm.models().adapters] == [served]  # loaded again into the new server
         run = client.stack.runs.recent(command="nightly")[0]
         assert run["status"] == "failed", run
+
+        # vLLM restarted for another reason (a reboot): the unit's ExecStartPost loads it again
+        subprocess.run([*ctl, "stop", UNIT], check=True, timeout=60)
+        subprocess.run([*ctl, "start", UNIT], check=True, timeout=60)
+        with VLLMClient(url) as vllm:
+            wait_until_ready(vllm, 120.0, interval_s=0.2)
+            assert vllm.models().adapters == ()
+        cfg = write_cluster_config(
+            tmp_path / "gpu.toml", pg_dsn, neo4j_clean, tmp_path / "qdrant", vllm={"url": url}, nightly=nightly
+        )
+        monkeypatch.setenv("MEMORYCTL_CONFIG", str(cfg))
+        assert _invoke(["adapters", "generation", "--serve-active"]) == 0
+        with VLLMClient(url) as vllm:
+            assert [a.id for a in vllm.models().adapters] == [served]
+        assert _invoke(["adapters", "generation", "--serve-active"]) == 0  # idempotent
+        assert _invoke(["adapters", "embedding", "--serve-active"]) != 0  # migrated, not loaded
     finally:
         subprocess.run([*ctl, "stop", UNIT], check=False, timeout=60)
         client.close()
