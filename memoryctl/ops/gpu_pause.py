@@ -5,8 +5,9 @@ GPU for the generation server and 0.17 for the embedding server (``--gpu-memory-
 about 3 GB are left, and a LoRA step on the 7B generation model needs ~8-9 GB (docs/nightly.md).
 So while the generation adapter trains, ``[nightly] pause_units`` (``["vllm@generate"]`` there) are
 stopped through ``[nightly] unit_command`` (``sudo -n systemctl``; on the node a sudoers rule is
-to allow exactly ``systemctl stop|start`` of those units) and started again afterwards, whatever happened: the start is in a
-``finally``, so a training that fails, is rejected or crashes still gives the node its server back.
+to allow exactly ``systemctl stop|start`` of those units) and started again afterwards, whatever
+happened: the start is in a ``finally``, so a training that fails, is rejected or crashes still
+gives the node its server back.
 
 A vLLM restart forgets every adapter loaded at run time, so "the served adapter as it was" needs
 two more steps after the start: wait until vLLM answers ``/health`` (``[nightly] vllm_ready_s``:
