@@ -120,6 +120,15 @@ def test_the_gpu_is_freed_for_training_and_a_failed_night_serves_what_was_served
         served = gen.detail["swap"]["loaded"]
         with VLLMClient(url) as vllm:
             assert [a.id for a in vllm.models().adapters] == [served]
+        night = client.health(deadline_s=30).components["nightly"]  # what an operator sees
+        assert night["status"] == "ok" and night["generation_adapter"] == served, night
+        assert night["steps"] == "embedding=skipped generation=ok reembed=ok reconcile=ok", night
+        shown = {s["name"]: s for s in night["last_night"]["steps"]}
+        assert shown["embedding"]["reason"] == "[nightly] embedding = false"
+        assert shown["generation"]["figures"]["swap.loaded"] == served
+        assert shown["generation"]["figures"]["gpu_pause.ready_s"] == pause["ready_s"]
+        gate = gen.detail["gate_metrics"]
+        assert shown["generation"]["figures"]["candidate_heldout_loss"] == gate["candidate_heldout_loss"]
 
         # A night whose training crashes (the base model's files are broken): the crash is the
         # run's outcome, and the restarted vLLM serves the adapter it served before.
@@ -149,6 +158,10 @@ def test_the_gpu_is_freed_for_training_and_a_failed_night_serves_what_was_served
             assert [a.id for a in vllm.models().adapters] == [served]  # loaded again into the new server
         run = client.stack.runs.recent(command="nightly")[0]
         assert run["status"] == "failed", run
+        night = client.health(deadline_s=30).components["nightly"]
+        assert night["status"] == "degraded" and night["last_night_status"] == "failed", night
+        assert night["error"].startswith("the last night failed: "), night
+        assert night["generation_adapter"] == served  # the failed night left it served
 
         # vLLM restarted for another reason (a reboot): the unit's ExecStartPost loads it again
         subprocess.run([*ctl, "stop", UNIT], check=True, timeout=60)
@@ -156,6 +169,8 @@ def test_the_gpu_is_freed_for_training_and_a_failed_night_serves_what_was_served
         with VLLMClient(url) as vllm:
             wait_until_ready(vllm, 120.0, interval_s=0.2)
             assert vllm.models().adapters == ()
+        night = client.health(deadline_s=30).components["nightly"]
+        assert night["generation_adapter"] is None and "no adapter loaded" in night["generation_note"], night
         cfg = write_cluster_config(
             tmp_path / "gpu.toml", pg_dsn, neo4j_clean, tmp_path / "qdrant", vllm={"url": url}, nightly=nightly
         )
