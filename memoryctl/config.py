@@ -19,6 +19,7 @@ lines of ``config_layers.environment``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -243,6 +244,22 @@ class NightlySettings(BaseModel):
     adapters_dir_on_server: str | None = None  # the same registry as the vLLM host sees it
     embedding_lora: dict[str, Any] = Field(default_factory=dict)  # LoraTrainingConfig overrides
     generation_lora: dict[str, Any] = Field(default_factory=dict)
+    # Units stopped while the generation adapter trains and started again afterwards, whatever
+    # happened (memoryctl/ops/gpu_pause.py): the GPU has no room to train beside them, e.g.
+    # ["vllm@generate"] on a 20 GB GPU (docs/nightly.md). Empty: nothing is stopped.
+    pause_units: list[str] = Field(default_factory=list)
+    unit_command: list[str] = Field(default_factory=lambda: ["sudo", "-n", "systemctl"])  # + stop|start UNIT...
+    unit_command_timeout_s: float = Field(300.0, gt=0)
+    vllm_ready_s: float = Field(900.0, gt=0)  # how long vLLM may take to answer /health after its start
+
+    @field_validator("pause_units")
+    @classmethod
+    def _unit_names(cls, units: list[str]) -> list[str]:
+        """Unit names only (they become arguments of ``unit_command``), e.g. ``vllm@generate``."""
+        for unit in units:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9@._:-]*", unit):
+                raise ValueError(f"not a systemd unit name: {unit!r}")
+        return units
 
 
 class BackupSettings(BaseModel):

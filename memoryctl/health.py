@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from memoryctl._version import __version__
 from memoryctl.errors import ExitCode, MemoryctlError
+from memoryctl.health_nightly import nightly_probe
 from memoryctl.metrics import health_metrics
 from memoryctl.stack import Stack
 from memoryctl.stores import names
@@ -471,6 +472,7 @@ def default_probes(stack: Stack) -> dict[str, Probe]:
         stack.store_names["graph"]: lambda: graph_probe(stack),
         "outbox": lambda: outbox_probe(stack),
         "runs": lambda: runs_probe(stack),
+        "nightly": lambda: nightly_probe(stack, timeout_s=PROBE_TIMEOUT_S),
         "vllm": lambda: vllm_probe(stack),
         "wireguard": wireguard_probe,
     }

@@ -302,7 +302,7 @@ def write_cluster_config(path: Path, pg_dsn: str, neo4j: dict[str, str], qdrant_
 
 
 def _toml(data: dict[str, Any], table: str = "") -> str:
-    """Enough TOML for configuration data: scalars, paths and nested tables (None is left out)."""
+    """Enough TOML for configuration data: scalars, paths, lists and nested tables (None is left out)."""
     scalars = [f"{k} = {_toml_value(v)}" for k, v in data.items() if v is not None and not isinstance(v, dict)]
     out = ([f"[{table}]"] if table and scalars else []) + scalars
     text = "\n".join(out) + ("\n" if out else "")
@@ -319,6 +319,8 @@ def _toml_value(v: object) -> str:
         return "true" if v else "false"
     if isinstance(v, int | float):
         return repr(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     return json.dumps(str(v))  # a JSON string is a valid TOML basic string
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -46,9 +47,11 @@ class CycleOutcome:
     candidate_dir: Path | None = None
     train_metrics: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    gpu_pause: dict[str, Any] | None = None  # what ``around_training`` recorded (units stopped, restarted)
 
     def to_record(self) -> dict[str, Any]:
         return {
+            **({"gpu_pause": self.gpu_pause} if self.gpu_pause is not None else {}),
             "kind": self.kind,
             "status": self.status,
             "reason": self.reason,
@@ -108,8 +111,13 @@ def generation_cycle(
     workdir: Path | str,
     config: LoraTrainingConfig,
     window: DataWindow | None = None,
+    around_training: Callable[[], AbstractContextManager[dict[str, Any]]] | None = None,
 ) -> CycleOutcome:
-    """Train a generation adapter and gate it on held-out loss against the active adapter."""
+    """Train a generation adapter and gate it on held-out loss against the active adapter.
+
+    ``around_training``: a context entered only when there is something to train, for the training
+    alone (the nightly frees the GPU with it: ``memoryctl.ops.gpu_pause``); what it yields is kept
+    in the outcome's ``gpu_pause``."""
     from .train_generation import train_generation_adapter
 
     t0 = time.monotonic()
@@ -117,14 +125,21 @@ def generation_cycle(
     if isinstance(ds, Skipped):
         return CycleOutcome("generation", "skipped", ds.reason, ds.counts, seconds=time.monotonic() - t0)
     active = registry.active("generation")
-    result = train_generation_adapter(
-        ds, Path(workdir) / "generation-candidate", config, active_adapter_dir=active.path if active else None
-    )
+    with (around_training or _no_pause)() as paused:
+        result = train_generation_adapter(
+            ds, Path(workdir) / "generation-candidate", config, active_adapter_dir=active.path if active else None
+        )
     m = result.metrics
     decision = generation_gate(
         m["heldout_loss_after"], m["heldout_loss_active"], min_improvement=config.min_loss_improvement
     )
-    return _finish("generation", registry, result.adapter_dir, m, ds.counts(), decision, t0)
+    outcome = _finish("generation", registry, result.adapter_dir, m, ds.counts(), decision, t0)
+    outcome.gpu_pause = paused if around_training else None
+    return outcome
+
+
+def _no_pause() -> AbstractContextManager[dict[str, Any]]:
+    return nullcontext({})
 
 
 def _finish(
@@ -164,6 +179,24 @@ def promote_generation(
     )
     registry.set_active("generation", version.version)
     return swap
+
+
+def serve_active_generation(
+    registry: AdapterRegistry,
+    serving: AdapterServing,
+    *,
+    path_on_server: Callable[[AdapterVersion], str] = lambda v: str(v.path),
+) -> dict[str, Any]:
+    """Load the registry's active generation adapter when vLLM does not list it: a restarted vLLM
+    has forgotten every adapter loaded at run time. ``{"active": name or None, "loaded": bool}``."""
+    active = registry.active("generation")
+    if active is None:
+        return {"active": None, "loaded": False}
+    ref = AdapterRef(active.served_name, path_on_server(active))
+    if serving.client.models().has_adapter(ref.name, ref.path):
+        return {"active": ref.name, "loaded": False}
+    serving.hot_swap(ref)
+    return {"active": ref.name, "loaded": True}
 
 
 def rollback_generation(

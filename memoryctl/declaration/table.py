@@ -325,7 +325,8 @@ OPERATIONS: dict[str, Operation] = {
         ),
         Operation(
             "adapters",
-            "List LoRA adapter versions of a kind, or roll the served one back to the previous version.",
+            "List LoRA adapter versions of a kind, roll the served one back to the previous version, or"
+            " load the active generation adapter into vLLM again (after vLLM restarted).",
             (
                 Param(
                     "kind",
@@ -336,6 +337,12 @@ OPERATIONS: dict[str, Operation] = {
                     choices=("embedding", "generation"),
                 ),
                 Param("rollback", "boolean", "Serve the previous version again.", default=False),
+                Param(
+                    "serve_active",
+                    "boolean",
+                    "Load the active generation adapter into vLLM if it does not list it (a restart forgets it).",
+                    default=False,
+                ),
             ),
             _maintenance("adapters"),
             writes=True,

@@ -113,10 +113,12 @@ def feedback(client: MemoryClient, call: Call) -> Reply:
 
 
 def adapters(client: MemoryClient, call: Call) -> Reply:
-    from memoryctl.ops.adapters import list_adapters, rollback_adapter
+    from memoryctl.ops.adapters import list_adapters, rollback_adapter, serve_active_adapter
 
     kind = call.params["kind"]
     warnings = [rollback_adapter(client.stack, kind)] if call.params["rollback"] else []
+    if call.params["serve_active"]:
+        warnings.append(serve_active_adapter(client.settings, kind))
     return Reply(list_adapters(client.settings, kind), warnings=warnings)
 
 

@@ -112,3 +112,24 @@ def rollback_adapter(stack: Stores, kind: str) -> str:
     report = run_model_migration(stack, "rollback")
     registry.rollback("embedding")
     return f"embedding model: {report.status} → {report.target_model}"
+
+
+def serve_active_adapter(settings: Settings, kind: str) -> str:
+    """Load the active generation adapter into vLLM when ``/v1/models`` does not list it: vLLM forgets
+    every adapter loaded at run time when it restarts (a reboot, a crash, the nightly's GPU pause),
+    and requests then name the base model. Meant for the vLLM unit's ``ExecStartPost`` and for
+    operators; idempotent. The embedding model is served through ``migrate``, never loaded here."""
+    if adapter_kind(kind) != "generation":
+        raise InputError(
+            "--serve-active is for the generation adapter",
+            hint="the embedding model is a migrated model version: `memoryctl health` shows it",
+        )
+    registry = open_registry(settings)
+    from memoryctl_lora.cycle import serve_active_generation
+    from memoryctl_lora.serving import AdapterServing
+
+    with vllm_client(settings) as client:
+        done = serve_active_generation(registry, AdapterServing(client), path_on_server=server_path(settings))
+    if done["active"] is None:
+        return "no generation adapter is active: vLLM serves the base model"
+    return f"{'loaded' if done['loaded'] else 'already served'}: {done['active']}"

@@ -164,24 +164,34 @@ class Nightly:
             if not self.ns.generation_base_model:
                 return "skipped", {"reason": "no [nightly] generation_base_model configured"}
             registry = self._registry()
+            from memoryctl.ops.adapters import server_path, vllm_client
+            from memoryctl.ops.gpu_pause import gpu_freed
             from memoryctl_lora import DataWindow, LoraTrainingConfig
-            from memoryctl_lora.cycle import generation_cycle, promote_generation
+            from memoryctl_lora.cycle import generation_cycle, promote_generation, serve_active_generation
             from memoryctl_lora.datasets import pairs_from_turns
+            from memoryctl_lora.serving import AdapterServing
+
+            def restore(client: Any) -> dict[str, Any]:
+                on_server = server_path(self.settings)
+                return serve_active_generation(registry, AdapterServing(client), path_on_server=on_server)
 
             rows = pairs_from_turns(OpsState(self.stack.pool).dialogue_turns(self.ns.generation_kind, since))
             config = LoraTrainingConfig.for_generation(
                 base_model_path=self.ns.generation_base_model, **self.ns.generation_lora
             )
             out = generation_cycle(
-                rows, registry=registry, workdir=tmp, config=config, window=DataWindow(since=since, until=now)
+                rows,
+                registry=registry,
+                workdir=tmp,
+                config=config,
+                window=DataWindow(since=since, until=now),
+                around_training=lambda: gpu_freed(self.settings, lambda: vllm_client(self.settings), restore),
             )
             record = out.to_record()
             if out.status != "registered" or out.version is None:
                 return out.status, record
             if not self.settings.vllm.url:
                 return "ok", {**record, "served": False, "reason": "registered; no [vllm] url to hot-load it into"}
-            from memoryctl.ops.adapters import server_path, vllm_client
-            from memoryctl_lora.serving import AdapterServing
 
             with vllm_client(self.settings) as client:
                 swap = promote_generation(

@@ -339,13 +339,27 @@ def plan(q: MemoryQuery, facts: Facts | None = None, options: PlanOptions | None
     before choosing."""
     facts = facts or Facts()
     options = options or PlanOptions()
-    chosen = _shape(q, facts, options)
+    named = _named_times(q, options, facts.now)
+    # A time preference reorders what the legs return: asked deeper when it will (``depth``); an
+    # ``or`` query ranks by RRF, which no preference reorders.
+    want = depth(q, dated=bool(named) and not _is_or(q))
+    chosen = _shape(q, facts, options, want)
     if isinstance(chosen, Need):
         return chosen
-    return Plan(chosen, _ranking(q, chosen, options, facts.now), depth(q), q.limit)
+    return Plan(chosen, _ranking(q, chosen, options, named), want, q.limit)
 
 
-def _ranking(q: MemoryQuery, shape: Shape, options: PlanOptions, now: datetime | None) -> Ranking:
+def _named_times(q: MemoryQuery, options: PlanOptions, now: datetime | None) -> tuple[Window, ...]:
+    """The times the question names (``query/dates.py``), when the ranking prefers them."""
+    return tuple(dates.windows(q.text, now)) if q.text is not None and options.dated else ()
+
+
+def _is_or(q: MemoryQuery) -> bool:
+    """An ``or`` of more than one leg: the legs run apart and are fused by RRF."""
+    return q.combine == "or" and sum([q.has_vector_leg, q.graph is not None, bool(q.where)]) > 1
+
+
+def _ranking(q: MemoryQuery, shape: Shape, options: PlanOptions, named: tuple[Window, ...]) -> Ranking:
     if isinstance(shape, AnyOf):
         return ByFusedRank()
     if isinstance(shape, VectorSearch | GraphFirst | VectorFirst):
@@ -354,15 +368,14 @@ def _ranking(q: MemoryQuery, shape: Shape, options: PlanOptions, now: datetime |
             named=q.text is not None,
             context_turns=options.context_turns if q.text is not None else 0,
             context_adds=q.graph is None and q.threshold is None,
-            dated=tuple(dates.windows(q.text, now)) if q.text is not None and options.dated else (),
+            dated=named,
             sessions=options.sessions and q.text is not None,
         )
     return NewestFirst()
 
 
-def _shape(q: MemoryQuery, facts: Facts, options: PlanOptions) -> Shape | Need:
-    want = depth(q)
-    if q.combine == "or" and sum([q.has_vector_leg, q.graph is not None, bool(q.where)]) > 1:
+def _shape(q: MemoryQuery, facts: Facts, options: PlanOptions, want: int) -> Shape | Need:
+    if _is_or(q):
         return _or(q, want, options)
     recheck = needs_postgres_filter(q)
     if q.graph is None:
@@ -431,7 +444,7 @@ def _vector_first(q: MemoryQuery, facts: Facts, options: PlanOptions, graph_firs
         return graph_first
     if facts.scope is None:
         return Need("scope")
-    want = depth(q)
+    want = graph_first.search.depth
     k = vector_first_k(want, facts.scope, facts.fanout)
     if facts.scope <= 0 or k > options.vector_first_max_k:
         return graph_first

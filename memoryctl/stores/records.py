@@ -493,6 +493,16 @@ class RunLog:
             ).fetchone()
         return as_datetime(row["t"]) if row else None
 
+    def last_with_details(self, command: str) -> dict[str, Any] | None:
+        """The newest run of ``command`` with its details (``health``'s nightly component)."""
+        with pg_errors(), self.pool.connection() as conn:
+            row: dict[str, Any] | None = conn.execute(
+                "SELECT started_at, finished_at, status, error, details FROM maintenance_runs"
+                " WHERE command = %s ORDER BY started_at DESC LIMIT 1",
+                (command,),
+            ).fetchone()
+        return row
+
     def last_per_command(self) -> dict[str, dict[str, Any]]:
         with pg_errors(), self.pool.connection() as conn:
             rows = conn.execute(

@@ -127,11 +127,20 @@ def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], t
             served = gen.detail["swap"]["loaded"]
             assert served in vllm.state.loras
             assert steps["reconcile"].status == "ok"
+            night = client.health(deadline_s=30).components["nightly"]  # what an operator sees
+            assert night["steps"] == "embedding=ok generation=ok reembed=ok reconcile=ok", night
+            assert night["generation_adapter"] == served and night["embedding_model"] == after.model_id, night
+            shown = {s["name"]: s["figures"] for s in night["last_night"]["steps"]}
+            assert shown["embedding"]["candidate_recall_at_k"] == gate_e["candidate_recall_at_k"]
+            assert shown["embedding"]["migrate.status"] == "swapped"
 
             second = Nightly(client.stack).run()  # nothing new: training skipped, recorded
             assert not second.failed
             assert {s.name: s.status for s in second.steps}["generation"] == "skipped"
             assert {s.name: s.status for s in second.steps}["embedding"] == "skipped"
+            night = client.health(deadline_s=30).components["nightly"]
+            assert night["steps"] == "embedding=skipped generation=skipped reembed=ok reconcile=ok", night
+            assert all(s.get("reason") for s in night["last_night"]["steps"][:2]), night  # why it skipped
             runs = client.stack.runs.recent(command="nightly")
             assert [r["status"] for r in runs[:2]] == ["ok", "ok"]
 
@@ -146,5 +155,6 @@ def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], t
             finally:
                 del os.environ["MEMORYCTL_CONFIG"]
             assert served not in vllm.state.loras  # back to the base model
+            assert client.health(deadline_s=30).components["nightly"]["generation_adapter"] is None
         finally:
             client.close()

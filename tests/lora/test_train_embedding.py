@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -144,3 +145,24 @@ def test_training_is_deterministic(dataset: EmbeddingDataset, tmp_path: Path, ti
     assert r1.manifest["checksum"]["files"] == r2.manifest["checksum"]["files"]
     r3 = train_embedding_adapter(small, tmp_path / "c", cfg.model_copy(update={"seed": 4}))
     assert r3.manifest["checksum"]["files"] != r1.manifest["checksum"]["files"]
+
+
+@pytest.mark.slow
+def test_a_merged_model_version_embeds_like_base_plus_adapter(trained: Any, base_model: Any, tmp_path: Path) -> None:
+    """#28 item 3 on vLLM 0.19.1 (no LoRA on pooling models): the adapter folded into a complete model
+    directory, read by sentence-transformers as a model server reads one (modules, pooling, tokenizer
+    from the directory alone), gives the adapter's vectors, not the base's."""
+    from sentence_transformers import SentenceTransformer
+
+    from memoryctl_lora.merge import MERGED_MANIFEST, merge_embedding_adapter
+    from memoryctl_lora.train_embedding import load_embedding_model
+
+    texts = ["the vault was repaired on Monday", "Maria restarted the WireGuard mesh", "hello"]
+    out = merge_embedding_adapter(trained.adapter_dir, tmp_path / "minilm-merged-v0001")
+    assert json.loads((out / MERGED_MANIFEST).read_text())["adapter_manifest"]["checksum"]
+    served = SentenceTransformer(str(out), device="cpu", local_files_only=True).encode(texts, normalize_embeddings=True)
+    with_adapter = load_embedding_model(trained.adapter_dir, merge=False).encode(texts)
+    assert np.abs(served - with_adapter).max() < 1e-5
+    assert np.abs(served - base_model.encode(texts)).max() > 1e-3  # the adapter changed them
+    with pytest.raises(FileExistsError):
+        merge_embedding_adapter(trained.adapter_dir, out)

@@ -72,3 +72,11 @@ def test_recency_is_opt_in_and_checked_at_load(tmp_path: Path, monkeypatch: pyte
     path.write_text('[query]\nhalf_life = "30x"\n')
     with pytest.raises(ConfigError, match=r"query\.half_life"):
         load_settings(path)
+
+
+def test_nightly_pause_units_are_unit_names(tmp_path: Path) -> None:
+    """They become arguments of ``[nightly] unit_command`` (sudo systemctl): names only."""
+    assert load_settings(None, nightly={"pause_units": ["vllm@generate"]}).nightly.pause_units == ["vllm@generate"]
+    for bad in ("vllm@generate --now", "-H host", "a;b", ""):
+        with pytest.raises(ConfigError, match="not a systemd unit name"):
+            load_settings(None, nightly={"pause_units": [bad]})

@@ -4,6 +4,7 @@ written then (ranking._dated)."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,9 +12,10 @@ import pytest
 from memoryctl.model import Memory
 from memoryctl.query import ranking
 from memoryctl.query.dates import Window, closeness, windows
-from memoryctl.query.plan import ByRelevance, Facts, Plan, PlanOptions, plan
+from memoryctl.query.plan import AnyOf, ByRelevance, Facts, Plan, PlanOptions, VectorSearch, plan
+from memoryctl.query.pushdown import DATED_DEPTH_FACTOR, depth
 from memoryctl.query.ranking import Turns
-from memoryctl.query.spec import MemoryQuery
+from memoryctl.query.spec import MemoryQuery, Where
 
 NOW = datetime(2026, 12, 1, 15, 0, tzinfo=UTC)
 
@@ -73,6 +75,27 @@ def test_the_plan_carries_the_named_times_and_the_option_turns_them_off() -> Non
     assert chosen.ranking.dated == (Window(day(2023, 5, 3), day(2023, 5, 4)),)
     off = plan(q, Facts(now=NOW), PlanOptions(dated=False))
     assert isinstance(off, Plan) and isinstance(off.ranking, ByRelevance) and off.ranking.dated == ()
+
+
+def test_a_named_time_asks_the_text_legs_deeper_and_nothing_else_does() -> None:
+    """The preference reorders only what the legs return (``pushdown.depth``): a dated question's
+    legs rank twice as deep, an undated one's, a dated one without the preference and an ``or``
+    (ranked by RRF) keep the depth."""
+    base = depth(MemoryQuery(text="x", agent_id="a").validate())
+    dated = MemoryQuery(text="What did Maria do on May 3, 2023?", agent_id="a").validate()
+    deep = plan(dated, Facts(now=NOW))
+    assert isinstance(deep, Plan) and isinstance(deep.shape, VectorSearch)
+    assert deep.window == deep.shape.search.depth == base * DATED_DEPTH_FACTOR > base
+    for same, options in (
+        (MemoryQuery(text="What did Maria do?", agent_id="a").validate(), PlanOptions()),
+        (dated, PlanOptions(dated=False)),
+        (replace(dated, where=[Where.parse("kind = note")], combine="or").validate(), PlanOptions()),
+    ):
+        p = plan(same, Facts(now=NOW), options)
+        assert isinstance(p, Plan) and p.window == base
+        legs = dict(p.shape.legs) if isinstance(p.shape, AnyOf) else {"text": p.shape}
+        text = legs["text"]
+        assert isinstance(text, VectorSearch) and text.search.depth == base
 
 
 def _memory(text: str, at: datetime) -> Memory:

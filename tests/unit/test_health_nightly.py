@@ -1,0 +1,97 @@
+"""health's ``nightly`` component reads a night's run record: which step did what, and why.
+
+The record is built by the nightly's own report classes (``NightlyReport.as_dict``, as
+``Nightly.run`` stores it), with step details shaped like ``CycleOutcome.to_record`` and the
+re-embed/reconcile reports; the component against the real stores is in
+tests/integration/test_nightly.py and test_nightly_gpu.py."""
+
+from __future__ import annotations
+
+from memoryctl.health_nightly import night_steps
+from memoryctl.ops.nightly import NightlyReport, StepOutcome
+
+
+def _cycle(status: str, reason: str, gate: dict[str, float], **extra: object) -> dict[str, object]:
+    return {
+        "kind": "generation",
+        "status": status,
+        "reason": reason,
+        "counts": {"train": 24, "heldout": 8, "dropped": 0},
+        "promote": status == "registered",
+        "gate_metrics": gate,
+        "train_metrics": {"steps": 20, "loss_curve": [5.7, 5.5]},
+        "version": "v0002" if status == "registered" else None,
+        "model_id": None,
+        **extra,
+    }
+
+
+def test_each_step_shows_its_status_reason_and_figures() -> None:
+    report = NightlyReport(
+        steps=[
+            StepOutcome(
+                "embedding",
+                "rejected",
+                _cycle(
+                    "rejected",
+                    "recall@1 regressed: 0.500 < active 0.600 - tolerance 0.0",
+                    {"k": 1, "candidate_recall_at_k": 0.5, "active_recall_at_k": 0.6, "candidate_mrr": None},
+                ),
+                30.0,
+            ),
+            StepOutcome(
+                "generation",
+                "ok",
+                _cycle(
+                    "registered",
+                    "held-out loss improved 5.7490 -> 5.2700",
+                    {"candidate_heldout_loss": 5.27, "active_heldout_loss": 5.749},
+                    gpu_pause={"units": ["vllm@generate"], "ready_s": 4.2, "restored": {"active": "x"}},
+                    served=True,
+                    swap={"loaded": "memoryctl-generation-v0002", "unloaded": "memoryctl-generation-v0001"},
+                ),
+                60.0,
+            ),
+            StepOutcome("reembed", "ok", {"model_id": "m1", "scanned": 40, "changed": 3, "pipeline": {"batches": 1}}),
+            StepOutcome("reconcile", "failed", {"error": "Qdrant did not answer", "hint": "is it up?"}),
+        ]
+    )
+    steps = {s["name"]: s for s in night_steps(report.as_dict())}
+    assert list(steps) == ["embedding", "generation", "reembed", "reconcile"]
+    emb = steps["embedding"]
+    assert emb["status"] == "rejected" and emb["reason"].startswith("recall@1 regressed")
+    assert emb["figures"] == {
+        "cycle_status": "rejected",
+        "promote": False,
+        "counts.train": 24,
+        "counts.heldout": 8,
+        "k": 1,
+        "candidate_recall_at_k": 0.5,
+        "active_recall_at_k": 0.6,
+    }  # None (no MRR) and the training curve (a list) are left to `memoryctl runs`
+    gen = steps["generation"]
+    assert gen["seconds"] == 60.0 and gen["reason"] == "held-out loss improved 5.7490 -> 5.2700"
+    assert gen["figures"]["version"] == "v0002" and gen["figures"]["served"] is True
+    assert gen["figures"]["swap.loaded"] == "memoryctl-generation-v0002"
+    assert gen["figures"]["swap.unloaded"] == "memoryctl-generation-v0001"
+    assert gen["figures"]["gpu_pause.ready_s"] == 4.2
+    assert gen["figures"]["candidate_heldout_loss"] == 5.27
+    assert steps["reembed"] == {
+        "name": "reembed",
+        "status": "ok",
+        "seconds": 0.0,
+        "figures": {"model_id": "m1", "scanned": 40, "changed": 3},
+    }
+    assert steps["reconcile"] == {
+        "name": "reconcile",
+        "status": "failed",
+        "seconds": 0.0,
+        "reason": "Qdrant did not answer",
+        "hint": "is it up?",
+    }
+
+
+def test_a_night_that_recorded_no_steps_has_none() -> None:
+    """A night that crashed before recording (or is still running) has empty details."""
+    assert night_steps({}) == []
+    assert night_steps({"steps": None}) == []
