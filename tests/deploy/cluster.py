@@ -149,7 +149,8 @@ def wait_healthy(what: str, timeout: float) -> tuple[dict[str, Any], dict[str, s
     meets a rolling restart, a reconcile while a node reboots), and a job that failed then leaves
     ``runs`` degraded until its next run, up to a day later. The operator's runbook after
     maintenance (docs/operations.md) is: read health, run the failed jobs again, health is whole.
-    So does this: only when ``runs`` is the one component not ok, each failed job once, and each
+    So does this: only when ``runs`` (and the nightly component) is all that is not ok, each failed job
+    once, and each
     rerun must succeed (exit 0, no traceback) -- a job that fails again is a failure here. On
     timeout it says what the last report found not ok (a bare ``False`` tells nobody anything).
     """
@@ -168,7 +169,8 @@ def wait_healthy(what: str, timeout: float) -> tuple[dict[str, Any], dict[str, s
         last.update(exit=run.returncode, status=report.get("status"), **bad)
         if run.returncode == 0:
             return dict(report)
-        if set(bad) == {"runs"}:
+        # health's nightly component repeats a failed night (memoryctl.health_nightly): same cause
+        if "runs" in bad and set(bad) <= {"runs", "nightly"}:
             failed = {c: r for c, r in bad["runs"]["last"].items() if r["status"] == "failed"}
             for command, record in failed.items():
                 assert command in CRON_COMMANDS and command not in reruns, (command, record, reruns)
