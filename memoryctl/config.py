@@ -235,14 +235,45 @@ def _half_life_text(text: str) -> str:
     return text
 
 
+def _unit_name(unit: str) -> str:
+    """A systemd unit name only (it becomes an argument of ``[nightly] unit_command``)."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9@._:-]*", unit):
+        raise ValueError(f"not a systemd unit name: {unit!r}")
+    return unit
+
+
+class EmbeddingSlot(BaseModel):
+    """One embedding server the nightly can put a new embedding model version on (docs/nightly.md).
+
+    vLLM 0.19.1 serves one pooling model per process and cannot apply a LoRA adapter to BGE-M3, so a
+    promoted embedding adapter becomes a merged model directory, served by the slot that is not the
+    active one while ``migrate`` copies the vectors (queries keep the old slot until the swap; the
+    old slot stays up for ``migrate --rollback``). The slot's server loads the model directory
+    ``link`` points at, under that directory's name as its served model name."""
+
+    url: str  # the slot's OpenAI-compatible server, e.g. http://10.77.0.3:8002
+    link: str  # symlink the slot's server loads its model from; the nightly repoints it
+    unit: str | None = None  # restarted through [nightly] unit_command after the link moved
+
+    @field_validator("unit")
+    @classmethod
+    def _unit(cls, unit: str | None) -> str | None:
+        return None if unit is None else _unit_name(unit)
+
+
 class NightlySettings(BaseModel):
-    embedding: bool = True  # LoRA for the embedding model (the minilm embedder only)
+    embedding: bool = True  # LoRA for the embedding model (minilm, or http with the settings below)
     generation: bool = True  # LoRA for the generation model served by vLLM
     generation_kind: str = "dialogue"  # memories with metadata role=user|assistant, conversation_id
     generation_base_model: str | None = None  # HF model dir of the served base (Qwen) on this host
     adapters_dir: str | None = None  # adapter registry; default <data_dir>/adapters
     adapters_dir_on_server: str | None = None  # the same registry as the vLLM host sees it
     embedding_lora: dict[str, Any] = Field(default_factory=dict)  # LoraTrainingConfig overrides
+    # An http embedder trains on the weights its servers serve (the model directory on this host)
+    # and promotes a merged model version onto the idle one of two slots (EmbeddingSlot).
+    embedding_base_model: str | None = None
+    embedding_slots: list[EmbeddingSlot] = Field(default_factory=list)
+    embedding_versions_dir: str | None = None  # merged versions; default <data_dir>/embedding-models
     generation_lora: dict[str, Any] = Field(default_factory=dict)
     # Units stopped while the generation adapter trains and started again afterwards, whatever
     # happened (memoryctl/ops/gpu_pause.py): the GPU has no room to train beside them, e.g.
@@ -256,10 +287,7 @@ class NightlySettings(BaseModel):
     @classmethod
     def _unit_names(cls, units: list[str]) -> list[str]:
         """Unit names only (they become arguments of ``unit_command``), e.g. ``vllm@generate``."""
-        for unit in units:
-            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9@._:-]*", unit):
-                raise ValueError(f"not a systemd unit name: {unit!r}")
-        return units
+        return [_unit_name(unit) for unit in units]
 
 
 class BackupSettings(BaseModel):

@@ -91,8 +91,10 @@ def embedding_cycle(
         return CycleOutcome("embedding", "skipped", ds.reason, ds.counts, seconds=time.monotonic() - t0)
     result = train_embedding_adapter(ds, Path(workdir) / "embedding-candidate", config)
     active = registry.active("embedding")
-    candidate_model = load_embedding_model(result.adapter_dir, threads=config.torch_threads)
-    active_model = load_embedding_model(active.path if active else None, threads=config.torch_threads)
+    # Both on the weights the adapter was trained on (the served model's, when it is not MiniLM).
+    base, threads = config.base_model_path, config.torch_threads
+    candidate_model = load_embedding_model(result.adapter_dir, base_model_dir=base, threads=threads)
+    active_model = load_embedding_model(active.path if active else None, base_model_dir=base, threads=threads)
     decision = embedding_gate(
         candidate_model,
         active_model,

@@ -40,7 +40,7 @@ def _stamp() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _unit_command(settings: Settings, verb: str, units: list[str]) -> None:
+def run_unit_command(settings: Settings, verb: str, units: list[str]) -> None:
     argv = [*settings.nightly.unit_command, verb, *units]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=settings.nightly.unit_command_timeout_s)
@@ -51,8 +51,8 @@ def _unit_command(settings: Settings, verb: str, units: list[str]) -> None:
     if done.returncode != 0:
         raise PauseFailed(
             f"{' '.join(argv)} exited {done.returncode}: {(done.stderr or done.stdout).strip()[:500]}",
-            hint="the nightly's user may run exactly `systemctl stop|start` of [nightly] pause_units"
-            " (sudoers rule, deploy/vllm.py); check `systemctl status` of the unit",
+            hint="the nightly's user may run exactly `systemctl stop|start` of [nightly] pause_units and"
+            " `systemctl restart` of the embedding slots' units (sudoers rule); check `systemctl status` of the unit",
         )
 
 
@@ -88,7 +88,7 @@ def gpu_freed(
     if not units:
         yield record
         return
-    _unit_command(settings, "stop", units)
+    run_unit_command(settings, "stop", units)
     record["stopped_at"] = _stamp()
     body_failed = False
     try:
@@ -98,7 +98,7 @@ def gpu_freed(
         raise
     finally:
         try:
-            _unit_command(settings, "start", units)
+            run_unit_command(settings, "start", units)
             record["started_at"] = _stamp()
             with client() as vllm:
                 record["ready_s"] = round(wait_until_ready(vllm, settings.nightly.vllm_ready_s), 3)

