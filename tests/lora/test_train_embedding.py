@@ -134,6 +134,41 @@ def test_base_matches_sentence_transformers(base_model: Any) -> None:
     assert recall_at_k(base_model, [], 1)["queries"] == 0.0
 
 
+def _repooled(tmp_path: Path, **modes: bool) -> Path:
+    """MiniLM's directory (files linked) with another sentence-transformers Pooling config."""
+    from memoryctl_lora.train_embedding import minilm_model_dir
+
+    src, out = minilm_model_dir(), tmp_path / "repooled"
+    out.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.name != "1_Pooling":
+            (out / f.name).symlink_to(f)
+    (out / "1_Pooling").mkdir()
+    pooling = {"word_embedding_dimension": 384, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": False}
+    (out / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, **modes}))
+    return out
+
+
+def test_a_cls_pooled_base_is_encoded_as_its_server_encodes_it(base_model: Any, tmp_path: Path) -> None:
+    """BGE-M3 is CLS-pooled (vLLM serves it so): training and the gate pool as the directory's
+    sentence-transformers config says, or the adapter is fitted to a function nobody serves."""
+    from sentence_transformers import SentenceTransformer
+
+    from memoryctl.errors import ConfigError
+    from memoryctl_lora.train_embedding import load_embedding_model
+
+    texts = ["the vault was repaired on Monday", "Maria restarted the WireGuard mesh", "hello"]
+    cls_dir = _repooled(tmp_path, pooling_mode_cls_token=True)
+    st = SentenceTransformer(str(cls_dir), device="cpu", local_files_only=True)
+    ref = st.encode(texts, normalize_embeddings=True)
+    cls_model = load_embedding_model(base_model_dir=cls_dir)
+    assert cls_model.pooling == "cls" and np.abs(cls_model.encode(texts) - ref).max() < 1e-5
+    assert np.abs(base_model.encode(texts) - ref).max() > 1e-2  # mean pooling would be another function
+    max_dir = _repooled(tmp_path / "max", pooling_mode_max_tokens=True)
+    with pytest.raises(ConfigError, match="pooling_mode_max_tokens"):
+        load_embedding_model(base_model_dir=max_dir)
+
+
 def test_training_is_deterministic(dataset: EmbeddingDataset, tmp_path: Path, timings: dict[str, float]) -> None:
     from memoryctl_lora.train_embedding import train_embedding_adapter
 
