@@ -1,12 +1,18 @@
-"""The conversational context's scoring (``memoryctl.query.turns``), without stores."""
+"""The conversational context's scoring (``memoryctl.query.turns``, ``ranking._in_context``), without stores."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memoryctl.model import EntityRef, Memory
+from memoryctl.query import ranking
+from memoryctl.query.plan import ByRelevance
+from memoryctl.query.ranking import Turns
+from memoryctl.query.spec import MemoryQuery
 from memoryctl.query.turns import in_context
 
 TALK, REPLY, TOPIC, LUNCH = (uuid.uuid4() for _ in range(4))
@@ -59,3 +65,27 @@ def test_in_context_follows_its_rule_for_any_scores(
             assert lifted[mid] == passage <= best
         else:  # never lowered: absent, it keeps its own score
             assert mid not in lifted
+
+
+def test_a_question_that_names_someone_lifts_only_their_turns_by_the_context() -> None:
+    """The context lifts the turns after a hit; when the question names a person some candidates
+    mention, only those turns (``ranking._in_context``): the other party's reply is context, not an
+    answer, and left unlifted it no longer takes a place of the named person's next turn."""
+    maria, bob = EntityRef("Speaker", "Maria"), EntityRef("Speaker", "Bob")
+    at = datetime(2023, 5, 3, 12, tzinfo=UTC)
+    talk, reply, more = (
+        Memory(text=t, agent_id="a", created_at=at + timedelta(seconds=30 * n), entities=[who])
+        for n, (t, who) in enumerate(
+            (("I went to Spain last year", maria), ("wow, that's great", bob), ("and Italy before", maria))
+        )
+    )
+    live = [(talk, {"relevance": 2.0}), (reply, {"relevance": -1.0}), (more, {"relevance": -1.0})]
+    turns = Turns(before={reply.id: [talk.id], more.id: [talk.id, reply.id]})
+    rule = ByRelevance(named=True, context_turns=2)
+
+    def lifted(question: str) -> set[str]:
+        q = MemoryQuery(text=question, agent_id="a").validate()
+        return {h.memory.text for h in ranking.rank(rule, q, live, turns, "graph") if "context" in h.scores}
+
+    assert lifted("What countries has Maria been to?") == {"and Italy before"}
+    assert lifted("What countries has anyone been to?") == {"wow, that's great", "and Italy before"}
