@@ -51,12 +51,27 @@ class Stores:
 class StoreCalls:
     """The calls of one query (or of one ``or`` leg: ``leg()``) to ``stores``, as steps of ``ctx``."""
 
-    def __init__(self, stores: Stores, q: MemoryQuery, ctx: QueryContext) -> None:
+    def __init__(
+        self,
+        stores: Stores,
+        q: MemoryQuery,
+        ctx: QueryContext,
+        embedded: dict[bool, list[float] | None] | None = None,
+    ) -> None:
         self.stores, self.q, self.ctx = stores, q, ctx
+        # The question's vector per ``without_names``: embedded once however many searches use it.
+        self._embedded = {} if embedded is None else embedded
 
     def leg(self) -> StoreCalls:
         """The calls of one parallel leg: its own steps, the query's degraded stores and notes."""
         return StoreCalls(self.stores, self.q, self.ctx.leg())
+
+    def within(self, start: datetime, end: datetime) -> StoreCalls:
+        """The calls of a time-scoped second search (``dates.scope``): the query's scope narrowed to
+        ``[start, end)``, its steps and embedded question shared."""
+        lo = start if self.q.since is None else max(start, self.q.since)
+        hi = end if self.q.until is None else min(end, self.q.until)
+        return StoreCalls(self.stores, dataclasses.replace(self.q, since=lo, until=hi), self.ctx, self._embedded)
 
     def _vectors(self) -> VectorStore:
         store = self.stores.vectors()
@@ -204,6 +219,11 @@ class StoreCalls:
         cosine 1.0 against any memory of only such characters), and the dense leg then has nothing
         to rank by. Not under the store timeout: a local model's first call loads it (seconds, once
         per process), and the http embedder enforces its own timeout and retries."""
+        if stage.without_names not in self._embedded:
+            self._embedded[stage.without_names] = self._embed_now(stage, embedder)
+        return self._embedded[stage.without_names]
+
+    def _embed_now(self, stage: TextSearch, embedder: Embedder) -> list[float] | None:
         asked = self.q.text
         assert asked is not None
         text = self._without_names(asked) if stage.without_names else asked

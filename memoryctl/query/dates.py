@@ -161,3 +161,21 @@ def windows(text: str, now: datetime | None) -> list[Window]:
 def closeness(at: datetime, named: Sequence[Window]) -> float:
     """1 inside one of the windows, halving with every window length outside (the nearest counts)."""
     return max((0.5 ** (w.distance(at) / w.length) for w in named), default=0.0)
+
+
+def scope(named: Sequence[Window]) -> tuple[datetime, datetime] | None:
+    """Where a time-scoped second search looks: the named windows' hull, widened by each window's
+    length on both sides (where ``closeness`` is at least 0.5: the day named and the days either
+    side of it, the month named and its neighbours); None when every window is a date without its
+    year (no single range holds "May 3" of every year).
+
+    Why a second search: the preference reorders only the candidates the text legs return, and
+    they rank by words and meaning alone, so the turns written at the named time sit below the
+    text's top candidates ("What did Maria do on May 3, 2023?" shares few words with what she did).
+    The same legs asked again within the time hand the preference that time's best matches however
+    low the whole scope ranks them, with no depth constant to tune to a data set.
+    """
+    dated = [w for w in named if not w.yearly]
+    if not dated:
+        return None
+    return min(w.start - w.length for w in dated), max(w.end + w.length for w in dated)

@@ -12,6 +12,7 @@ What the candidates' scores become is the ranking's business (``memoryctl.query.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from typing import assert_never
 
 from memoryctl.errors import MemoryctlError
 from memoryctl.query.calls import Leg, StoreCalls
-from memoryctl.query.fusion import RRF_K, relevance, rrf, text_scales
+from memoryctl.query.fusion import RRF_K, LegScale, relevance, rrf, text_scales
 from memoryctl.query.plan import (
     AnyOf,
     Figures,
@@ -182,8 +183,48 @@ def _vector_first(shape: VectorFirst, calls: StoreCalls) -> tuple[int, Ranked] |
 # ---- the text search ---------------------------------------------------------------------------
 def search(stage: TextSearch, calls: StoreCalls, ids: Sequence[uuid.UUID] | None = None) -> Ranked:
     """The text search: its legs in parallel under one scope (``ids``: the graph's candidates),
-    fused into one relevance."""
-    return _fuse(_legs(stage, calls, ids), stage.depth, calls)
+    fused into one relevance; with ``stage.within``, the same legs asked again within the time the
+    question names, and the candidates of both kept (``_with_scoped``)."""
+    legs = _legs(stage, calls, ids)
+    if stage.within is None or stage.filter is None or not legs:
+        return _fuse(legs, stage.depth, calls)
+    return _with_scoped(stage, legs, calls, ids)
+
+
+def _with_scoped(stage: TextSearch, legs: Legs, calls: StoreCalls, ids: Sequence[uuid.UUID] | None) -> Ranked:
+    """The time-scoped second search (``dates.scope``) merged into the first one's legs.
+
+    Both searches score alike where they can: the dense leg's cosines are the same question's
+    against the same vectors. The lexical leg weighs words over its own scope, so within a time its
+    scores are not the whole scope's; a memory only the scoped search found was below the first
+    search's lexical cut, and scores at most that cut's lowest hit. One fusion ranks the union; the
+    candidates kept are the first ``depth`` of it and the first ``depth`` the scoped search found
+    (the plan's window holds both), so the ranking's time preference reads the named time's best
+    matches however low the whole scope put them. The scoped search failing costs only itself."""
+    assert stage.within is not None and stage.filter is not None
+    scoped_calls = calls.within(*stage.within)
+    lo, hi = scoped_calls.q.since, scoped_calls.q.until
+    assert lo is not None and hi is not None  # StoreCalls.within sets both
+    flt = dataclasses.replace(stage.filter, created_from=lo, created_to=hi)
+    scoped_stage = dataclasses.replace(stage, filter=flt, within=None)
+    try:
+        scoped = _legs(scoped_stage, scoped_calls, ids) if lo < hi else {}
+    except MemoryctlError as exc:
+        calls.ctx.note(f"the search within the named time failed ({exc.message}): the first search ranks alone")
+        scoped = {}
+    merged: Legs = {}
+    for name in [*legs, *(n for n in scoped if n not in legs)]:
+        first = legs.get(name, [])
+        seen = {i for i, _ in first}
+        cut = min((v for _, v in first), default=None) if name == "lexical" else None
+        added = [(i, v if cut is None else min(v, cut)) for i, v in scoped.get(name, []) if i not in seen]
+        merged[name] = first + added
+    # Standardised as the first search's legs are: whether its lexical leg was cut decides the floor.
+    ranked = _fuse(merged, stage.depth, calls, text_scales(legs, stage.depth))
+    found = {i for hits in scoped.values() for i, _ in hits}
+    within = [i for i, _ in ranked if i in found][: stage.depth]
+    keep = {i for i, _ in ranked[: stage.depth]} | set(within)
+    return [r for r in ranked if r[0] in keep]
 
 
 def _legs(stage: TextSearch, calls: StoreCalls, ids: Sequence[uuid.UUID] | None = None) -> Legs:
@@ -226,11 +267,11 @@ def _legs(stage: TextSearch, calls: StoreCalls, ids: Sequence[uuid.UUID] | None 
     return legs
 
 
-def _fuse(legs: Legs, depth: int, calls: StoreCalls) -> Ranked:
+def _fuse(legs: Legs, depth: int, calls: StoreCalls, scales: dict[str, LegScale] | None = None) -> Ranked:
     """One relevance per candidate (z-scores over the union, see ``fusion.relevance``), best first."""
     detail = {"method": "z-score mean", "legs": {n: len(r) for n, r in legs.items()}}
     with calls.ctx.step("fuse", "engine", detail) as s:
-        parts = relevance(legs, text_scales(legs, depth))
+        parts = relevance(legs, text_scales(legs, depth) if scales is None else scales)
         # Stable: equal relevance keeps the legs' own order (the vector leg's first).
         ranked = sorted(parts.items(), key=lambda kv: -kv[1]["relevance"])
         s.rows_in, s.rows_out = sum(len(r) for r in legs.values()), len(ranked)

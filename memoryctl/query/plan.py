@@ -63,6 +63,7 @@ VECTOR_FIRST_MAX_K = 2_000
 VECTOR_FIRST_SAFETY = 3.0
 
 Leg = Literal["vector", "lexical"]
+Scope = tuple[datetime, datetime]  # [from, to): a time-scoped second text search (``dates.scope``)
 
 
 def vector_first_k(want: int, scope: int, fanout: int) -> int:
@@ -131,7 +132,10 @@ class TextSearch:
     ``filter`` None: the where clauses contradict each other and nothing can match. With
     ``among_candidates`` the executor puts the ids the graph produced into both legs' scope.
     ``without_names``: the dense leg embeds the question without the entity names it says
-    (``query/dense_question.py``).
+    (``query/dense_question.py``). ``within``: the question names a time, and the same legs are
+    asked again, to the same depth, within it (``dates.scope``); the ranking reads the candidates
+    of both searches (``executor.search``). Vector-first does not ask again (its exactness is
+    that of one search): a dated question about a high fan-out entity ranks its first search.
     """
 
     filter: VectorFilter | None
@@ -141,6 +145,7 @@ class TextSearch:
     threshold: float | None = None
     legs: tuple[Leg, ...] = ("vector", "lexical")
     without_names: bool = True
+    within: Scope | None = None
 
     @property
     def label(self) -> str:
@@ -340,13 +345,15 @@ def plan(q: MemoryQuery, facts: Facts | None = None, options: PlanOptions | None
     facts = facts or Facts()
     options = options or PlanOptions()
     named = _named_times(q, options, facts.now)
-    # A time preference reorders what the legs return: asked deeper when it will (``depth``); an
-    # ``or`` query ranks by RRF, which no preference reorders.
-    want = depth(q, dated=bool(named) and not _is_or(q))
-    chosen = _shape(q, facts, options, want)
+    want = depth(q)
+    # A time preference reorders what the legs return: the text search looks again within the
+    # named time (``dates.scope``) and the ranking reads both searches' candidates; an ``or``
+    # query ranks by RRF, which no preference reorders.
+    within = dates.scope(named) if named and not _is_or(q) else None
+    chosen = _shape(q, facts, options, want, within)
     if isinstance(chosen, Need):
         return chosen
-    return Plan(chosen, _ranking(q, chosen, options, named), want, q.limit)
+    return Plan(chosen, _ranking(q, chosen, options, named), want * 2 if within else want, q.limit)
 
 
 def _named_times(q: MemoryQuery, options: PlanOptions, now: datetime | None) -> tuple[Window, ...]:
@@ -374,19 +381,20 @@ def _ranking(q: MemoryQuery, shape: Shape, options: PlanOptions, named: tuple[Wi
     return NewestFirst()
 
 
-def _shape(q: MemoryQuery, facts: Facts, options: PlanOptions, want: int) -> Shape | Need:
+def _shape(q: MemoryQuery, facts: Facts, options: PlanOptions, want: int, within: Scope | None = None) -> Shape | Need:
     if _is_or(q):
         return _or(q, want, options)
     recheck = needs_postgres_filter(q)
     if q.graph is None:
         if q.has_vector_leg:
-            return VectorSearch(_search(q, want, options), recheck, pushed_terms(q))
+            return VectorSearch(_search(q, want, options, within=within), recheck, pushed_terms(q))
         return PostgresOnly(PostgresFilter(q.limit))
     if not q.has_vector_leg:
         if not q.where:
             return GraphOnly(_traverse(q, newest_first=True), PostgresFilter(q.limit, tag="graph"))
         return GraphThenPostgres(_traverse(q), PostgresFilter(q.limit, tag="graph"))
-    graph_first = GraphFirst(_traverse(q), _search(q, want, options, among_candidates=True), recheck, pushed_terms(q))
+    search = _search(q, want, options, among_candidates=True, within=within)
+    graph_first = GraphFirst(_traverse(q), search, recheck, pushed_terms(q))
     if recheck:
         return graph_first  # vector-first has no ranked post-filter
     return _vector_first(q, facts, options, graph_first)
@@ -398,7 +406,13 @@ def _traverse(q: MemoryQuery, *, newest_first: bool = False) -> Traverse:
 
 
 def _search(
-    q: MemoryQuery, want: int, options: PlanOptions, *, with_where: bool = True, among_candidates: bool = False
+    q: MemoryQuery,
+    want: int,
+    options: PlanOptions,
+    *,
+    with_where: bool = True,
+    among_candidates: bool = False,
+    within: Scope | None = None,
 ) -> TextSearch:
     return TextSearch(
         pushdown(q, with_where=with_where),
@@ -408,6 +422,7 @@ def _search(
         q.threshold,
         ranking_legs(q),
         options.dense_without_names,
+        within,
     )
 
 

@@ -18,27 +18,12 @@ from memoryctl.stores.protocols import GraphTraversal, MetaCondition, VectorFilt
 
 OVERFETCH = 2  # hits fetched per requested hit: PostgreSQL may veto a few (deleted since)
 GRAPH_CANDIDATE_CAP = 100_000  # memories a traversal may hand to the next stage
-# How many times deeper the text legs rank when the question names a time (``query/dates.py``).
-DATED_DEPTH_FACTOR = 2
 
 
-def depth(q: MemoryQuery, *, dated: bool = False) -> int:
-    """How many ranked candidates a leg produces for ``q.limit`` hits.
-
-    ``dated``: the question names a time, and the ranking will prefer the memories written then
-    (``ranking._dated``). A preference reorders only the candidates the legs returned, and the legs
-    rank by the words and the meaning alone, so the turns of the named day are mostly below the
-    text's top 30 ("What did Maria do on May 3, 2023?" shares few words with what she did). Asked
-    twice as deep, the legs hand the time preference candidates to prefer; questions without a
-    time keep the depth, so they rank exactly as before (the standardisation of a longer tail and
-    the lower floor of the turns the context adds cost the generator's dev split 0.009 recall@10
-    when every question was asked to depth 60, session 3). Measured with benchmarks/locomo.py
-    (all 8 conversations, recall@10 / hit@5): 0.778 / 0.780 -> 0.785 / 0.784, the 193 questions
-    that name a time 0.763 / 0.736 -> 0.811 / 0.767 (12 better, none worse), temporal 0.730 ->
-    0.751; benchmarks/recall.py names no time in its questions: unchanged.
-    """
-    base = q.limit * OVERFETCH + 10
-    return base * DATED_DEPTH_FACTOR if dated else base
+def depth(q: MemoryQuery) -> int:
+    """How many ranked candidates a leg produces for ``q.limit`` hits (a question that names a
+    time adds a second search of its own depth within that time: ``dates.scope``)."""
+    return q.limit * OVERFETCH + 10
 
 
 def pushdown(q: MemoryQuery, *, with_where: bool, ids: Sequence[uuid.UUID] | None = None) -> VectorFilter | None:

@@ -11,9 +11,9 @@ import pytest
 
 from memoryctl.model import Memory
 from memoryctl.query import ranking
-from memoryctl.query.dates import Window, closeness, windows
+from memoryctl.query.dates import Window, closeness, scope, windows
 from memoryctl.query.plan import AnyOf, ByRelevance, Facts, Plan, PlanOptions, VectorSearch, plan
-from memoryctl.query.pushdown import DATED_DEPTH_FACTOR, depth
+from memoryctl.query.pushdown import depth
 from memoryctl.query.ranking import Turns
 from memoryctl.query.spec import MemoryQuery, Where
 
@@ -77,17 +77,21 @@ def test_the_plan_carries_the_named_times_and_the_option_turns_them_off() -> Non
     assert isinstance(off, Plan) and isinstance(off.ranking, ByRelevance) and off.ranking.dated == ()
 
 
-def test_a_named_time_asks_the_text_legs_deeper_and_nothing_else_does() -> None:
-    """The preference reorders only what the legs return (``pushdown.depth``): a dated question's
-    legs rank twice as deep, an undated one's, a dated one without the preference and an ``or``
-    (ranked by RRF) keep the depth."""
+def test_a_named_time_adds_a_search_within_it_and_nothing_else_does() -> None:
+    """The preference reorders only what the legs return: a dated question's text search is asked
+    again within the named time (``dates.scope``, the window widened by its length either side),
+    at the same depth, and the ranking reads both searches' candidates (the plan's window). An
+    undated one, a dated one without the preference, an ``or`` (ranked by RRF) and a date without
+    its year (no single range) search once."""
     base = depth(MemoryQuery(text="x", agent_id="a").validate())
     dated = MemoryQuery(text="What did Maria do on May 3, 2023?", agent_id="a").validate()
-    deep = plan(dated, Facts(now=NOW))
-    assert isinstance(deep, Plan) and isinstance(deep.shape, VectorSearch)
-    assert deep.window == deep.shape.search.depth == base * DATED_DEPTH_FACTOR > base
+    scoped = plan(dated, Facts(now=NOW))
+    assert isinstance(scoped, Plan) and isinstance(scoped.shape, VectorSearch)
+    assert scoped.shape.search.depth == base and scoped.window == 2 * base
+    assert scoped.shape.search.within == (day(2023, 5, 2), day(2023, 5, 5))
     for same, options in (
         (MemoryQuery(text="What did Maria do?", agent_id="a").validate(), PlanOptions()),
+        (MemoryQuery(text="What did Maria do on May 3?", agent_id="a").validate(), PlanOptions()),
         (dated, PlanOptions(dated=False)),
         (replace(dated, where=[Where.parse("kind = note")], combine="or").validate(), PlanOptions()),
     ):
@@ -95,7 +99,13 @@ def test_a_named_time_asks_the_text_legs_deeper_and_nothing_else_does() -> None:
         assert isinstance(p, Plan) and p.window == base
         legs = dict(p.shape.legs) if isinstance(p.shape, AnyOf) else {"text": p.shape}
         text = legs["text"]
-        assert isinstance(text, VectorSearch) and text.search.depth == base
+        assert isinstance(text, VectorSearch) and text.search.depth == base and text.search.within is None
+
+
+def test_the_scope_is_the_named_windows_hull_widened_by_their_length() -> None:
+    may = windows("in May 2023 or on June 2, 2023", None)
+    assert scope(may) == (day(2023, 3, 31), day(2023, 7, 2))  # May is 31 days long
+    assert scope(windows("in May", None)) is None and scope([]) is None
 
 
 def _memory(text: str, at: datetime) -> Memory:

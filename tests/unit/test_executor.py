@@ -384,3 +384,36 @@ def test_the_dense_leg_embeds_the_question_without_the_names_it_says() -> None:
     s.relational.calls.fail["names_said"] = StoreUnavailable("postgres", "canceling statement due to statement timeout")
     r = s.engine.run(MemoryQuery(text="All the risks Bob raised", agent_id="a", retrieval="dense"))
     assert r.hits and any("whole question" in n for n in r.notes) and r.degraded == []
+
+
+def test_a_named_time_searches_again_within_it_and_ranks_what_that_search_found() -> None:
+    """The text legs rank by words and meaning alone: 130 memories of other days say the question's
+    words better than the one written on the day it names, which sits below any fixed depth. The
+    same legs asked again within the named time (``dates.scope``: the day and a day either side)
+    find it, the question embedded once, and the time preference ranks it into the top 10. An
+    undated question asks once."""
+    w = World()
+    day = datetime(2023, 5, 3, 12, tzinfo=UTC)
+    w.add(
+        *(
+            Memory(text=f"the rollback of payments on may {n}", agent_id="a", created_at=day + timedelta(days=30 + n))
+            for n in range(130)
+        )
+    )
+    target = Memory(text="the rollback of payments", agent_id="a", created_at=day)
+    w.add(target)
+    s = Stack(w)
+    r = s.engine.run(MemoryQuery(text="rollback of payments on May 3, 2023", agent_id="a"))
+    found = {h.id: h for h in r.hits}
+    assert target.id in found and found[target.id].scores["dated"] == 1.0
+    first, scoped = s.vectors.calls.args("search")
+    assert first["filter"].created_from is None and first["limit"] == scoped["limit"]
+    assert (scoped["filter"].created_from, scoped["filter"].created_to) == (
+        datetime(2023, 5, 2, tzinfo=UTC),
+        datetime(2023, 5, 5, tzinfo=UTC),
+    )
+    assert [st.name for st in r.steps].count("embed.query") == 1
+    assert len(s.relational.calls.args("lexical")) == 2
+    s.vectors.calls = type(s.vectors.calls)()
+    s.engine.run(MemoryQuery(text="rollback of payments on may", agent_id="a"))
+    assert len(s.vectors.calls.args("search")) == 1
