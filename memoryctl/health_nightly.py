@@ -24,13 +24,26 @@ if TYPE_CHECKING:
 
 # Per step, the scalar figures of its record an operator judges a night by (the full record stays
 # in `memoryctl runs`): gate and training counts for the training steps, what the swap served,
-# how long the GPU pause took; what re-embed and reconcile found.
-_TOP = ("cycle_status", "promote", "version", "model_id", "served", "scanned", "changed", "drift", "unrepaired")
+# how long the GPU pause took, which embedding slot serves a new version; what re-embed and reconcile
+# found.
+_TOP = (
+    "cycle_status",
+    "cycle_seconds",
+    "promote",
+    "version",
+    "model_id",
+    "served",
+    "scanned",
+    "changed",
+    "drift",
+    "unrepaired",
+)
 _NESTED = {
     "counts": ("train", "heldout"),
     "gate_metrics": None,  # all of them: the gate's own figures (recall@k, MRR, held-out loss)
     "migrate": ("status", "target"),
     "swap": ("loaded", "unloaded"),
+    "serve": ("slot", "served_name", "ready_s"),  # an http embedder's new version (ops/embedding_version)
     "gpu_pause": ("ready_s", "restart_error"),
 }
 

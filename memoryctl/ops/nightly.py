@@ -44,7 +44,8 @@ class StepOutcome:
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        detail = {("cycle_status" if k == "status" else k): v for k, v in self.detail.items()}
+        # A cycle's own status and seconds (training + gate) keep their names apart from the step's.
+        detail = {(f"cycle_{k}" if k in ("status", "seconds") else k): v for k, v in self.detail.items()}
         return {"name": self.name, "status": self.status, "seconds": round(self.seconds, 3), **detail}
 
 

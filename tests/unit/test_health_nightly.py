@@ -22,6 +22,7 @@ def _cycle(status: str, reason: str, gate: dict[str, float], **extra: object) ->
         "train_metrics": {"steps": 20, "loss_curve": [5.7, 5.5]},
         "version": "v0002" if status == "registered" else None,
         "model_id": None,
+        "seconds": 12.5,  # the cycle's (training + gate), not the step's
         **extra,
     }
 
@@ -60,8 +61,10 @@ def test_each_step_shows_its_status_reason_and_figures() -> None:
     assert list(steps) == ["embedding", "generation", "reembed", "reconcile"]
     emb = steps["embedding"]
     assert emb["status"] == "rejected" and emb["reason"].startswith("recall@1 regressed")
+    assert emb["seconds"] == 30.0  # the step's: the cycle's own seconds are a figure
     assert emb["figures"] == {
         "cycle_status": "rejected",
+        "cycle_seconds": 12.5,
         "promote": False,
         "counts.train": 24,
         "counts.heldout": 8,
@@ -95,3 +98,25 @@ def test_a_night_that_recorded_no_steps_has_none() -> None:
     """A night that crashed before recording (or is still running) has empty details."""
     assert night_steps({}) == []
     assert night_steps({"steps": None}) == []
+
+
+def test_a_new_embedding_version_shows_the_slot_that_serves_it() -> None:
+    """An http embedder's night (memoryctl/ops/embedding_version.py): the slot, the served name and
+    how long the slot took to serve it, beside migrate's outcome."""
+    serve = {"slot": "http://10.77.0.3:8002", "served_name": "BAAI--bge-m3+lora-v0001", "restarted": "vllm@embed-b"}
+    detail = _cycle(
+        "registered",
+        "recall@1 0.688 -> 0.781",
+        {"candidate_recall_at_k": 0.781},
+        serve={**serve, "ready_s": 27.4},
+        migrate={"status": "swapped", "target": "http:BAAI--bge-m3+lora-v0001", "verify": {"recall_new": 1.0}},
+    )
+    (emb,) = night_steps(NightlyReport(steps=[StepOutcome("embedding", "ok", detail, 105.6)]).as_dict())
+    assert emb["seconds"] == 105.6 and emb["figures"]["cycle_seconds"] == 12.5
+    assert {k: v for k, v in emb["figures"].items() if k.startswith(("serve.", "migrate."))} == {
+        "serve.slot": "http://10.77.0.3:8002",
+        "serve.served_name": "BAAI--bge-m3+lora-v0001",
+        "serve.ready_s": 27.4,
+        "migrate.status": "swapped",
+        "migrate.target": "http:BAAI--bge-m3+lora-v0001",
+    }
