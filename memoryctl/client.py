@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from memoryctl.config import Settings, load_settings
 from memoryctl.delivery import Deliverer, DeliveryReport
-from memoryctl.errors import InputError, MemoryctlError, NotFoundError
+from memoryctl.errors import InputError, MemoryctlError, NotFoundError, StoreUnavailable
 from memoryctl.importer import BadLine, read_jsonl
 from memoryctl.model import Memory, dedupe_entities, validate_agent_id, validate_kind, validate_meta_key
 from memoryctl.ops.runs import recorded_run
@@ -135,10 +135,35 @@ class MemoryClient:
         result = self.stack.records.upsert(batch)
         out.ids = [m.id for m in batch]
         out.add(result)
-        if deliver and result.changed:
-            out.delivery = self._deliver(result.changed, backlog=BACKLOG_PER_WRITE)
-        out.pending = self._pending(out.ids)
+        self._settle(out, result.changed if deliver else [], pending_ids=out.ids)
         return out
+
+    def _settle(
+        self, out: WriteOutcome, changed: Sequence[uuid.UUID], *, pending_ids: Sequence[uuid.UUID] | None
+    ) -> None:
+        """Deliver what a committed write changed and count what is still pending.
+
+        The write has committed by now, so losing PostgreSQL here (a failover's broken connection, a
+        switchover's shutdown) must not report it as failed: the caller would take a stored memory
+        for a lost one. Its outbox rows are committed with it, so the next write or ``sync``
+        delivers them; the outcome says "stored, delivery pending" (exit 3) with the reason, and
+        counts the changed memories as pending wherever their delivery was not confirmed (the
+        drill found a switchover turning a committed add into exit 1, issue 26).
+        """
+        try:
+            if changed:
+                out.delivery = self._deliver(changed, backlog=BACKLOG_PER_WRITE)
+            out.pending = self._pending(pending_ids)
+        except StoreUnavailable as exc:
+            if exc.store != "postgres":
+                raise
+            reason = f"{exc.message}, after the write committed: its outbox entries deliver it later"
+            behind = [
+                t for t in ("vector", "graph") if t in out.delivery.failed or out.delivery.delivered[t] < len(changed)
+            ]
+            for target in behind:
+                out.delivery.failed.setdefault(target, reason)
+            out.pending = {self.stack.store_names[t]: len(changed) if t in behind else 0 for t in ("vector", "graph")}
 
     def import_jsonl(
         self,
@@ -233,9 +258,7 @@ class MemoryClient:
             )
         done = self.stack.records.soft_delete(ids, agent_id=agent_id)
         out = WriteOutcome(ids=list(done), updated=len(done))
-        if done:
-            out.delivery = self._deliver(done, backlog=BACKLOG_PER_WRITE)
-        out.pending = self._pending(done)
+        self._settle(out, done, pending_ids=done)
         return out
 
     def sync(

@@ -219,17 +219,37 @@ def retry_on_failover(pool: Pool, write: Callable[[Connection[DictRow]], T], *, 
         attempt += 1
         try:
             with _connect_like(pool) as conn:
-                return write(conn)
+                result = write(conn)
         except psycopg.Error as exc:
             if not is_failover(exc):
                 raise
             last = exc
+        else:
+            _refill(pool)
+            return result
     raise WriteInDoubt(
         "postgres",
         f"{what}: no read-write server within {wait_s:g}s of a broken connection ({_first_line(last)});"
         " the write may or may not have been applied",
         hint="writing it again with the same id(s) is safe (idempotent by id); `memoryctl health` shows the cluster",
     )
+
+
+def _refill(pool: Pool) -> None:
+    """Have ``pool`` connect now: the write just reached the new primary, so it takes connections.
+
+    After a failover the pool's own reconnect attempts back off (1, 2, 4, 8 ... s), and every
+    caller waits for them: the failover drill measured the writes back 10 s after the promotion,
+    all of it the steps after the committed write (delivery, the pending count) waiting on the
+    pool. Raising ``min_size`` by one makes the pool start one fresh attempt at once (psycopg_pool's
+    public ``resize``); setting it back lets that connection be shrunk away when idle.
+    """
+    low, high = pool.min_size, pool.max_size
+    try:
+        pool.resize(low + 1, max(high, low + 1))
+        pool.resize(low, high)
+    except Exception as exc:  # a faster refill is an optimisation, never a new failure
+        log.warning("postgres: could not refill the pool after a failover: %s", exc)
 
 
 def _first_line(exc: BaseException) -> str:

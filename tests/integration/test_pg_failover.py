@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from memoryctl.client import MemoryClient
 from memoryctl.config import PostgresSettings
 from memoryctl.model import Memory
 from memoryctl.stack import postgres_pool
@@ -186,3 +187,54 @@ def test_writes_follow_the_primary_through_a_failover(
     assert rows == dict.fromkeys(ids, 1)
     assert outbox == 2 * len(ids)
     store.pool.close()
+
+
+def test_losing_postgres_after_the_commit_does_not_fail_the_write(cluster: MemoryClient, pg_dsn: str) -> None:
+    """The switchover drill's one failed request (issue 26): the add committed and was delivered,
+    then the old primary shut down and terminated the pool's sessions before the add had counted
+    what was pending, and the caller got exit 1 for a stored, searchable memory. Here the server
+    terminates every session of the database at that point, as a switchover's shutdown does
+    (57P01); then once more right after the commit, before the delivery."""
+    deliver = cluster._deliver
+
+    def terminate_sessions() -> None:
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+
+    def deliver_then_sessions_terminated(*args: Any, **kwargs: Any) -> Any:
+        report = deliver(*args, **kwargs)
+        terminate_sessions()
+        return report
+
+    cluster._deliver = deliver_then_sessions_terminated  # type: ignore[method-assign]
+    first = Memory(text="the switchover happened right after this", agent_id="a1")
+    try:
+        outcome = cluster.add([first])
+    finally:
+        cluster._deliver = deliver  # type: ignore[method-assign]
+    # Both stores took it before the connection broke: stored and searchable, exit 0.
+    assert (outcome.ids, outcome.inserted, outcome.degraded) == ([first.id], 1, []), outcome.as_dict()
+    assert _stored(pg_dsn, [first.id]) == ({first.id: 1}, 0)  # stored once, delivered: outbox empty
+
+    # Broken before the delivery: stored, delivery pending (exit 3) with the reason; sync delivers.
+    records = cluster.stack.records
+    upsert = records.upsert
+
+    def upsert_then_sessions_terminated(memories: Any, **kwargs: Any) -> Any:
+        result = upsert(memories, **kwargs)
+        terminate_sessions()
+        return result
+
+    records.upsert = upsert_then_sessions_terminated  # type: ignore[method-assign]
+    second = Memory(text="and this one just before it", agent_id="a1")
+    try:
+        outcome = cluster.add([second])
+    finally:
+        records.upsert = upsert  # type: ignore[method-assign]
+    assert outcome.inserted == 1 and outcome.degraded, outcome.as_dict()
+    assert any("terminating connection" in reason for reason in outcome.delivery.failed.values())
+    cluster.sync()
+    assert cluster.add([second]).pending == dict.fromkeys(outcome.pending, 0)
