@@ -189,27 +189,30 @@ def test_writes_follow_the_primary_through_a_failover(
     store.pool.close()
 
 
-def test_losing_postgres_after_the_commit_does_not_fail_the_write(cluster: MemoryClient, pg_dsn: str) -> None:
-    """The switchover drill's one failed request (issue 26): the add committed and was delivered,
-    then the old primary shut down and terminated the pool's sessions before the add had counted
-    what was pending, and the caller got exit 1 for a stored, searchable memory. Here the server
-    terminates every session of the database at that point, as a switchover's shutdown does
-    (57P01); then once more right after the commit, before the delivery."""
-    deliver = cluster._deliver
+def _then_sessions_terminated(call: Callable[..., Any], dsn: str) -> Callable[..., Any]:
+    """``call``, after which the server terminates every other session of the database, as a
+    switchover's shutdown does (57P01 on the pool's connections)."""
 
-    def terminate_sessions() -> None:
-        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        result = call(*args, **kwargs)
+        with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                 " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
+        return result
 
-    def deliver_then_sessions_terminated(*args: Any, **kwargs: Any) -> Any:
-        report = deliver(*args, **kwargs)
-        terminate_sessions()
-        return report
+    return wrapped
 
-    cluster._deliver = deliver_then_sessions_terminated  # type: ignore[method-assign]
+
+def test_losing_postgres_after_the_commit_does_not_fail_the_write(cluster: MemoryClient, pg_dsn: str) -> None:
+    """The switchover drill's one failed request (issue 26): the add committed and was delivered,
+    then the old primary shut down and terminated the pool's sessions before the add had counted
+    what was pending, and the caller got exit 1 for a stored, searchable memory. Here the server
+    terminates the sessions at that point; then once more right after the commit, before the
+    delivery."""
+    deliver = cluster._deliver
+    cluster._deliver = _then_sessions_terminated(deliver, pg_dsn)  # type: ignore[method-assign]
     first = Memory(text="the switchover happened right after this", agent_id="a1")
     try:
         outcome = cluster.add([first])
@@ -222,13 +225,7 @@ def test_losing_postgres_after_the_commit_does_not_fail_the_write(cluster: Memor
     # Broken before the delivery: stored, delivery pending (exit 3) with the reason; sync delivers.
     records = cluster.stack.records
     upsert = records.upsert
-
-    def upsert_then_sessions_terminated(memories: Any, **kwargs: Any) -> Any:
-        result = upsert(memories, **kwargs)
-        terminate_sessions()
-        return result
-
-    records.upsert = upsert_then_sessions_terminated  # type: ignore[method-assign]
+    records.upsert = _then_sessions_terminated(upsert, pg_dsn)  # type: ignore[method-assign]
     second = Memory(text="and this one just before it", agent_id="a1")
     try:
         outcome = cluster.add([second])
