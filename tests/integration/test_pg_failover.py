@@ -205,32 +205,28 @@ def _then_sessions_terminated(call: Callable[..., Any], dsn: str) -> Callable[..
     return wrapped
 
 
-def test_losing_postgres_after_the_commit_does_not_fail_the_write(cluster: MemoryClient, pg_dsn: str) -> None:
+def test_losing_postgres_after_the_commit_does_not_fail_the_write(
+    cluster: MemoryClient, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The switchover drill's one failed request (issue 26): the add committed and was delivered,
     then the old primary shut down and terminated the pool's sessions before the add had counted
     what was pending, and the caller got exit 1 for a stored, searchable memory. Here the server
     terminates the sessions at that point; then once more right after the commit, before the
     delivery."""
-    deliver = cluster._deliver
-    cluster._deliver = _then_sessions_terminated(deliver, pg_dsn)  # type: ignore[method-assign]
+    monkeypatch.setattr(cluster, "_deliver", _then_sessions_terminated(cluster._deliver, pg_dsn))
     first = Memory(text="the switchover happened right after this", agent_id="a1")
-    try:
-        outcome = cluster.add([first])
-    finally:
-        cluster._deliver = deliver  # type: ignore[method-assign]
+    outcome = cluster.add([first])
+    monkeypatch.undo()
     # Both stores took it before the connection broke: stored and searchable, exit 0.
     assert (outcome.ids, outcome.inserted, outcome.degraded) == ([first.id], 1, []), outcome.as_dict()
     assert _stored(pg_dsn, [first.id]) == ({first.id: 1}, 0)  # stored once, delivered: outbox empty
 
     # Broken before the delivery: stored, delivery pending (exit 3) with the reason; sync delivers.
     records = cluster.stack.records
-    upsert = records.upsert
-    records.upsert = _then_sessions_terminated(upsert, pg_dsn)  # type: ignore[method-assign]
+    monkeypatch.setattr(records, "upsert", _then_sessions_terminated(records.upsert, pg_dsn))
     second = Memory(text="and this one just before it", agent_id="a1")
-    try:
-        outcome = cluster.add([second])
-    finally:
-        records.upsert = upsert  # type: ignore[method-assign]
+    outcome = cluster.add([second])
+    monkeypatch.undo()
     assert outcome.inserted == 1 and outcome.degraded, outcome.as_dict()
     assert any("terminating connection" in reason for reason in outcome.delivery.failed.values())
     cluster.sync()
