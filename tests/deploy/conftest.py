@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -41,10 +42,24 @@ def record(key: str, value: Any) -> None:
 KILL_AT = "PostgreSQL | Refresh apt lists (timescaledb"
 
 
+# The stack is first deployed as a single PostgreSQL server (what every install before issue 26
+# was), then converted in place to the inventory's Patroni cluster (docs/ha.md).
+SINGLE_SERVER = REPO / "tests" / "deploy" / "single-server.yaml"
+SEED = "SELECT count(*), md5(string_agg(id::text || text, ',' ORDER BY id)) FROM memories"
+
+
 @dataclass(frozen=True)
 class Deployed:
     first: DeployRun
     second: DeployRun
+    # The data set's fingerprint before and after the conversion to the Patroni cluster.
+    converted: tuple[dict[str, Any], dict[str, Any]] | None = None
+
+
+def _fingerprint() -> dict[str, Any]:
+    out = node("node1").check_output(f"sudo -u postgres psql -XAtd memoryctl -F ' ' -c {shlex.quote(SEED)}")
+    count, digest = out.split()
+    return {"memories": int(count), "md5": digest}
 
 
 def _missing_tools() -> list[str]:
@@ -88,16 +103,26 @@ def deployed(local_cluster: None) -> Deployed:
     # The first deploy is killed half-way, right after TimescaleDB's repository was added and
     # before its lists were fetched (the moment a deploy used to leave a node unable to install
     # for an hour); the next run must converge, and the one after change nothing.
-    killed = run_deploy(logs / "deploy-killed.log", kill_at=KILL_AT)
+    killed = run_deploy(logs / "deploy-killed.log", kill_at=KILL_AT, overlay=SINGLE_SERVER)
     assert killed.returncode != 0 and f"Starting operation: {KILL_AT}" in killed.output, killed.output[-3000:]
-    first = run_deploy(logs / "deploy-first.log")
+    single = run_deploy(logs / "deploy-first.log", overlay=SINGLE_SERVER)
+    assert single.returncode == 0 and single.errors == 0, single.output[-4000:]
+    # Data in the single server, then the conversion to the cluster, in place.
+    assert memoryctl("init").returncode == 0
+    for n in range(20):
+        added = memoryctl("add", "--id", f"00000000-0000-4000-8000-{n:012d}", f"written before the conversion, {n}")
+        assert added.returncode in (0, 3), added.stderr
+    before = _fingerprint()
+    first = run_deploy(logs / "deploy-convert.log")
     assert first.returncode == 0 and first.errors == 0, first.output[-4000:]
+    after = _fingerprint()
     second = run_deploy(logs / "deploy-second.log")
     record("killed_deploy", {"seconds": round(killed.seconds, 1), "killed_at": KILL_AT})
-    record("first_deploy", {**first.figures(), "after_the_killed_run": True})
+    record("single_server_deploy", {**single.figures(), "after_the_killed_run": True})
+    record("conversion_deploy", {**first.figures(), "before": before, "after": after})
     record("second_deploy", {**second.figures(), "changed_operations": second.changed_operations()})
     record("ss_ltn", {name: node(name).check_output("ss -ltn") for name in NODES})
-    return Deployed(first, second)
+    return Deployed(first, second, (before, after))
 
 
 @pytest.fixture(scope="session")

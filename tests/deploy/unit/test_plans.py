@@ -66,7 +66,9 @@ def _no_commands(p: Plan) -> None:
 def test_firewall_plan_and_no_op() -> None:
     fresh = plan(firewall, "node1")
     rules = fresh.upload("/etc/nftables.conf")
-    assert "policy drop" in rules and "tcp dport { 5432, 6333, 6334, 6335, 8432, 8765, 9100, 9187 }" in rules
+    # etcd (2379, 2380) and Patroni's REST API (8008): the local inventory's PostgreSQL is a cluster.
+    ports = "2379, 2380, 5432, 6333, 6334, 6335, 8008, 8432, 8765, 9100, 9187"
+    assert "policy drop" in rules and f"tcp dport {{ {ports} }}" in rules
     assert fresh.op("Check the ruleset").conditional
     again = plan(firewall, "node1", _present(fresh, ["nftables"], ["nftables"]))
     _no_commands(again)
