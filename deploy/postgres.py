@@ -245,7 +245,7 @@ def server_files(version: int) -> tuple[Any, Any, Any]:
     return conf, hba, package
 
 
-def restart(version: int, reason: str, conditions: Any, under_patroni: bool) -> None:
+def restart(version: int, reason: str, conditions: Any, under_patroni: bool, name: str | None = None) -> None:
     """Restart the server: its Debian unit, or through Patroni once Patroni runs it (a standby
     and a primary alike; a primary's restart is seconds of refused connections, no failover)."""
     if under_patroni:
@@ -256,7 +256,7 @@ def restart(version: int, reason: str, conditions: Any, under_patroni: bool) -> 
         )
         return
     service = f"postgresql@{version}-main"
-    systemd.service(name=f"Restart {service} ({reason})", service=service, restarted=True, _if=conditions)
+    systemd.service(name=name or f"Restart {service} ({reason})", service=service, restarted=True, _if=conditions)
 
 
 def reload_hba(version: int, hba: Any, conf: Any, under_patroni: bool) -> None:
