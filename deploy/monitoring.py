@@ -26,6 +26,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
+from deploy import patroni
 from deploy.common import TEMPLATES, after_mesh, component, has_role, inventory, keep_running, secrets, template
 from deploy.facts import PostgresRoleNames
 from deploy.opsnode import ops_node
@@ -228,6 +229,8 @@ def prometheus() -> None:
         rules_dir=RULES_DIR,
         nodes=mesh,
         db_nodes={name: mesh[name] for name in cluster.group("db")},
+        patroni_members={name: mesh[name] for name in patroni.members()} if patroni.enabled() else {},
+        patroni_port=patroni.REST_PORT,
         qdrant_peers={name: mesh[name] for name in qdrant_peers()} if component("qdrant").get("source") else {},
         qdrant_key_file=QDRANT_KEY_FILE,
         mode="644",
