@@ -4,7 +4,9 @@ The session fixture ``deployed`` brings the cluster up (unless it already is: ``
 also starts the controller's stand-ins, ``scripts/standin``), deploys from scratch and kills that
 run half-way (right after TimescaleDB's repository was added), deploys again (that run must
 converge), deploys a third time (that run must change nothing), and tears the cluster down at the
-end unless it was already up before the session or ``MEMORYCTL_CLUSTER_KEEP=1``. ``imported`` then
+end unless it was already up before the session or ``MEMORYCTL_CLUSTER_KEEP=1``. Those runs deploy
+PostgreSQL as a single server (tests/deploy/single-server.yaml); test_ha.py, ordered last, converts
+it to the inventory's Patroni cluster. ``imported`` then
 initialises memoryctl on the db node and imports the end-to-end data set (tests/deploy/e2e_data.py)
 over the mesh. Timings, changed counts, figures of the end-to-end and fault tests and ``ss -ltn`` of
 every node are written to ``.cache/deploy-report.json`` and printed in the terminal summary:
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,18 @@ from typing import Any
 import pytest
 
 from tests.deploy import e2e_data
-from tests.deploy.cluster import NODES, REPO, DeployRun, cluster, memoryctl, node, put, run_deploy, wait_for
+from tests.deploy.cluster import (
+    BASE_OVERLAYS,
+    NODES,
+    REPO,
+    DeployRun,
+    cluster,
+    memoryctl,
+    node,
+    put,
+    run_deploy,
+    wait_for,
+)
 
 REPORT = REPO / ".cache" / "deploy-report.json"
 _report: dict[str, Any] = {}
@@ -42,24 +54,16 @@ def record(key: str, value: Any) -> None:
 KILL_AT = "PostgreSQL | Refresh apt lists (timescaledb"
 
 
-# The stack is first deployed as a single PostgreSQL server (what every install before issue 26
-# was), then converted in place to the inventory's Patroni cluster (docs/ha.md).
+# Every test but test_ha.py runs on the stack as every install before issue 26 was: one PostgreSQL
+# server. test_ha.py runs last (pytest_collection_modifyitems), converts the stack in place to the
+# inventory's Patroni cluster and drills it (docs/ha.md).
 SINGLE_SERVER = REPO / "tests" / "deploy" / "single-server.yaml"
-SEED = "SELECT count(*), md5(string_agg(id::text || text, ',' ORDER BY id)) FROM memories"
 
 
 @dataclass(frozen=True)
 class Deployed:
     first: DeployRun
     second: DeployRun
-    # The data set's fingerprint before and after the conversion to the Patroni cluster.
-    converted: tuple[dict[str, Any], dict[str, Any]] | None = None
-
-
-def _fingerprint() -> dict[str, Any]:
-    out = node("node1").check_output(f"sudo -u postgres psql -XAtd memoryctl -F ' ' -c {shlex.quote(SEED)}")
-    count, digest = out.split()
-    return {"memories": int(count), "md5": digest}
 
 
 def _missing_tools() -> list[str]:
@@ -103,26 +107,17 @@ def deployed(local_cluster: None) -> Deployed:
     # The first deploy is killed half-way, right after TimescaleDB's repository was added and
     # before its lists were fetched (the moment a deploy used to leave a node unable to install
     # for an hour); the next run must converge, and the one after change nothing.
-    killed = run_deploy(logs / "deploy-killed.log", kill_at=KILL_AT, overlay=SINGLE_SERVER)
+    BASE_OVERLAYS[:] = [SINGLE_SERVER]
+    killed = run_deploy(logs / "deploy-killed.log", kill_at=KILL_AT)
     assert killed.returncode != 0 and f"Starting operation: {KILL_AT}" in killed.output, killed.output[-3000:]
-    single = run_deploy(logs / "deploy-first.log", overlay=SINGLE_SERVER)
-    assert single.returncode == 0 and single.errors == 0, single.output[-4000:]
-    # Data in the single server, then the conversion to the cluster, in place.
-    assert memoryctl("init").returncode == 0
-    for n in range(20):
-        added = memoryctl("add", "--id", f"00000000-0000-4000-8000-{n:012d}", f"written before the conversion, {n}")
-        assert added.returncode in (0, 3), added.stderr
-    before = _fingerprint()
-    first = run_deploy(logs / "deploy-convert.log")
+    first = run_deploy(logs / "deploy-first.log")
     assert first.returncode == 0 and first.errors == 0, first.output[-4000:]
-    after = _fingerprint()
     second = run_deploy(logs / "deploy-second.log")
     record("killed_deploy", {"seconds": round(killed.seconds, 1), "killed_at": KILL_AT})
-    record("single_server_deploy", {**single.figures(), "after_the_killed_run": True})
-    record("conversion_deploy", {**first.figures(), "before": before, "after": after})
+    record("first_deploy", {**first.figures(), "after_the_killed_run": True})
     record("second_deploy", {**second.figures(), "changed_operations": second.changed_operations()})
     record("ss_ltn", {name: node(name).check_output("ss -ltn") for name in NODES})
-    return Deployed(first, second, (before, after))
+    return Deployed(first, second)
 
 
 @pytest.fixture(scope="session")
@@ -166,6 +161,14 @@ DEPLOY_TIMEOUT = 1800
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The Patroni conversion and its drills come right after every other test of the deployed stack
+    # (they run on the single server), before whatever the session runs next.
+    ha = [item for item in items if item.nodeid.startswith("tests/deploy/test_ha.py")]
+    if ha:
+        rest = [item for item in items if item not in ha]
+        on_nodes = [i for i, item in enumerate(rest) if item.nodeid.startswith("tests/deploy/test_")]
+        at = on_nodes[-1] + 1 if on_nodes else len(rest)
+        items[:] = rest[:at] + ha + rest[at:]
     for item in items:
         if "deployed" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.timeout(DEPLOY_TIMEOUT))
