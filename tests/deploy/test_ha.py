@@ -246,7 +246,7 @@ def test_the_primary_loses_its_power_writes_come_back_and_it_rejoins(ha: dict[st
     assert boot.returncode == 0, boot.stderr
     wait_for("node2 rejoins as the synchronous standby", lambda: streaming_sync("node2"), timeout=300, interval=1)
     journal = node("node2").check_output(
-        "journalctl -u patroni --no-pager -o cat | grep -iE 'rewind|replica' | tail -20"
+        f"journalctl -u patroni --no-pager -o cat --since @{int(started)} | grep -iE 'rewind|replica' | tail -20"
     )
     record("ha_rejoin", {"seconds": round(time.time() - started, 1), "patroni_log": journal})
     assert leader() == "node1"
@@ -271,3 +271,16 @@ def test_the_standby_lost_writes_continue_and_health_says_so(ha: dict[str, Any])
     reconcile = memoryctl("reconcile", "--json")
     record("ha_reconcile", {"rc": reconcile.returncode, "out": reconcile.stdout[-1500:], "sync_rc": repair.returncode})
     assert reconcile.returncode == 0, reconcile.stdout + reconcile.stderr
+
+
+def test_backups_archive_from_the_primary_and_copy_the_standby(ha: dict[str, Any]) -> None:
+    """pgBackRest on the cluster: WAL reaches the repository from the current primary (``check``),
+    and a backup taken by the repository node reads the standby's files."""
+    wait_for("a synchronous standby", lambda: sync_standby() is not None, timeout=300)
+    repo = "sudo -u postgres pgbackrest --stanza=memoryctl --log-level-console=info"
+    check = node("node3").run(f"{repo} check")
+    assert check.rc == 0, check.stdout + check.stderr
+    backup = node("node3").run(f"{repo} --type=incr backup")
+    assert backup.rc == 0, backup.stdout[-3000:] + backup.stderr[-3000:]
+    assert "wait for replay on the standby" in backup.stdout, backup.stdout[-3000:]
+    record("ha_backup", {"leader": leader(), "standby": sync_standby(), "log": backup.stdout[-1500:]})
