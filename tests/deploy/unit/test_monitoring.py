@@ -93,7 +93,7 @@ def test_prometheus_scrapes_every_target_over_the_mesh(tmp_path: Path) -> None:
         [promtool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "24 rules found" in result.stdout
+    assert "25 rules found" in result.stdout
 
 
 def test_alertmanager_sends_nothing_until_a_receiver_is_configured(tmp_path: Path) -> None:
