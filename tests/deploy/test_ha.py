@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from tests.deploy.cluster import BASE_OVERLAYS, CLUSTER, MESH, REPO, memoryctl, node, put, run_deploy, wait_for
-from tests.deploy.conftest import record
+from tests.deploy.conftest import SINGLE_SERVER, record
 
 pytestmark = pytest.mark.deploy
 MEMBERS = ("node1", "node2")
@@ -155,7 +155,8 @@ def ha(request: pytest.FixtureRequest) -> dict[str, Any]:
     request.getfixturevalue("imported")
     memoryctl("sync")
     before = fingerprint()
-    BASE_OVERLAYS.clear()  # from here on: inventory/local.yaml as it is, the Patroni cluster
+    # From here on: the inventory's Patroni cluster (an upgrade test's versions, if it ran, stay).
+    BASE_OVERLAYS[:] = [path for path in BASE_OVERLAYS if path != SINGLE_SERVER]
     logs = REPO / ".cache"
     converted = run_deploy(logs / "deploy-convert.log")
     assert converted.returncode == 0 and converted.errors == 0, converted.output[-4000:]
