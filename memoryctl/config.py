@@ -53,6 +53,9 @@ class PostgresSettings(BaseModel):
     # A server that stopped answering (its node lost) fails an unacknowledged send after this long,
     # instead of the kernel's ~15 minutes of retransmissions (libpq tcp_user_timeout); 0 = the kernel's.
     tcp_user_timeout_ms: int = Field(10_000, ge=0)
+    # With hosts (2+): health is degraded when a standby is further behind than this in replay
+    # (pg_stat_replication, bytes of WAL); 16 MiB = one WAL segment.
+    max_replication_lag_bytes: int = Field(16 * 1024 * 1024, ge=0)
 
     @field_validator("hosts")
     @classmethod

@@ -4,7 +4,8 @@ A hung store must not hang the command: probes run in daemon threads and whateve
 answered by the deadline is reported ``timeout`` (the thread is abandoned, the process exits).
 Status per component: ``ok``, ``degraded`` (answers, but something needs attention), ``down``,
 ``timeout``, ``disabled`` (not configured). Overall: unhealthy (exit 1) when PostgreSQL — the
-source of truth — is not ok; degraded (exit 3) when any other configured component is not ok.
+source of truth — is down or does not answer in time; degraded (exit 3) when it answers degraded
+(a failing TimescaleDB job, no synchronous standby, ...) or any other configured component is not ok.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from memoryctl._version import __version__
 from memoryctl.errors import ExitCode, MemoryctlError
 from memoryctl.health_nightly import nightly_probe
+from memoryctl.health_pg import cluster_status, read_replication
 from memoryctl.metrics import health_metrics
 from memoryctl.stack import Stack
 from memoryctl.stores import names
@@ -44,7 +46,7 @@ class HealthReport:
     @property
     def status(self) -> str:
         pg = self.components.get(names.POSTGRES, {}).get("status")
-        if pg != "ok":
+        if pg not in ("ok", "degraded"):
             return "unhealthy"
         bad = [c for c in self.components.values() if c["status"] not in ("ok", "disabled")]
         return "degraded" if bad else "healthy"
@@ -100,11 +102,15 @@ def _age_s(ts: Any) -> float | None:
 
 def postgres_probe(stack: Stack) -> dict[str, Any]:
     pool = stack.pool
+    pg = stack.settings.postgres
+    # A replicated cluster is configured: read who leads and who follows, on the same connection.
+    replicated = stack.settings.profile != "embedded" and len(pg.hosts) >= 2
     with pg_errors(), pool.connection() as conn:
         version = conn.execute("SHOW server_version").fetchone()
         ts = timescale_status(conn)
         count = conn.execute("SELECT count(*) AS n FROM memories WHERE deleted_at IS NULL").fetchone()
         jobs = timescale_jobs(conn) if ts.installed else []
+        replication = read_replication(conn) if replicated else None
     schema = schema_state(pool)
     applied = max((r["version"] for r in schema), default=0)
     path = next((r["variant"] for r in schema if r["version"] == 2), None)
@@ -122,6 +128,11 @@ def postgres_probe(stack: Stack) -> dict[str, Any]:
     problems = timescale_problems(ts, path, jobs)
     if applied < latest_version():
         problems.insert(0, f"schema at {applied}, {latest_version()} available: run `memoryctl init`")
+    if replication is not None:
+        cluster = cluster_status(*replication, members=pg.hosts, max_lag_bytes=pg.max_replication_lag_bytes)
+        res["cluster"] = cluster
+        if cluster["problems"]:
+            problems.insert(0, "PostgreSQL cluster: " + "; ".join(cluster["problems"]))
     if problems:
         res.update(status="degraded", error="; ".join(problems))
     elif path == "plain" and ts.available and not ts.preloaded:

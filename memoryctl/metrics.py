@@ -4,7 +4,10 @@ The alert rules (templates/prometheus/memoryctl.rules.yml) are written against t
 ``memoryctl_outbox_oldest_age_seconds``, ``memoryctl_outbox_set_aside`` (rows delivery set aside
 after they failed alone), ``memoryctl_last_run_timestamp_seconds`` /
 ``memoryctl_last_run_success`` per maintenance command, ``memoryctl_reconcile_drift`` per store
-(what the last reconcile found and did not repair), and the ``memoryctl_backup_*`` family.
+(what the last reconcile found and did not repair), and the ``memoryctl_backup_*`` family. With a
+replicated PostgreSQL (``[postgres] hosts``, 2+ members) also ``memoryctl_postgres_sync_standbys``,
+``memoryctl_postgres_replication_lag_bytes`` per standby and ``memoryctl_postgres_timeline`` (it
+goes up at every promotion: a failover or switchover); a single server gives none of the three.
 """
 
 from __future__ import annotations
@@ -73,4 +76,22 @@ def health_metrics(components: dict[str, dict[str, Any]]) -> list[str]:
     if reconcile is not None and isinstance(reconcile.get("counts"), dict):
         for store, drift in _unrepaired(reconcile["counts"]).items():
             out.sample({"store": store}, drift)
+    cluster = components.get("postgres", {}).get("cluster")
+    if isinstance(cluster, dict):
+        _postgres_cluster(out, cluster)
     return out.lines
+
+
+def _postgres_cluster(out: Exposition, cluster: dict[str, Any]) -> None:
+    from memoryctl.health_pg import SYNCHRONOUS
+
+    standbys = cluster.get("standbys") or []
+    out.family("memoryctl_postgres_sync_standbys", "Standbys streaming in sync or quorum state (0: no sync standby).")
+    out.sample({}, sum(1 for s in standbys if s.get("state") == "streaming" and s.get("sync_state") in SYNCHRONOUS))
+    out.family("memoryctl_postgres_replication_lag_bytes", "WAL bytes a standby has still to replay.")
+    for s in standbys:
+        if s.get("lag_bytes") is not None:
+            out.sample({"standby": str(s.get("name") or s.get("address"))}, int(s["lag_bytes"]))
+    out.family("memoryctl_postgres_timeline", "The primary's timeline (goes up at every promotion).")
+    if cluster.get("timeline") is not None:
+        out.sample({}, int(cluster["timeline"]))

@@ -62,3 +62,27 @@ def test_label_values_are_escaped() -> None:
     out.family("x", "help")
     out.sample({"a": 'q"uo\\te\n'}, 1)
     assert out.text().splitlines()[-1] == 'x{a="q\\"uo\\\\te\\n"} 1'
+
+
+CLUSTER = {
+    "leader": "10.77.0.1:5432",
+    "timeline": 4,
+    "standbys": [
+        {"name": "pg2", "address": "10.77.0.2", "state": "streaming", "sync_state": "sync", "lag_bytes": 512},
+        {"name": "pg3", "address": "10.77.0.3", "state": "catchup", "sync_state": "async", "lag_bytes": None},
+    ],
+}
+
+
+def test_a_postgres_cluster_gives_its_sync_standbys_lag_and_timeline() -> None:
+    text = "\n".join(health_metrics({"postgres": {"status": "ok", "cluster": CLUSTER}})) + "\n"
+    assert "memoryctl_postgres_sync_standbys 1\n" in text
+    assert 'memoryctl_postgres_replication_lag_bytes{standby="pg2"} 512\n' in text
+    assert 'standby="pg3"' not in text
+    assert "memoryctl_postgres_timeline 4\n" in text
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        lint = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+        assert lint.returncode == 0, lint.stderr
+    # a single server (no cluster block): none of the three families
+    assert "memoryctl_postgres" not in "\n".join(health_metrics({"postgres": {"status": "ok"}}))
