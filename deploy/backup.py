@@ -28,7 +28,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
-from deploy import aptsources
+from deploy import aptsources, patroni
 from deploy.common import (
     after_mesh,
     barrier,
@@ -45,7 +45,7 @@ from deploy.facts import PgbackrestStanza, PostgresSetting
 from deploy.opsnode import ops_node
 from deploy.osrelease import release
 from deploy.pki import CertificateAuthority
-from deploy.postgres import AS_POSTGRES, major
+from deploy.postgres import AS_POSTGRES, major, restart
 
 STANZA = "memoryctl"
 CONFIG = "/etc/pgbackrest.conf"  # the Debian package's path
@@ -75,7 +75,7 @@ def mesh_ports() -> list[int]:
     """What this host serves over the mesh for backups (the firewall opens these on ``wg0``)."""
     if not enabled():
         return []
-    ports = [TLS_PORT] if has_role("db") else []
+    ports = [TLS_PORT] if has_role("db") or patroni.is_standby_member() else []
     if host.name == backup_node():
         ports += [TLS_PORT, RSYNC_PORT]
     return sorted(set(ports))
@@ -149,7 +149,9 @@ def _tls_files(peer_name: str) -> list[Any]:
     return ops
 
 
-def _config(side: str, peer: str, **extra: Any) -> Any:
+def _config(side: str, peers: list[str], **extra: Any) -> Any:
+    """``peers``: the repository node (database side), or every PostgreSQL member (repository
+    side: with Patroni, WAL arrives from whichever is primary and backups read the standby)."""
     return template(
         "pgbackrest/pgbackrest.conf.j2",
         CONFIG,
@@ -158,8 +160,8 @@ def _config(side: str, peer: str, **extra: Any) -> Any:
         mesh_address=host.data.mesh_address,
         tls_port=TLS_PORT,
         tls_dir=TLS_DIR,
-        peer_name=peer,
-        peer_address=inventory().nodes[peer]["mesh"],
+        peer_names=peers,
+        peer_addresses=[inventory().nodes[peer]["mesh"] for peer in peers],
         pg_data=f"/var/lib/postgresql/{major()}/main",
         process_max=int(component("backup").get("process_max", 2)),
         user="postgres",
@@ -191,7 +193,7 @@ def backup() -> None:
     if not enabled():
         host.noop("backup: disabled in the inventory")
         return
-    if has_role("db"):
+    if has_role("db") or patroni.is_standby_member():
         database_side()
     if host.name == backup_node():
         repository_side()
@@ -207,7 +209,7 @@ def database_side() -> None:
     node = backup_node()
     install_pgbackrest()
     changes = _tls_files(node)
-    changes.append(_config("database", node))
+    changes.append(_config("database", [node]))
     _server(changes)
     archiving = template(
         "pgbackrest/archiving.conf.j2",
@@ -222,12 +224,15 @@ def database_side() -> None:
     # Asked of the running server, not only "the file changed": a run that failed between writing
     # the file and the restart would otherwise leave archiving off for good.
     archive_mode = host.get_fact(PostgresSetting, setting="archive_mode", **AS_POSTGRES)
-    systemd.service(
+    restart(
+        major(),
+        "WAL archiving changed",
+        lambda: archiving.did_change() or archive_mode not in (None, "on"),
+        patroni.enabled() and patroni.handed_over(),
         name="Restart PostgreSQL (WAL archiving changed)",
-        service=f"postgresql@{major()}-main",
-        restarted=True,
-        _if=lambda: archiving.did_change() or archive_mode not in (None, "on"),
     )
+    if not has_role("db"):
+        return  # a standby member: archiving and the TLS server; memoryctl's jobs run on the db node
     sudoers("pgbackrest/sudoers-memoryctl.j2", "/etc/sudoers.d/memoryctl-pgbackrest", run_as="memoryctl", stanza=STANZA)
     template(
         "backup/cron.j2",
@@ -245,6 +250,7 @@ def database_side() -> None:
 def repository_side() -> None:
     """The repository (encrypted), the scheduled backups and the snapshot drop box."""
     db_node = inventory().group("db")[0]
+    members = patroni.members()
     settings = component("backup")
     repo = repository()
     # pgBackRest's user on the repository side (the db node's comes with PostgreSQL).
@@ -254,7 +260,7 @@ def repository_side() -> None:
     changes.append(
         _config(
             "repository",
-            db_node,
+            members,
             repository=repo,
             cipher_pass=secrets().token("pgbackrest/cipher_pass"),
             retention_full=int(settings.get("retention_full", 2)),

@@ -145,3 +145,43 @@ class PostgresSetting(FactBase[str | None]):
 
     def process(self, output: list[str]) -> str | None:
         return output[0] if output else None
+
+
+class PostgresAnswers(FactBase[bool]):
+    """Whether the local server answers a query (as ``postgres``, on the socket).
+
+    pyinfra's own PostgreSQL facts fail the whole run when the server is down; under Patroni a run
+    can meet it down (a takeover that failed half-way): the deploy then starts Patroni and leaves
+    the database-level checks to the next run instead of failing.
+    """
+
+    def default(self) -> bool:
+        return False
+
+    def requires_command(self, *args: Any, **kwargs: Any) -> str:
+        return "psql"
+
+    def command(self) -> str:
+        return "psql -XAtc 'SELECT 1' 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> bool:
+        return output == ["1"]
+
+
+class PostgresRoleNames(FactBase[set[str] | None]):
+    """The server's role names; None when it does not answer (pyinfra's PostgresRoles would fail
+    the run instead), an empty set before PostgreSQL is installed."""
+
+    def default(self) -> set[str]:
+        return set()
+
+    def requires_command(self, *args: Any, **kwargs: Any) -> str:
+        return "psql"
+
+    def command(self) -> str:
+        return "psql -XAtc 'SELECT rolname FROM pg_roles' 2>/dev/null && echo ok || true"
+
+    def process(self, output: list[str]) -> set[str] | None:
+        if not output or output[-1] != "ok":
+            return None
+        return set(output[:-1])

@@ -24,7 +24,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip, systemd
 
-from deploy import backup
+from deploy import backup, patroni
 from deploy.common import component, keep_running, secrets, service_account, sudoers, template
 from deploy.qdrant import collection_layout
 from deploy.vllm import served_models
@@ -70,6 +70,7 @@ def memoryctl() -> None:
         CONFIG,
         data_dir=DATA_DIR,
         endpoints=endpoints,
+        pg_hosts=patroni.member_addresses() if patroni.enabled() else [],
         pg_user="memoryctl",
         pg_database="memoryctl",
         pg_password=store.token("postgres/memoryctl"),

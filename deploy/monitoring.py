@@ -24,11 +24,11 @@ from typing import Any
 import yaml
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.postgres import PostgresRoles
-from pyinfra.facts.server import Users
 from pyinfra.operations import apt, files, server, systemd
 
+from deploy import patroni
 from deploy.common import TEMPLATES, after_mesh, component, has_role, inventory, keep_running, secrets, template
+from deploy.facts import PostgresRoleNames
 from deploy.opsnode import ops_node
 
 NODE_EXPORTER_PORT = 9100
@@ -168,10 +168,10 @@ def exporters() -> None:
 
 def postgres_exporter() -> None:
     apt.packages(name="postgres_exporter", packages=["prometheus-postgres-exporter"], no_recommends=True)
-    roles = (
-        host.get_fact(PostgresRoles, _sudo=True, _sudo_user="postgres") if "postgres" in host.get_fact(Users) else {}
-    )
-    if "prometheus" not in roles:
+    # None: the server did not answer when the run began (Patroni started it since): the statement
+    # below is idempotent, so it runs rather than guess.
+    roles = host.get_fact(PostgresRoleNames, _sudo=True, _sudo_user="postgres")
+    if roles is None or "prometheus" not in roles:
         server.shell(
             name="PostgreSQL role prometheus (pg_monitor, peer authentication)",
             commands=[
@@ -229,6 +229,8 @@ def prometheus() -> None:
         rules_dir=RULES_DIR,
         nodes=mesh,
         db_nodes={name: mesh[name] for name in cluster.group("db")},
+        patroni_members={name: mesh[name] for name in patroni.members()} if patroni.enabled() else {},
+        patroni_port=patroni.REST_PORT,
         qdrant_peers={name: mesh[name] for name in qdrant_peers()} if component("qdrant").get("source") else {},
         qdrant_key_file=QDRANT_KEY_FILE,
         mode="644",

@@ -28,6 +28,7 @@ import base64
 import hashlib
 import hmac
 import os
+from typing import Any
 
 from pyinfra import host
 from pyinfra.api import FactBase, deploy
@@ -35,9 +36,9 @@ from pyinfra.facts.postgres import PostgresRoles
 from pyinfra.facts.server import Users
 from pyinfra.operations import apt, postgres, server, systemd
 
-from deploy import aptsources, versions
+from deploy import aptsources, patroni, versions
 from deploy.common import START_RETRIES, after_mesh, component, secrets, template, with_secret_file
-from deploy.facts import PostgresExtensions, PostgresPreloaded, PostgresRoleMemberships
+from deploy.facts import PostgresAnswers, PostgresExtensions, PostgresPreloaded, PostgresRoleMemberships
 from deploy.osrelease import release
 
 DATABASE = "memoryctl"
@@ -114,49 +115,21 @@ def scram_verifier(password: str, salt: bytes | None = None, iterations: int = 4
 
 @deploy("PostgreSQL")
 def postgresql() -> None:
-    settings = component("postgres")
+    """The ``db`` node: the server, its role, database and extension; with Patroni, the first member."""
     version = major()
     check_no_other_major(version)
-    mesh = host.data.mesh
-    config_dir = f"/etc/postgresql/{version}/main"
+    under_patroni = patroni.enabled() and patroni.handed_over()
+    conf, hba, package = server_files(version)
     service = f"postgresql@{version}-main"
-    timescale = timescaledb_enabled()
-
-    dropin = after_mesh(service, "PostgreSQL")
-    systemd.daemon_reload(name="Reload systemd units", _if=dropin.did_change)
-    apt.packages(name="PostgreSQL", packages=[f"postgresql-{version}"], no_recommends=True)
-    package = install_timescaledb(version) if timescale else None
-
-    conf = template(
-        "postgres/memoryctl.conf.j2",
-        f"{config_dir}/conf.d/memoryctl.conf",
-        mesh_address=host.data.mesh_address,
-        max_connections=settings.get("max_connections", 100),
-        shared_buffers=settings.get("shared_buffers", "1GB"),
-        effective_cache_size=settings.get("effective_cache_size", "3GB"),
-        work_mem=settings.get("work_mem", "16MB"),
-        maintenance_work_mem=settings.get("maintenance_work_mem", "256MB"),
-        timescaledb=timescale,
-        user="postgres",
-        group="postgres",
-        mode="644",
-    )
-    hba = template(
-        "postgres/pg_hba.conf.j2",
-        f"{config_dir}/pg_hba.conf",
-        pg_database=DATABASE,
-        pg_user=ROLE,
-        mesh_subnet=mesh["subnet"],
-        user="postgres",
-        group="postgres",
-        mode="640",
-    )
-
-    systemd.service(name=f"{service} running and enabled", service=service, running=True, enabled=True, **START_RETRIES)
+    if not under_patroni:
+        systemd.service(
+            name=f"{service} running and enabled", service=service, running=True, enabled=True, **START_RETRIES
+        )
     # The package starts the cluster with its default config before ours is written, so a changed
     # config always restarts, even on the first run. A server running without the library the
     # config preloads (the restart of an earlier run never happened) is restarted too, and so is
     # one whose TimescaleDB extension is older than the package (the upgrade's restart).
+    timescale = timescaledb_enabled()
     preloaded = host.get_fact(PostgresPreloaded, **AS_POSTGRES)
     extensions = host.get_fact(PostgresExtensions, database=DATABASE, **AS_POSTGRES)
     wanted = versions.version("timescaledb", component("timescaledb"))
@@ -168,19 +141,21 @@ def postgresql() -> None:
             "TimescaleDB cannot be downgraded in place (restore a backup taken before the upgrade instead)"
         )
     reason = "timescaledb not loaded" if not_loaded else f"timescaledb {wanted} to load" if outdated else ""
-    systemd.service(
-        name=f"Restart {service} (config changed{', ' + reason if reason else ''})",
-        service=service,
-        restarted=True,
-        _if=[] if (not_loaded or outdated) else [op.did_change for op in (conf, package) if op is not None],
+    restart(
+        version,
+        f"config changed{', ' + reason if reason else ''}",
+        [] if (not_loaded or outdated) else [op.did_change for op in (conf, package) if op is not None],
+        under_patroni,
     )
-    systemd.service(
-        name=f"Reload {service} (pg_hba changed)",
-        service=service,
-        reloaded=True,
-        _if=lambda: hba.did_change() and not conf.did_change(),
-    )
+    reload_hba(version, hba, conf, under_patroni)
 
+    installed = "postgres" in host.get_fact(Users)
+    if patroni.enabled() and installed and not host.get_fact(PostgresAnswers, **AS_POSTGRES):
+        host.noop(
+            "PostgreSQL does not answer yet (Patroni starts it below): its roles, database and extension next run"
+        )
+        patroni.take_over(version, patroni.prepare(version))
+        return
     role_and_database(password=secrets().token("postgres/memoryctl"))
     if MONITOR not in host.get_fact(PostgresRoleMemberships, **AS_POSTGRES).get(ROLE, []):
         # Read-only views of settings and statistics: memoryctl checks that TimescaleDB is preloaded
@@ -203,6 +178,98 @@ def postgresql() -> None:
             commands=[f"psql -v ON_ERROR_STOP=1 -d {DATABASE} -XAtc 'ALTER EXTENSION timescaledb UPDATE'"],
             **AS_POSTGRES,
         )
+    if patroni.enabled():
+        patroni.replication_roles()
+        patroni.take_over(version, patroni.prepare(version))
+
+
+# The standby's Patroni files, by host: started after the barrier, reloaded when they changed.
+_prepared: dict[str, list[Any]] = {}
+
+
+@deploy("PostgreSQL standby")
+def standby_member() -> None:
+    """A Patroni member other than the ``db`` node: the same packages and files, no data of its own
+    (Patroni clones the primary once the first member leads: :func:`standby_start`)."""
+    version = major()
+    check_no_other_major(version)
+    under_patroni = patroni.handed_over()
+    conf, hba, package = server_files(version)
+    restart(version, "config changed", [op.did_change for op in (conf, package) if op is not None], under_patroni)
+    reload_hba(version, hba, conf, under_patroni)
+    _prepared[host.name] = patroni.prepare(version)
+
+
+def standby_start() -> None:
+    patroni.standby(major(), _prepared.get(host.name, []))
+
+
+def server_files(version: int) -> tuple[Any, Any, Any]:
+    """Packages and configuration files, the same on every member: the single server's, and with
+    Patroni the standby's (which Patroni clones into, keeping Debian's layout)."""
+    settings = component("postgres")
+    mesh = host.data.mesh
+    config_dir = f"/etc/postgresql/{version}/main"
+    service = f"postgresql@{version}-main"
+    timescale = timescaledb_enabled()
+    dropin = after_mesh(service, "PostgreSQL")
+    systemd.daemon_reload(name="Reload systemd units", _if=dropin.did_change)
+    apt.packages(name="PostgreSQL", packages=[f"postgresql-{version}"], no_recommends=True)
+    package = install_timescaledb(version) if timescale else None
+    conf = template(
+        "postgres/memoryctl.conf.j2",
+        f"{config_dir}/conf.d/memoryctl.conf",
+        mesh_address=host.data.mesh_address,
+        max_connections=settings.get("max_connections", 100),
+        shared_buffers=settings.get("shared_buffers", "1GB"),
+        effective_cache_size=settings.get("effective_cache_size", "3GB"),
+        work_mem=settings.get("work_mem", "16MB"),
+        maintenance_work_mem=settings.get("maintenance_work_mem", "256MB"),
+        timescaledb=timescale,
+        user="postgres",
+        group="postgres",
+        mode="644",
+    )
+    hba = template(
+        "postgres/pg_hba.conf.j2",
+        f"{config_dir}/pg_hba.conf",
+        pg_database=DATABASE,
+        pg_user=ROLE,
+        mesh_subnet=mesh["subnet"],
+        replication_user=patroni.REPLICATION_USER if patroni.enabled() else None,
+        rewind_user=patroni.REWIND_USER if patroni.enabled() else None,
+        user="postgres",
+        group="postgres",
+        mode="640",
+    )
+    return conf, hba, package
+
+
+def restart(version: int, reason: str, conditions: Any, under_patroni: bool, name: str | None = None) -> None:
+    """Restart the server: its Debian unit, or through Patroni once Patroni runs it (a standby
+    and a primary alike; a primary's restart is seconds of refused connections, no failover)."""
+    if under_patroni:
+        server.shell(
+            name=f"Restart PostgreSQL through Patroni ({reason})",
+            commands=[f"patronictl -c {patroni.CONFIG} restart {patroni.scope()} {host.name} --force"],
+            _if=conditions,
+        )
+        return
+    service = f"postgresql@{version}-main"
+    systemd.service(name=name or f"Restart {service} ({reason})", service=service, restarted=True, _if=conditions)
+
+
+def reload_hba(version: int, hba: Any, conf: Any, under_patroni: bool) -> None:
+    condition = lambda: hba.did_change() and not conf.did_change()  # noqa: E731
+    if under_patroni:
+        server.shell(
+            name="Reload PostgreSQL through Patroni (pg_hba changed)",
+            commands=[f"patronictl -c {patroni.CONFIG} reload {patroni.scope()} {host.name} --force"],
+            _if=condition,
+        )
+        return
+    service = f"postgresql@{version}-main"
+    systemd.service(name=f"Reload {service} (pg_hba changed)", service=service, reloaded=True, _if=condition)
 
 
 def timescaledb_packages(pg_major: int) -> list[str]:

@@ -3,7 +3,9 @@
 Every node gets the base system, the WireGuard mesh and the firewall; then each role its
 services (roles are inventory groups, see inventory/*.yaml):
 
-- ``db``: PostgreSQL (+ TimescaleDB) and memoryctl with its cron jobs,
+- ``db``: PostgreSQL (+ TimescaleDB) and memoryctl with its cron jobs; with
+  ``components.postgres.members`` naming two or more nodes, PostgreSQL is a Patroni cluster of those
+  nodes (etcd on every node, deploy/patroni.py) whose first member is the ``db`` node,
 - ``index``: Neo4j and the Qdrant peer that bootstraps the Qdrant cluster,
 - ``gpu``: vLLM (generation with LoRA, embeddings),
 
@@ -17,15 +19,17 @@ from __future__ import annotations
 
 from pyinfra import host
 
+from deploy import patroni
 from deploy.backup import backup
 from deploy.base import base
-from deploy.common import has_role, inventory
+from deploy.common import barrier, has_role, inventory
+from deploy.etcd import etcd
 from deploy.firewall import firewall
 from deploy.memoryctl import memoryctl
 from deploy.monitoring import monitoring
 from deploy.neo4j import neo4j
 from deploy.osrelease import release
-from deploy.postgres import postgresql
+from deploy.postgres import postgresql, standby_member, standby_start
 from deploy.qdrant import qdrant
 from deploy.vllm import vllm
 from deploy.wireguard import wireguard
@@ -38,8 +42,17 @@ def everything() -> None:
     firewall()
     if host.name in inventory().qdrant_peers():
         qdrant()
+    if patroni.enabled():
+        etcd()
+    if patroni.is_standby_member():
+        standby_member()
     if has_role("db"):
         postgresql()
+    if patroni.enabled():
+        # The first member leads before any other member's Patroni starts (deploy/patroni.py).
+        barrier("the PostgreSQL primary runs under Patroni")
+    if patroni.is_standby_member():
+        standby_start()
     if has_role("index"):
         neo4j()
     if has_role("gpu"):

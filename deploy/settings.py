@@ -54,12 +54,13 @@ class ClusterInventory:
         self.path = path
         doc = yaml.safe_load(path.read_text())
         # A change of data for one run (an upgrade rehearsed on the local nodes, a setting tried):
-        # $MEMORYCTL_INVENTORY_OVERLAY names a YAML file merged over the inventory whose
-        # `cluster:` it names (never over another cluster's).
-        overlay_path = os.environ.get("MEMORYCTL_INVENTORY_OVERLAY")
-        overlay = yaml.safe_load(resolve_path(overlay_path).read_text()) if overlay_path else None
-        if overlay and overlay.get("cluster") == doc.get("cluster"):
-            doc = merge(doc, overlay)
+        # $MEMORYCTL_INVENTORY_OVERLAY names YAML files merged over the inventory whose
+        # `cluster:` they name (never over another cluster's).
+        # Several files: separated by ":", merged in order.
+        for overlay_path in filter(None, os.environ.get("MEMORYCTL_INVENTORY_OVERLAY", "").split(os.pathsep)):
+            overlay = yaml.safe_load(resolve_path(overlay_path).read_text())
+            if overlay and overlay.get("cluster") == doc.get("cluster"):
+                doc = merge(doc, overlay)
         try:
             self.name: str = doc["cluster"]
             self.mesh: dict[str, Any] = doc["mesh"]

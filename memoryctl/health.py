@@ -509,6 +509,12 @@ def prometheus(report: HealthReport) -> str:
     ]
     for name, comp in sorted(report.components.items()):
         lines.append(f'memoryctl_up{{component="{name}"}} {1 if comp["status"] in ("ok", "disabled") else 0}')
+    # Degraded is not down: a PostgreSQL without its synchronous standby, a Qdrant cluster missing a
+    # peer still serve every request. The alerts tell the two apart (StoreUnreachableFromMemoryctl
+    # is for a store memoryctl cannot use; the store's own alerts say what is degraded).
+    lines += ["# HELP memoryctl_degraded 1 if the component answered degraded.", "# TYPE memoryctl_degraded gauge"]
+    for name, comp in sorted(report.components.items()):
+        lines.append(f'memoryctl_degraded{{component="{name}"}} {1 if comp["status"] == "degraded" else 0}')
     lines += ["# HELP memoryctl_probe_latency_seconds Probe latency.", "# TYPE memoryctl_probe_latency_seconds gauge"]
     for name, comp in sorted(report.components.items()):
         lines.append(f'memoryctl_probe_latency_seconds{{component="{name}"}} {comp["latency_ms"] / 1000:.4f}')

@@ -60,6 +60,11 @@ def _count(cell: str) -> int:
     return 0 if cell == "-" else int(cell)
 
 
+# Overlays every deploy of the session merges first: the single-server stage (tests/deploy/conftest.py)
+# until test_ha.py converts the stack to the inventory's Patroni cluster.
+BASE_OVERLAYS: list[Path] = []
+
+
 def run_deploy(log: Path, *, overlay: Path | None = None, kill_at: str | None = None) -> DeployRun:
     """``pyinfra -y inventory/local.py deploy.py`` from the repository root, timed; output to ``log``.
 
@@ -67,8 +72,9 @@ def run_deploy(log: Path, *, overlay: Path | None = None, kill_at: str | None = 
     SIGKILL pyinfra as soon as its output names this operation starting (a run killed half-way).
     """
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if overlay is not None:
-        env["MEMORYCTL_INVENTORY_OVERLAY"] = str(overlay)
+    overlays = [*BASE_OVERLAYS, *([overlay] if overlay is not None else [])]
+    if overlays:
+        env["MEMORYCTL_INVENTORY_OVERLAY"] = os.pathsep.join(str(path) for path in overlays)
     else:
         env.pop("MEMORYCTL_INVENTORY_OVERLAY", None)
     started = time.monotonic()

@@ -4,7 +4,9 @@ The session fixture ``deployed`` brings the cluster up (unless it already is: ``
 also starts the controller's stand-ins, ``scripts/standin``), deploys from scratch and kills that
 run half-way (right after TimescaleDB's repository was added), deploys again (that run must
 converge), deploys a third time (that run must change nothing), and tears the cluster down at the
-end unless it was already up before the session or ``MEMORYCTL_CLUSTER_KEEP=1``. ``imported`` then
+end unless it was already up before the session or ``MEMORYCTL_CLUSTER_KEEP=1``. Those runs deploy
+PostgreSQL as a single server (tests/deploy/single-server.yaml); test_ha.py, ordered last, converts
+it to the inventory's Patroni cluster. ``imported`` then
 initialises memoryctl on the db node and imports the end-to-end data set (tests/deploy/e2e_data.py)
 over the mesh. Timings, changed counts, figures of the end-to-end and fault tests and ``ss -ltn`` of
 every node are written to ``.cache/deploy-report.json`` and printed in the terminal summary:
@@ -26,7 +28,18 @@ from typing import Any
 import pytest
 
 from tests.deploy import e2e_data
-from tests.deploy.cluster import NODES, REPO, DeployRun, cluster, memoryctl, node, put, run_deploy, wait_for
+from tests.deploy.cluster import (
+    BASE_OVERLAYS,
+    NODES,
+    REPO,
+    DeployRun,
+    cluster,
+    memoryctl,
+    node,
+    put,
+    run_deploy,
+    wait_for,
+)
 
 REPORT = REPO / ".cache" / "deploy-report.json"
 _report: dict[str, Any] = {}
@@ -39,6 +52,12 @@ def record(key: str, value: Any) -> None:
 
 
 KILL_AT = "PostgreSQL | Refresh apt lists (timescaledb"
+
+
+# Every test but test_ha.py runs on the stack as every install before issue 26 was: one PostgreSQL
+# server. test_ha.py runs last (pytest_collection_modifyitems), converts the stack in place to the
+# inventory's Patroni cluster and drills it (docs/ha.md).
+SINGLE_SERVER = REPO / "tests" / "deploy" / "single-server.yaml"
 
 
 @dataclass(frozen=True)
@@ -88,6 +107,7 @@ def deployed(local_cluster: None) -> Deployed:
     # The first deploy is killed half-way, right after TimescaleDB's repository was added and
     # before its lists were fetched (the moment a deploy used to leave a node unable to install
     # for an hour); the next run must converge, and the one after change nothing.
+    BASE_OVERLAYS[:] = [SINGLE_SERVER]
     killed = run_deploy(logs / "deploy-killed.log", kill_at=KILL_AT)
     assert killed.returncode != 0 and f"Starting operation: {KILL_AT}" in killed.output, killed.output[-3000:]
     first = run_deploy(logs / "deploy-first.log")
@@ -141,6 +161,14 @@ DEPLOY_TIMEOUT = 1800
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The Patroni conversion and its drills come right after every other test of the deployed stack
+    # (they run on the single server), before whatever the session runs next.
+    ha = [item for item in items if item.nodeid.startswith("tests/deploy/test_ha.py")]
+    if ha:
+        rest = [item for item in items if item not in ha]
+        on_nodes = [i for i, item in enumerate(rest) if item.nodeid.startswith("tests/deploy/test_")]
+        at = on_nodes[-1] + 1 if on_nodes else len(rest)
+        items[:] = rest[:at] + ha + rest[at:]
     for item in items:
         if "deployed" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.timeout(DEPLOY_TIMEOUT))

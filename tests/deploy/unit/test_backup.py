@@ -108,8 +108,11 @@ def test_repository_side_fresh_creates_the_stanza_and_a_first_full_backup(secret
     cipher = (secrets_dir / "pgbackrest" / "cipher_pass").read_text().strip()
     assert conf["global"]["repo1-cipher-type"] == "aes-256-cbc" and conf["global"]["repo1-cipher-pass"] == cipher
     assert conf["global"]["repo1-retention-full"] == "2" and conf["global"]["repo1-path"] == "/var/lib/pgbackrest"
-    assert conf["global"]["tls-server-auth"] == "node1=memoryctl"
+    # Both Patroni members push WAL (whichever is primary) and are backed up (from the standby).
+    auth = [line for line in fresh.upload("/etc/pgbackrest.conf").splitlines() if line.startswith("tls-server-auth=")]
+    assert auth == ["tls-server-auth=node1=memoryctl", "tls-server-auth=node2=memoryctl"]
     assert conf["memoryctl"]["pg1-host"] == "10.77.0.1" and conf["memoryctl"]["pg1-host-type"] == "tls"
+    assert conf["memoryctl"]["pg2-host"] == "10.77.0.2" and conf["global"]["backup-standby"] == "y"
     names = fresh.names()
     assert names.index("Backups | User postgres") < names.index("Backups | pgBackRest 2.55.1-1, rsync")
     assert fresh.op("pgBackRest stanza memoryctl").commands[-1].endswith("pgbackrest --stanza=memoryctl stanza-create")
@@ -165,7 +168,11 @@ def test_snapshot_drop_box_is_on_the_mesh_for_the_db_node_only(secrets_dir: Path
 
 
 def test_index_and_disabled_nodes_get_nothing() -> None:
-    assert all("pgbackrest" not in " ".join(op.commands) for op in plan(backup, "node2").ops)
+    single = {"postgres": {"members": ["node1"]}}  # node2 is a PostgreSQL member only in a cluster
+    assert all("pgbackrest" not in " ".join(op.commands) for op in plan(backup, "node2", components=single).ops)
+    standby = plan(backup, "node2")
+    assert "Backups | Render /etc/postgresql/17/main/conf.d/pgbackrest.conf" in standby.names()
+    assert not any("cron.d/memoryctl-backup" in name for name in standby.names())
     assert plan(backup, "node1", components={"backup": {"enabled": False}}).ops == []
 
 
@@ -263,5 +270,6 @@ def test_firewall_opens_the_day_two_ports_on_the_mesh() -> None:
         return {int(p) for p in line.split("{")[1].split("}")[0].split(",")}
 
     assert {8432, 9100, 9187} <= ports("node1")  # pgBackRest, node and postgres exporters
-    assert {9100} <= ports("node2") and not {873, 8432, 9090, 9093, 9187} & ports("node2")
+    # node2 is the Patroni standby: pgBackRest's TLS server too (it archives once it is primary)
+    assert {8432, 9100} <= ports("node2") and not {873, 9090, 9093, 9187} & ports("node2")
     assert {873, 8432, 9090, 9093, 9100} <= ports("node3")  # rsync, pgBackRest, Prometheus, Alertmanager

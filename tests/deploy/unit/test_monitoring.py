@@ -76,6 +76,7 @@ def test_prometheus_scrapes_every_target_over_the_mesh(tmp_path: Path) -> None:
     targets = {name: [t for sc in job["static_configs"] for t in sc["targets"]] for name, job in jobs.items()}
     assert targets["node"] == ["10.77.0.1:9100", "10.77.0.2:9100", "10.77.0.3:9100"]
     assert targets["postgres"] == ["10.77.0.1:9187"]
+    assert targets["patroni"] == ["10.77.0.1:8008", "10.77.0.2:8008"]  # both members' Patroni /metrics
     assert sorted(targets["qdrant"]) == ["10.77.0.1:6333", "10.77.0.2:6333", "10.77.0.3:6333"]  # every peer
     assert jobs["qdrant"]["authorization"]["credentials_file"] == "/etc/prometheus/qdrant-api-key"
     assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["10.77.0.3:9093"]
@@ -92,7 +93,7 @@ def test_prometheus_scrapes_every_target_over_the_mesh(tmp_path: Path) -> None:
         [promtool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "20 rules found" in result.stdout
+    assert "25 rules found" in result.stdout
 
 
 def test_alertmanager_sends_nothing_until_a_receiver_is_configured(tmp_path: Path) -> None:

@@ -1,0 +1,296 @@
+"""PostgreSQL as a Patroni cluster: a primary and a synchronous standby, the leader lock in etcd.
+
+Replicated when ``components.postgres.members`` names two or more nodes (the first is the ``db``
+node); one member (the default) is the single server of :mod:`deploy.postgres`, unchanged. Which
+second node and why: docs/ha.md (the ``index`` node on the reference setup).
+
+**One path.** Every member installs PostgreSQL exactly as the single server does (Debian's
+``postgresql-<major>``, TimescaleDB, ``conf.d/memoryctl.conf``, ``pg_hba.conf``); Patroni then
+takes the Debian cluster over in place: ``start.conf`` says ``manual`` and ``postgresql@<major>-main``
+is stopped and disabled, so only Patroni starts the server, with Debian's data and config
+directories. Patroni renames Debian's ``postgresql.conf`` to ``postgresql.base.conf`` and includes
+it, so ``conf.d`` (memoryctl's settings, WAL archiving) still applies. So a fresh install and the
+conversion of an existing single server are the same steps: the first member's data survives (it
+becomes the leader with the data it has), and the others are cloned from it.
+
+**Ordering.** The first member is converted and holds the leader lock before any other member's
+Patroni starts (a barrier between the two, every run): a Patroni that found no leader and no
+``initialize`` key would otherwise bootstrap a second, empty cluster. A standby's own fresh Debian
+cluster (nothing but the template databases) is emptied before its first start, so Patroni clones
+the primary with ``pg_basebackup``; a data directory that holds anything else is never touched
+(the run stops with what to do).
+
+**Tuning.** ``ttl`` 20 s, ``loop_wait`` 5 s, ``retry_timeout`` 7 s (Patroni's defaults are 30/10/10):
+a lost primary's lock expires after at most 20 s and the standby acts within one loop, which keeps
+the measured write outage under the 30 s target with margin. ``synchronous_mode`` on, not strict:
+with the standby lost the primary keeps accepting writes alone (and the alert says so) rather than
+stopping every write; ``maximum_lag_on_failover`` keeps a lagging standby from being promoted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.facts.files import File
+from pyinfra.facts.server import Users
+from pyinfra.facts.systemd import SystemdStatus
+from pyinfra.operations import apt, files, server, systemd
+
+from deploy import etcd
+from deploy.common import after_mesh, component, inventory, secrets, template
+
+REST_PORT = 8008
+PKI_DIR = "/etc/patroni/pki"
+CONFIG = "/etc/patroni/config.yml"
+REPLICATION_USER = "replicator"
+REWIND_USER = "rewinder"
+AS_POSTGRES = {"_sudo": True, "_sudo_user": "postgres"}
+DCS = {"ttl": 20, "loop_wait": 5, "retry_timeout": 7, "maximum_lag_on_failover": 1048576}
+
+
+class PatroniSettingsError(ValueError):
+    """``components.postgres.members`` that cannot be deployed as written."""
+
+
+def members() -> list[str]:
+    """The PostgreSQL members, the ``db`` node first; ``[db node]`` unless the inventory names more."""
+    inv = inventory()
+    db = inv.group("db")[0]
+    stated = list(component("postgres").get("members") or [db])
+    unknown = [name for name in stated if name not in inv.nodes]
+    if unknown:
+        raise PatroniSettingsError(f"postgres.members names unknown nodes {unknown}; known: {sorted(inv.nodes)}")
+    if stated[0] != db:
+        raise PatroniSettingsError(
+            f"postgres.members must start with the db node ({db}): it holds the data the cluster starts from"
+        )
+    if len(set(stated)) != len(stated):
+        raise PatroniSettingsError(f"postgres.members names a node twice: {stated}")
+    return stated
+
+
+def enabled() -> bool:
+    return len(members()) > 1
+
+
+def is_member() -> bool:
+    return enabled() and host.name in members()
+
+
+def is_standby_member() -> bool:
+    return is_member() and host.name != members()[0]
+
+
+def mesh_ports() -> list[int]:
+    return [5432, REST_PORT] if is_member() else []
+
+
+def handed_over() -> bool:
+    """Whether this member's server was handed to Patroni (its configuration is there): from then
+    on only Patroni starts, stops and restarts it, even while Patroni itself is down."""
+    return host.get_fact(File, path=CONFIG) is not None
+
+
+def scope() -> str:
+    return f"memoryctl-{inventory().name}"
+
+
+def member_addresses() -> list[str]:
+    """``HOST:PORT`` of every member, the first member first (memoryctl's ``[postgres] hosts``)."""
+    nodes = inventory().nodes
+    return [f"{nodes[name]['mesh']}:5432" for name in members()]
+
+
+def rest_password() -> str:
+    return secrets().token("patroni/rest")
+
+
+def config(version: int) -> Any:
+    """Patroni's configuration file (0600 postgres: it holds the replication and REST passwords)."""
+    return template(
+        "patroni/config.yml.j2",
+        CONFIG,
+        scope=scope(),
+        member=host.name,
+        mesh_address=host.data.mesh_address,
+        rest_port=REST_PORT,
+        rest_password=rest_password(),
+        etcd_hosts=[f"{inventory().nodes[name]['mesh']}:{etcd.CLIENT_PORT}" for name in inventory().nodes],
+        pki_dir=PKI_DIR,
+        dcs=DCS,
+        version=version,
+        replication_user=REPLICATION_USER,
+        replication_password=secrets().token("postgres/replicator"),
+        rewind_user=REWIND_USER,
+        rewind_password=secrets().token("postgres/rewinder"),
+        user="postgres",
+        group="postgres",
+        mode="600",
+    )
+
+
+def prepare(version: int) -> list[Any]:
+    """Patroni's package, certificates and configuration, and the Debian unit handed over to it.
+
+    Called on every member after PostgreSQL's packages and files are in place. The package is
+    installed before its configuration exists, so its unit (which needs the file) cannot start a
+    Patroni before the ordering below allows it.
+    """
+    apt.packages(name="Patroni", packages=["patroni", "python3-etcd"], no_recommends=True)
+    dropin = after_mesh("patroni", "Patroni")
+    systemd.daemon_reload(name="Reload systemd units (patroni drop-in)", _if=dropin.did_change)
+    changes = etcd.certificate_files(PKI_DIR, "postgres")
+    changes.append(config(version))
+    files.put(
+        name="start.conf: only Patroni starts this cluster",
+        src=_manual(),
+        dest=f"/etc/postgresql/{version}/main/start.conf",
+        user="postgres",
+        group="postgres",
+        mode="644",
+    )
+    return changes
+
+
+def _manual() -> Any:
+    from io import StringIO
+
+    return StringIO("# Managed by the memoryctl pyinfra deploy (deploy/patroni.py): Patroni starts it.\nmanual\n")
+
+
+def replication_roles() -> None:
+    """The replication and pg_rewind roles, created on the primary before Patroni first needs them."""
+    from pyinfra.facts.postgres import PostgresRoles
+
+    from deploy.common import with_secret_file
+    from deploy.postgres import scram_verifier
+
+    installed = "postgres" in host.get_fact(Users)
+    roles = host.get_fact(PostgresRoles, **AS_POSTGRES) if installed else {}
+    statements = []
+    if REPLICATION_USER not in roles:
+        verifier = scram_verifier(secrets().token("postgres/replicator"))
+        statements.append(f"CREATE ROLE \"{REPLICATION_USER}\" LOGIN REPLICATION PASSWORD '{verifier}';")
+    if REWIND_USER not in roles:
+        verifier = scram_verifier(secrets().token("postgres/rewinder"))
+        statements.append(f"CREATE ROLE \"{REWIND_USER}\" LOGIN PASSWORD '{verifier}';")
+        # What pg_rewind needs of a non-superuser (PostgreSQL docs, pg_rewind; Patroni's docs).
+        for function in (
+            "pg_ls_dir(text, boolean, boolean)",
+            "pg_stat_file(text, boolean)",
+            "pg_read_binary_file(text)",
+            "pg_read_binary_file(text, bigint, bigint, boolean)",
+        ):
+            statements.append(f'GRANT EXECUTE ON FUNCTION pg_catalog.{function} TO "{REWIND_USER}";')
+    if statements:
+        with_secret_file(
+            "Replication and pg_rewind roles (SCRAM verifiers read from a file)",
+            "\n".join(statements) + "\n",
+            "psql -v ON_ERROR_STOP=1 -Xq -f {file}",
+            user="postgres",
+        )
+
+
+def take_over(version: int, changes: list[Any]) -> None:
+    """The first member: Patroni takes the running Debian cluster over (or, later, keeps it)."""
+    service = f"postgresql@{version}-main"
+    running = host.get_fact(SystemdStatus).get("patroni.service", False)
+    if not running:
+        server.shell(
+            name=f"Hand {service} over to Patroni (stop and disable the Debian unit)",
+            commands=[f"systemctl disable --now {service}.service"],
+        )
+    _patroni_running(running, changes)
+    wait_for_leader(_if=lambda: not running or any(op.did_change() for op in changes))
+
+
+def start_standby(version: int, changes: list[Any]) -> None:
+    """A standby member: its fresh Debian cluster emptied once, then Patroni clones the primary."""
+    data = f"/var/lib/postgresql/{version}/main"
+    service = f"postgresql@{version}-main"
+    running = host.get_fact(SystemdStatus).get("patroni.service", False)
+    if not running:
+        fresh = (
+            f"[ ! -f {data}/PG_VERSION ] ||"
+            f" {{ [ ! -f {data}/patroni.dynamic.json ] && [ $(ls {data}/base | wc -l) -le 3 ]; }}"
+        )
+        server.shell(
+            name=f"Hand {service} over to Patroni (its fresh cluster emptied: Patroni clones the primary)",
+            commands=[
+                # A member with nothing of its own starts only once another member leads: its
+                # Patroni would otherwise form a cluster of its own (a first member that failed
+                # earlier in this run passes the barrier too).
+                f"if {fresh}; then leader=$({_etcdctl()} get --print-value-only /memoryctl/{scope()}/leader);"
+                f' if [ -z "$leader" ] || [ "$leader" = {host.name} ]; then echo "no other member leads {scope()}:'
+                f" not starting this member's Patroni (it would form a cluster of its own); deploy again once"
+                f' {members()[0]} leads" >&2; exit 1; fi; fi',
+                f"systemctl disable --now {service}.service",
+                # Only a cluster that holds nothing but template0/template1/postgres is emptied,
+                # and only before this member's first Patroni start (a former primary keeps its
+                # data: Patroni rewinds it).
+                f"if [ -f {data}/PG_VERSION ] && [ ! -f {data}/patroni.dynamic.json ]; then"
+                f' n=$(ls {data}/base | wc -l); if [ "$n" -le 3 ]; then find {data} -mindepth 1 -delete;'
+                f" else echo '{data} holds databases of its own: move them away before it joins the cluster"
+                " (docs/ha.md)' >&2; exit 1; fi; fi",
+            ],
+        )
+    _patroni_running(running, changes)
+    wait_for_standby(_if=lambda: not running or any(op.did_change() for op in changes))
+
+
+def _etcdctl() -> str:
+    """etcdctl against this node's etcd member, with this node's certificate (root reads it)."""
+    pki = etcd.PKI_DIR
+    return (
+        f"etcdctl --endpoints=https://{host.data.mesh_address}:{etcd.CLIENT_PORT} --cacert={pki}/ca.crt"
+        f" --cert={pki}/node.crt --key={pki}/node.key"
+    )
+
+
+def _patroni_running(running: bool, changes: list[Any]) -> None:
+    systemd.service(name="Patroni running and enabled", service="patroni", running=True, enabled=True)
+    if running:
+        # Patroni reads its file again on reload; what needs a PostgreSQL restart it reports as
+        # pending (docs/ha.md: `patronictl restart --pending`).
+        systemd.service(
+            name="Reload Patroni (its files changed)",
+            service="patroni",
+            reloaded=True,
+            _if=lambda: any(op.did_change() for op in changes),
+        )
+
+
+def _rest(path: str) -> str:
+    return f"curl -s -o /dev/null -w '%{{http_code}}' http://{host.data.mesh_address}:{REST_PORT}{path}"
+
+
+def wait_for_leader(seconds: int = 120, **kwargs: Any) -> None:
+    """Only after this run started or reloaded Patroni (``_if``): a wait is not a change."""
+    server.shell(
+        name="Wait until this member leads the cluster (Patroni /primary answers 200)",
+        commands=[
+            f'for i in $(seq {seconds}); do [ "$({_rest("/primary")})" = 200 ] && exit 0;'
+            ' [ "$(' + _rest("/replica") + ')" = 200 ] && exit 0; sleep 1; done;'
+            f" echo 'Patroni reported no running member within {seconds} s: journalctl -u patroni' >&2; exit 1"
+        ],
+        **kwargs,
+    )
+
+
+def wait_for_standby(seconds: int = 600, **kwargs: Any) -> None:
+    server.shell(
+        name="Wait until this member streams from the primary (Patroni /replica answers 200)",
+        commands=[
+            f'for i in $(seq {seconds}); do c=$({_rest("/replica")}); [ "$c" = 200 ] && exit 0;'
+            f' [ "$({_rest("/primary")})" = 200 ] && exit 0; sleep 1; done;'
+            f" echo 'this member did not become a streaming replica in {seconds} s: journalctl -u patroni' >&2; exit 1"
+        ],
+        **kwargs,
+    )
+
+
+@deploy("Patroni standby")
+def standby(version: int, changes: list[Any]) -> None:
+    start_standby(version, changes)

@@ -1,0 +1,286 @@
+"""PostgreSQL as a Patroni cluster on the local nodes (issue 26, docs/ha.md): the drills.
+
+Runs after every other deploy test (tests/deploy/conftest.py orders it last), which all run on a
+single PostgreSQL server as every install before issue 26: the ``ha`` fixture converts that server
+in place to the inventory's Patroni cluster (every memory's id and text compared before and after;
+a second run changes nothing). Then, in this order, each drill with
+writers adding memories through the service (``memoryctl add`` on the db node, which goes through
+``memoryctl serve``) and every acknowledged id (exit 0, or 3: stored, a store behind) compared with
+what PostgreSQL holds afterwards:
+
+1. the cluster as deployed: node1 leads, node2 is its synchronous standby, streaming;
+2. a planned switchover to node2: no request fails;
+3. the primary's node (node2 now) loses its power: node1 is promoted; the time from the cut to the
+   leader change and to the first write that succeeds again; 0 acknowledged writes lost;
+4. node2 boots again and rejoins as a standby by itself (pg_rewind when its timeline diverged);
+5. the standby lost (Patroni stopped on node2): writes continue on the primary alone, health says
+   so; back, it is the synchronous standby again. Then reconcile finds no drift.
+
+Transcripts (timestamps of every event) go to the deploy report (.cache/deploy-report.json).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from tests.deploy.cluster import BASE_OVERLAYS, CLUSTER, MESH, REPO, memoryctl, node, put, run_deploy, wait_for
+from tests.deploy.conftest import record
+
+pytestmark = pytest.mark.deploy
+MEMBERS = ("node1", "node2")
+WRITER = "/usr/local/sbin/memoryctl-ha-writer"
+# One memory every 0.5 s through the service; each line: start (epoch s), id, exit code, seconds.
+WRITER_SCRIPT = """#!/bin/sh
+label=$1; seconds=$2; log=/var/lib/memoryctl/ha-$label.log
+: > "$log"; end=$(( $(date +%s) + seconds )); n=0
+while [ "$(date +%s)" -lt "$end" ]; do
+  n=$((n+1)); id=$(cat /proc/sys/kernel/random/uuid); t=$(date +%s.%N)
+  cd /var/lib/memoryctl && sudo -u memoryctl OMP_NUM_THREADS=1 timeout 120 memoryctl add --id "$id" \
+    "ha drill $label write $n" >/dev/null 2>>"/var/lib/memoryctl/ha-$label.err"
+  rc=$?; echo "$t $id $rc $(echo "$(date +%s.%N) - $t" | bc)" >> "$log"; sleep 0.5
+done
+echo done >> "$log"
+"""
+
+
+def cluster_view(via: str = "node3") -> dict[str, Any]:
+    """Patroni's view of the cluster (``GET /cluster`` of any member), asked from ``via`` over the mesh."""
+    for member in MEMBERS:
+        result = node(via).run(f"curl -s -m 3 http://{MESH[member]}:8008/cluster")
+        if result.rc == 0 and result.stdout.strip():
+            return dict(json.loads(result.stdout))
+    return {"members": []}
+
+
+def roles() -> dict[str, str]:
+    return {
+        m["name"]: m["role"] for m in cluster_view().get("members", []) if m.get("state") in ("running", "streaming")
+    }
+
+
+def leader() -> str | None:
+    return next((name for name, role in roles().items() if role == "leader"), None)
+
+
+def sync_standby() -> str | None:
+    return next((name for name, role in roles().items() if role == "sync_standby"), None)
+
+
+def streaming_sync(standby: str) -> bool:
+    members = {m["name"]: m for m in cluster_view().get("members", [])}
+    member = members.get(standby, {})
+    return member.get("role") == "sync_standby" and member.get("state") == "streaming"
+
+
+@contextmanager
+def writers(label: str, seconds: int) -> Iterator[list[tuple[float, str, int, float]]]:
+    """Writers on the db node for ``seconds``; yields the list their log is read into at the end."""
+    put("node1", WRITER_SCRIPT, WRITER)
+    node("node1").run(f"chmod 755 {WRITER}; command -v bc >/dev/null || apt-get install -y -qq bc >/dev/null")
+    node("node1").run(f"nohup {WRITER} {label} {seconds} >/dev/null 2>&1 &")
+    rows: list[tuple[float, str, int, float]] = []
+    try:
+        yield rows
+    finally:
+        log = f"/var/lib/memoryctl/ha-{label}.log"
+        wait_for(
+            f"the {label} writers finished",
+            lambda: node("node1").run(f"tail -1 {log}").stdout.strip() == "done",
+            timeout=seconds + 300,
+            interval=2,
+        )
+        for line in node("node1").check_output(f"cat {log}").splitlines():
+            fields = line.split()
+            if len(fields) == 4:
+                rows.append((float(fields[0]), fields[1], int(fields[2]), float(fields[3])))
+
+
+def stored(ids: list[str]) -> set[str]:
+    """Which of ``ids`` the current primary holds (every drill write's text starts "ha drill")."""
+    primary = leader()
+    assert primary is not None, cluster_view()
+    sql = "SELECT id FROM memories WHERE text LIKE 'ha drill %'"
+    out = node(primary).check_output(f"sudo -u postgres psql -XAtd memoryctl -c {shlex.quote(sql)}")
+    return set(out.split()) & set(ids)
+
+
+def acknowledged(rows: list[tuple[float, str, int, float]]) -> list[str]:
+    return [row[1] for row in rows if row[2] in (0, 3)]
+
+
+def check_nothing_lost(label: str, rows: list[tuple[float, str, int, float]]) -> dict[str, Any]:
+    acked = acknowledged(rows)
+    held = stored(acked)
+    lost = sorted(set(acked) - held)
+    figures = {
+        "requests": len(rows),
+        "acknowledged": len(acked),
+        "exit_codes": {str(rc): sum(1 for r in rows if r[2] == rc) for rc in sorted({r[2] for r in rows})},
+        "stored_of_acknowledged": len(held),
+        "lost": lost,
+    }
+    assert rows and not lost, (label, figures)
+    return figures
+
+
+SEED = "SELECT count(*), md5(string_agg(id::text || text, ',' ORDER BY id)) FROM memories"
+
+
+def fingerprint() -> dict[str, Any]:
+    """Every memory's id and text, as one count and one hash (read on node1, the first member)."""
+    out = node("node1").check_output(f"sudo -u postgres psql -XAtd memoryctl -F ' ' -c {shlex.quote(SEED)}")
+    count, digest = out.split()
+    return {"memories": int(count), "md5": digest}
+
+
+@pytest.fixture(scope="module")
+def ha(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The single server (with the end-to-end data set and whatever the other tests wrote) converted
+    in place to the inventory's Patroni cluster; then a second run that must change nothing.
+
+    ``MEMORYCTL_DEPLOY_REUSE=1`` runs the drills on the nodes as they are (a developer's loop on an
+    already converted cluster: CI never sets it).
+    """
+    if os.environ.get("MEMORYCTL_DEPLOY_REUSE") == "1":
+        return {}
+    request.getfixturevalue("imported")
+    memoryctl("sync")
+    before = fingerprint()
+    BASE_OVERLAYS.clear()  # from here on: inventory/local.yaml as it is, the Patroni cluster
+    logs = REPO / ".cache"
+    converted = run_deploy(logs / "deploy-convert.log")
+    assert converted.returncode == 0 and converted.errors == 0, converted.output[-4000:]
+    after = fingerprint()
+    again = run_deploy(logs / "deploy-convert-second.log")
+    figures = {
+        "conversion": {**converted.figures(), "before": before, "after": after},
+        "second_run": {**again.figures(), "changed_operations": again.changed_operations()},
+    }
+    record("ha_conversion", figures)
+    assert again.returncode == 0 and again.changed_operations() == [], figures["second_run"]
+    return {"before": before, "after": after}
+
+
+def test_conversion_kept_the_single_servers_data(ha: dict[str, Any]) -> None:
+    if not ha:  # MEMORYCTL_DEPLOY_REUSE: nothing was converted in this session
+        return
+    assert ha["after"] == ha["before"] and ha["before"]["memories"] > 1000, ha
+
+
+def test_the_cluster_leads_from_the_db_node_with_a_synchronous_standby(ha: dict[str, Any]) -> None:
+    wait_for("node2 is the streaming synchronous standby", lambda: streaming_sync("node2"), timeout=300)
+    assert leader() == "node1", cluster_view()
+    health = memoryctl("health", "--json")
+    assert health.returncode == 0, health.stdout + health.stderr
+    record("ha_cluster", cluster_view())
+
+
+def test_a_planned_switchover_fails_no_request(ha: dict[str, Any]) -> None:
+    wait_for("node2 streams in sync", lambda: streaming_sync("node2"), timeout=300)
+    events: dict[str, float] = {}
+    with writers("switchover", 40) as rows:
+        time.sleep(8)
+        events["switchover"] = time.time()
+        out = node("node1").check_output(
+            "patronictl -c /etc/patroni/config.yml switchover --leader node1 --candidate node2 --force"
+        )
+        wait_for("node2 leads", lambda: leader() == "node2", timeout=120, interval=0.5)
+        events["leader_changed"] = time.time()
+    figures = check_nothing_lost("switchover", rows)
+    failed = [row for row in rows if row[2] not in (0, 3)]
+    record("ha_switchover", {**figures, "events": events, "patronictl": out[-500:], "requests_log": rows})
+    assert not failed, failed
+
+
+def test_the_primary_loses_its_power_writes_come_back_and_it_rejoins(ha: dict[str, Any]) -> None:
+    if leader() != "node2":  # the switchover above is what puts the primary on node2
+        node("node1").check_output(
+            "patronictl -c /etc/patroni/config.yml switchover --leader node1 --candidate node2 --force"
+        )
+        wait_for("node2 leads", lambda: leader() == "node2", timeout=120, interval=0.5)
+    wait_for("node1 streams in sync", lambda: streaming_sync("node1"), timeout=300)
+    events: dict[str, float] = {}
+    with writers("failover", 90) as rows:
+        time.sleep(10)
+        events["power_cut_started"] = time.time()
+        kill = subprocess.run([str(CLUSTER), "kill", "node2"], cwd=REPO, capture_output=True, text=True)
+        assert kill.returncode == 0, kill.stderr
+        events["power_cut"] = time.time()  # every process of node2 is gone from here on
+        wait_for("node1 leads", lambda: leader() == "node1", timeout=120, interval=0.5)
+        events["leader_changed"] = time.time()
+    # The first write acknowledged once node2 was gone (one in flight at the cut may finish first).
+    first_ok = next(
+        (row[0] + row[3] for row in rows if row[2] in (0, 3) and row[0] + row[3] > events["power_cut"]), None
+    )
+    figures = check_nothing_lost("failover", rows)
+    events["first_write_acknowledged"] = first_ok or 0.0
+    leader_change = events["leader_changed"] - events["power_cut_started"]
+    outage = (first_ok - events["power_cut_started"]) if first_ok else None
+    record(
+        "ha_failover",
+        {
+            **figures,
+            "events": events,
+            "leader_change_s": round(leader_change, 1),
+            "writes_back_s": round(outage, 1) if outage else None,
+            "requests_log": rows,
+        },
+    )
+    # Patroni's part: the standby leads within the lock's ttl (20 s) and a loop. The first write
+    # back also waits for its deliveries to the lost node's Neo4j and Qdrant replica to time out
+    # (exit 3: stored in PostgreSQL, delivery pending), measured at 35-40 s here (docs/ha.md).
+    assert leader_change < 30, (leader_change, figures)
+    assert outage is not None and outage < 60, (outage, figures)
+
+    started = time.time()
+    boot = subprocess.run([str(CLUSTER), "start", "node2"], cwd=REPO, capture_output=True, text=True)
+    assert boot.returncode == 0, boot.stderr
+    wait_for("node2 rejoins as the synchronous standby", lambda: streaming_sync("node2"), timeout=300, interval=1)
+    journal = node("node2").check_output(
+        f"journalctl -u patroni --no-pager -o cat --since @{int(started)} | grep -iE 'rewind|replica' | tail -20"
+    )
+    record("ha_rejoin", {"seconds": round(time.time() - started, 1), "patroni_log": journal})
+    assert leader() == "node1"
+
+
+def test_the_standby_lost_writes_continue_and_health_says_so(ha: dict[str, Any]) -> None:
+    wait_for("node2 streams in sync", lambda: streaming_sync("node2"), timeout=300)
+    primary = leader()
+    standby = "node2" if primary == "node1" else "node1"
+    node(standby).check_output("systemctl stop patroni")
+    try:
+        with writers("standby-lost", 20) as rows:
+            pass
+        figures = check_nothing_lost("standby-lost", rows)
+        assert all(row[2] in (0, 3) for row in rows), figures
+        health = memoryctl("health", "--json")
+        record("ha_standby_lost", {**figures, "health_rc": health.returncode, "health": health.stdout[-2000:]})
+    finally:
+        node(standby).check_output("systemctl start patroni")
+    wait_for(f"{standby} is the synchronous standby again", lambda: streaming_sync(standby), timeout=300)
+    repair = memoryctl("sync")
+    reconcile = memoryctl("reconcile", "--json")
+    record("ha_reconcile", {"rc": reconcile.returncode, "out": reconcile.stdout[-1500:], "sync_rc": repair.returncode})
+    assert reconcile.returncode == 0, reconcile.stdout + reconcile.stderr
+
+
+def test_backups_archive_from_the_primary_and_copy_the_standby(ha: dict[str, Any]) -> None:
+    """pgBackRest on the cluster: WAL reaches the repository from the current primary (``check``),
+    and a backup taken by the repository node reads the standby's files."""
+    wait_for("a synchronous standby", lambda: sync_standby() is not None, timeout=300)
+    repo = "sudo -u postgres pgbackrest --stanza=memoryctl --log-level-console=info"
+    check = node("node3").run(f"{repo} check")
+    assert check.rc == 0, check.stdout + check.stderr
+    backup = node("node3").run(f"{repo} --type=incr backup")
+    assert backup.rc == 0, backup.stdout[-3000:] + backup.stderr[-3000:]
+    assert "wait for replay on the standby" in backup.stdout, backup.stdout[-3000:]
+    record("ha_backup", {"leader": leader(), "standby": sync_standby(), "log": backup.stdout[-1500:]})
