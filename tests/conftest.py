@@ -321,6 +321,8 @@ def _toml_value(v: object) -> str:
         return repr(v)
     if isinstance(v, list | tuple):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):  # an inline table (a table inside a list: [nightly] embedding_slots)
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items() if x is not None) + "}"
     return json.dumps(str(v))  # a JSON string is a valid TOML basic string
 
 

@@ -11,7 +11,7 @@ tests, and recovery when the database is unreachable).
 Layout::
 
     <root>/embedding/v0001/{adapter_config.json, adapter_model.safetensors, manifest.json}
-    <root>/embedding/state.json       {"active": "v0002", "history": ["v0001", "v0002"]}
+    <root>/embedding/state.json       {"active": "v0002", "history": ["v0001", "v0002"], "rollbacks": [...]}
     <root>/generation/v0001/...
 
 Versions are ``v`` + a zero-padded counter: sortable, short, safe as vLLM adapter names.
@@ -27,6 +27,7 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,7 @@ class AdapterRegistry:
         av = self.get(kind, version)
         state = self._state(kind)
         history = [v for v in state["history"] if v != version] + [version]
-        self._write_state(kind, {"active": version, "history": history})
+        self._write_state(kind, {**state, "active": version, "history": history})
         return av
 
     def rollback(self, kind: AdapterKind) -> AdapterVersion | None:
@@ -141,8 +142,52 @@ class AdapterRegistry:
         if history:
             history.pop()
         active = history[-1] if history else None
-        self._write_state(kind, {"active": active, "history": history})
+        self._write_state(kind, {**state, "active": active, "history": history})
         return self.get(kind, active) if active else None
+
+    def restore(self, kind: AdapterKind, version: str | None, *, reason: str) -> dict[str, Any] | None:
+        """Record ``version`` (None: the base model) as active because what is served went back to it
+        (``migrate --rollback``): the history is cut after it, as :meth:`rollback` does, and the change
+        is appended to the kind's ``rollbacks`` with ``reason``. Returns that entry, or None when
+        ``version`` was already the active one (nothing recorded)."""
+        if version is not None:
+            self.get(kind, version, verify=False)
+        state = self._state(kind)
+        if state["active"] == version:
+            return None
+        history: list[str] = list(state["history"])
+        if version is None:
+            history = []
+        elif version in history:
+            history = history[: history.index(version) + 1]
+        else:
+            history = [*history, version]
+        entry = {
+            "at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "from": state["active"],
+            "to": version,
+            "reason": reason,
+        }
+        self._write_state(
+            kind, {**state, "active": version, "history": history, "rollbacks": [*state["rollbacks"], entry]}
+        )
+        return entry
+
+    def remove(self, kind: AdapterKind, version: str) -> None:
+        """Delete a version that is not the active one (the nightly's clean-up of superseded merged
+        embedding versions; the caller keeps the rollback target); it leaves the history too."""
+        state = self._state(kind)
+        if version == state["active"]:
+            raise UsageError(f"{kind} adapter {version} is the active one: it is kept")
+        path = self.root / kind / version
+        if _number(version) is None or not path.is_dir():
+            raise NotFoundError(f"no {kind} adapter {version} in {self.root}")
+        self._write_state(kind, {**state, "history": [v for v in state["history"] if v != version]})
+        shutil.rmtree(path)
+
+    def rollbacks(self, kind: AdapterKind) -> list[dict[str, Any]]:
+        """Every :meth:`restore` of ``kind``, oldest first."""
+        return list(self._state(kind)["rollbacks"])
 
     # -- reading -----------------------------------------------------------------------------
     def list(self, kind: AdapterKind) -> list[AdapterVersion]:
@@ -196,12 +241,16 @@ class AdapterRegistry:
     def _state(self, kind: AdapterKind) -> dict[str, Any]:
         p = self.root / kind / STATE_NAME
         if not p.is_file():
-            return {"active": None, "history": []}
+            return {"active": None, "history": [], "rollbacks": []}
         try:
             data = json.loads(p.read_text())
         except json.JSONDecodeError as exc:
             raise AdapterIntegrityError(f"{p}: not valid JSON ({exc})") from exc
-        return {"active": data.get("active"), "history": list(data.get("history", []))}
+        return {
+            "active": data.get("active"),
+            "history": list(data.get("history", [])),
+            "rollbacks": list(data.get("rollbacks", [])),
+        }
 
     def _write_state(self, kind: AdapterKind, state: dict[str, Any]) -> None:
         d = self.root / kind

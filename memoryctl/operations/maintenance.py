@@ -113,10 +113,22 @@ def feedback(client: MemoryClient, call: Call) -> Reply:
 
 
 def adapters(client: MemoryClient, call: Call) -> Reply:
-    from memoryctl.ops.adapters import list_adapters, rollback_adapter, serve_active_adapter
+    from memoryctl.ops.adapters import (
+        adapter_kind,
+        embedding_rolled_back,
+        list_adapters,
+        open_registry,
+        rollback_adapter,
+        serve_active_adapter,
+    )
 
     kind = call.params["kind"]
-    warnings = [rollback_adapter(client.stack, kind)] if call.params["rollback"] else []
+    warnings = []
+    if call.params["rollback"] and adapter_kind(kind) == "embedding":
+        open_registry(client.settings)  # the registry is here (memoryctl-lora installed), or the hint
+        warnings.append(embedding_rolled_back(client.migrate_model("rollback")))  # the registry follows
+    elif call.params["rollback"]:
+        warnings.append(rollback_adapter(client.stack, kind))
     if call.params["serve_active"]:
         warnings.append(serve_active_adapter(client.settings, kind))
     return Reply(list_adapters(client.settings, kind), warnings=warnings)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from memoryctl.adapter_files import LORA_INSTALL_HINT
 from memoryctl.config import Settings
-from memoryctl.errors import ConfigError, InputError
+from memoryctl.errors import ConfigError, InputError, MemoryctlError
 from memoryctl.ops.needs import Stores
 from memoryctl.vllm import VLLMClient
 
@@ -93,25 +93,72 @@ def list_adapters(settings: Settings, kind: str) -> list[dict[str, Any]]:
 
 
 def rollback_adapter(stack: Stores, kind: str) -> str:
-    """Serve the previous version of ``kind`` again; returns what is served now, in words.
-
-    generation: vLLM loads the previous adapter (or serves the bare base model) and unloads the
-    current one; embedding: ``migrate --rollback`` swaps the alias back to the previous collection.
-    """
-    which = adapter_kind(kind)
+    """Serve the previous generation adapter again (vLLM loads it, or serves the bare base model, and
+    unloads the current one); returns what is served now, in words. The embedding adapter is rolled
+    back by ``migrate --rollback`` (the alias back to the previous collection, the registry
+    following): ``memoryctl adapters embedding --rollback`` runs that, then :func:`embedding_rolled_back`."""
+    if adapter_kind(kind) != "generation":
+        raise InputError("the embedding adapter is rolled back by `memoryctl migrate --rollback`")
     registry = open_registry(stack.settings)
-    if which == "generation":
-        from memoryctl_lora.cycle import rollback_generation
-        from memoryctl_lora.serving import AdapterServing
+    from memoryctl_lora.cycle import rollback_generation
+    from memoryctl_lora.serving import AdapterServing
 
-        with vllm_client(stack.settings) as client:
-            back = rollback_generation(registry, AdapterServing(client), path_on_server=server_path(stack.settings))
-        return f"serving {back.served_name if back else 'the base model'}"
-    from memoryctl.ops.model_migration import run_model_migration
+    with vllm_client(stack.settings) as client:
+        back = rollback_generation(registry, AdapterServing(client), path_on_server=server_path(stack.settings))
+    return f"serving {back.served_name if back else 'the base model'}"
 
-    report = run_model_migration(stack, "rollback")
-    registry.rollback("embedding")
-    return f"embedding model: {report.status} → {report.target_model}"
+
+def embedding_rolled_back(report: Any) -> str:
+    """``migrate --rollback``'s report (a MigrationReport) in words, for ``adapters embedding
+    --rollback``; a ConfigError when the registry could not follow the vectors."""
+    followed = report.adapter_registry or {}
+    if followed.get("error"):
+        raise ConfigError(
+            f"the vectors went back to {report.target_model}, but the adapter registry could not follow:"
+            f" {followed['error']}",
+            hint="fix the registry (the next `memoryctl nightly` makes it follow the served model too)",
+        )
+    adapter = f"adapter {followed['active'] or 'none'}" if followed.get("followed") else followed.get("why")
+    return f"embedding model: {report.status} → {report.target_model} ({adapter})"
+
+
+def embedding_version_of(registry: AdapterRegistry, model_id: str | None) -> AdapterVersion | None:
+    """The registered embedding version whose vectors ``model_id`` (an aliased collection's model)
+    holds: ``http:<served name>`` for a merged version on an embedding slot, ``...+lora:<checksum>``
+    for MiniLM with the adapter applied; None when no registered adapter is in it (the base model)."""
+    from memoryctl.ops.embedding_version import served_name
+
+    if not model_id:
+        return None
+    for v in reversed(registry.list("embedding")):
+        if model_id == f"http:{served_name(v.model_id)}" or model_id.endswith(f"+lora:{v.checksum[:12]}"):
+            return v
+    return None
+
+
+def follow_active_embedding(stack: Stores, *, reason: str) -> dict[str, Any]:
+    """Make the registry's active embedding adapter the one in the collection now aliased.
+
+    Called by ``migrate --rollback`` (both commands) and at the start of the nightly's embedding
+    step. Returns ``active`` (the version, None for the base model) and ``changed`` (the registry's
+    rollback entry, None when it already agreed), or ``why`` it did not look (no registry on this
+    host) or the ``error``. Never raises: the alias swap it follows has already happened."""
+    root = registry_root(stack.settings)
+    if not (root / "embedding").is_dir():
+        return {"followed": False, "why": f"no embedding adapter registry on this host ({root / 'embedding'})"}
+    try:
+        registry = open_registry(stack.settings)
+        model = stack.require_vectors().active_model()
+        version = embedding_version_of(registry, model.model_id if model else None)
+        changed = registry.restore("embedding", version.version if version else None, reason=reason)
+    except MemoryctlError as exc:
+        return {"followed": False, "error": exc.message}
+    return {
+        "followed": True,
+        "model": model.model_id if model else None,
+        "active": version.version if version else None,
+        "changed": changed,
+    }
 
 
 def serve_active_adapter(settings: Settings, kind: str) -> str:

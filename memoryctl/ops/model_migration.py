@@ -89,6 +89,7 @@ class MigrationReport:
     pipeline: PipelineStats = field(default_factory=PipelineStats)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (copy, catch-up, ...)
     seconds: float = 0.0
+    adapter_registry: dict[str, Any] | None = None  # --rollback: what the adapter registry now says
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -116,6 +117,7 @@ class MigrationReport:
             "pipeline": self.pipeline.as_dict(),
             "phases": {k: round(v, 3) for k, v in self.phases.items()},
             "seconds": round(self.seconds, 3),
+            **({"adapter_registry": self.adapter_registry} if self.adapter_registry is not None else {}),
         }
 
 
@@ -396,18 +398,12 @@ class Migrator:
         vectors = self.stack.require_vectors()
         current = vectors.active_model()
         report.source_model = current.model_id if current else None
-        existing = {c.model.model_id for c in vectors.collections()}
-        retired = [
-            r
-            for r in self.state.embedding_models()
-            if r["status"] == "retired" and r["model_id"] in existing and r["model_id"] != report.source_model
-        ]
-        if not retired:
+        prev = rollback_candidate(self.state, vectors)
+        if prev is None:
             raise UsageError(
                 "nothing to roll back to: no retired embedding model with a collection",
                 hint="`memoryctl migrate --to-model ...` to move to a specific model",
             )
-        prev = max(retired, key=lambda r: str(r["manifest"].get("retired_at", "")))
         spec = prev["manifest"].get("embedder")
         if not spec:
             raise UsageError(
@@ -496,6 +492,22 @@ class Migrator:
         return report
 
 
+def rollback_candidate(state: OpsState, vectors: VectorStore) -> dict[str, Any] | None:
+    """The ``model_versions`` row ``--rollback`` goes back to: the most recently retired embedding
+    model whose collection still exists (not the active one); None when there is none. The
+    nightly's clean-up of merged model versions keeps this one's files."""
+    current = vectors.active_model()
+    existing = {c.model.model_id for c in vectors.collections()}
+    retired = [
+        r
+        for r in state.embedding_models()
+        if r["status"] == "retired"
+        and r["model_id"] in existing
+        and r["model_id"] != (current.model_id if current else None)
+    ]
+    return max(retired, key=lambda r: str(r["manifest"].get("retired_at", ""))) if retired else None
+
+
 def run_model_migration(stack: Stores, action: str, **kwargs: Any) -> MigrationReport:
     """Run one migrate action (migrate | rollback | cleanup | abandon), recorded in maintenance_runs."""
     target: EmbedderSettings | None = kwargs.pop("target", None)
@@ -508,6 +520,11 @@ def run_model_migration(stack: Stores, action: str, **kwargs: Any) -> MigrationR
             report = migrator.migrate(target)
         elif action == "rollback":
             report = migrator.rollback()
+            # The adapter registry (where the nightly trains) follows the model now aliased, so it,
+            # `adapters embedding` and the next night's gate baseline agree with the vectors.
+            from memoryctl.ops.adapters import follow_active_embedding
+
+            report.adapter_registry = follow_active_embedding(stack, reason="migrate --rollback")
         elif action == "cleanup":
             report = migrator.cleanup(timedelta(days=7) if grace is None else grace)  # 0 is a grace too
         elif action == "abandon":

