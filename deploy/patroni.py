@@ -222,7 +222,8 @@ def start_standby(version: int, changes: list[Any]) -> None:
                 # A member with nothing of its own starts only once another member leads: its
                 # Patroni would otherwise form a cluster of its own (a first member that failed
                 # earlier in this run passes the barrier too).
-                f"if {fresh}; then leader=$({_etcdctl()} get --print-value-only /memoryctl/{scope()}/leader);"
+                f"if {fresh}; then for i in $(seq 120); do leader=$({_leader()});"
+                f' [ -n "$leader" ] && [ "$leader" != {host.name} ] && break; sleep 1; done;'
                 f' if [ -z "$leader" ] || [ "$leader" = {host.name} ]; then echo "no other member leads {scope()}:'
                 f" not starting this member's Patroni (it would form a cluster of its own); deploy again once"
                 f' {members()[0]} leads" >&2; exit 1; fi; fi',
@@ -238,6 +239,11 @@ def start_standby(version: int, changes: list[Any]) -> None:
         )
     _patroni_running(running, changes)
     wait_for_standby(_if=lambda: not running or any(op.did_change() for op in changes))
+
+
+def _leader() -> str:
+    """The shell that prints the member holding the leader lock in etcd (empty: none)."""
+    return f"{_etcdctl()} get --print-value-only /memoryctl/{scope()}/leader"
 
 
 def _etcdctl() -> str:
@@ -271,9 +277,12 @@ def wait_for_leader(seconds: int = 120, **kwargs: Any) -> None:
     server.shell(
         name="Wait until this member leads the cluster (Patroni /primary answers 200)",
         commands=[
-            f'for i in $(seq {seconds}); do [ "$({_rest("/primary")})" = 200 ] && exit 0;'
-            ' [ "$(' + _rest("/replica") + ')" = 200 ] && exit 0; sleep 1; done;'
-            f" echo 'Patroni reported no running member within {seconds} s: journalctl -u patroni' >&2; exit 1"
+            # A member that runs (primary, or a replica after a failover) and a leader in etcd: a
+            # taken-over server first starts read-only, before Patroni takes the lock.
+            f'for i in $(seq {seconds}); do if [ -n "$({_leader()})" ]; then'
+            f' [ "$({_rest("/primary")})" = 200 ] && exit 0; [ "$({_rest("/replica")})" = 200 ] && exit 0; fi;'
+            " sleep 1; done;"
+            f" echo 'Patroni reported no leader within {seconds} s: journalctl -u patroni' >&2; exit 1"
         ],
         **kwargs,
     )
