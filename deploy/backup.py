@@ -228,7 +228,10 @@ def database_side() -> None:
         major(),
         "WAL archiving changed",
         lambda: archiving.did_change() or archive_mode not in (None, "on"),
-        patroni.enabled() and patroni.handed_over(),
+        # Backups come after PostgreSQL in the run: a member's Patroni runs by now, even on the
+        # run that converts it (a plan-time "handed over" said no there, and the Debian unit's
+        # restart of a cluster Patroni runs failed: fresh-clone CI rehearsal of 2f85316).
+        patroni.is_member(),
         name="Restart PostgreSQL (WAL archiving changed)",
     )
     if not has_role("db"):

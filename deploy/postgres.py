@@ -250,7 +250,7 @@ def restart(version: int, reason: str, conditions: Any, under_patroni: bool, nam
     and a primary alike; a primary's restart is seconds of refused connections, no failover)."""
     if under_patroni:
         server.shell(
-            name=f"Restart PostgreSQL through Patroni ({reason})",
+            name=name or f"Restart PostgreSQL through Patroni ({reason})",
             commands=[f"patronictl -c {patroni.CONFIG} restart {patroni.scope()} {host.name} --force"],
             _if=conditions,
         )

@@ -109,3 +109,13 @@ def test_one_member_is_the_single_server_without_etcd_or_patroni(secrets_dir: Pa
 def test_members_that_cannot_be_deployed_are_refused(stated: list[str], message: str) -> None:
     with pytest.raises(PatroniSettingsError, match=message):
         plan(members, "node1", components={"postgres": {"members": stated}})  # type: ignore[arg-type]
+
+
+def test_a_converting_member_restarts_for_wal_archiving_through_patroni(secrets_dir: Path) -> None:
+    """Backups come after Patroni in the run, so even the run that converts a member (no Patroni
+    configuration yet when it was planned) restarts it through Patroni, never the Debian unit."""
+    for node in ("node1", "node2"):
+        restart = plan(everything, node).op("Backups | Restart PostgreSQL (WAL archiving changed)")
+        assert restart.conditional and "patronictl" in " ".join(restart.commands), (node, restart.commands)
+    single = plan(everything, "node1", components=SINGLE).op("Backups | Restart PostgreSQL (WAL archiving changed)")
+    assert single.conditional and "patronictl" not in " ".join(single.commands)
