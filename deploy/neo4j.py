@@ -17,10 +17,12 @@ install still sets it before the first start — read from a file, never a comma
 
 from __future__ import annotations
 
+from io import StringIO
+
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.files import Directory
-from pyinfra.operations import apt, files, systemd
+from pyinfra.operations import apt, files, server, systemd
 
 from deploy import versions
 from deploy.artefacts import ArtefactSourceError, install_archive, resolve
@@ -32,11 +34,14 @@ INSTALL_DIR = "/usr/share/neo4j"  # a link to the installed version
 HOME = "/var/lib/neo4j"
 CONF_DIR = "/etc/neo4j"
 LOG_DIR = "/var/log/neo4j"
+RUN_DIR = "/run/neo4j"  # the PID file: gone at every boot (tmpfs)
+TMPFILES = "/etc/tmpfiles.d/neo4j-memoryctl.conf"
 
 
 def conf_context(version: str) -> dict[str, object]:
     settings = component("neo4j")
     return {
+        "run_dir": RUN_DIR,
         "mesh_address": host.data.mesh_address,
         "heap": settings.get("heap", "2g"),
         "pagecache": settings.get("pagecache", "2g"),
@@ -68,10 +73,18 @@ def neo4j() -> None:
     apt.packages(
         name="Java, tools to unpack release archives", packages=[release().java, "tar", "gzip"], no_recommends=True
     )
-    service_account(
-        "neo4j", HOME, {HOME: "750", **{f"{HOME}/{sub}": "750" for sub in ("data", "plugins", "import", "run")}}
-    )
+    service_account("neo4j", HOME, {HOME: "750", **{f"{HOME}/{sub}": "750" for sub in ("data", "plugins", "import")}})
     files.directory(name=f"Directory {LOG_DIR}", path=LOG_DIR, user="neo4j", group="neo4j", mode="750")
+    # The PID file on a tmpfs (/run), made again at every boot: after a power loss the stale one on
+    # disk named a PID some other process held after the reboot, and Neo4j refused to start ("Neo4j
+    # is already running (pid:151)"; found by the failover drill, tests/deploy/test_ha.py).
+    tmpfiles = files.put(
+        name="tmpfiles.d: Neo4j's run directory",
+        src=StringIO(f"d {RUN_DIR} 0750 neo4j neo4j -\n"),
+        dest=TMPFILES,
+        mode="644",
+    )
+    server.shell(name=f"Create {RUN_DIR}", commands=[f"systemd-tmpfiles --create {TMPFILES}"], _if=tmpfiles.did_change)
     files.directory(name="Config directory", path=CONF_DIR, user="root", group="neo4j", mode="750")
     files.directory(name="Install prefix", path=PREFIX, mode="755")
     install_archive(artefact, f"{PREFIX}/{version}", strip=1)
