@@ -31,8 +31,30 @@ def where_sql(w: Where) -> tuple[sql.Composable, list[Any]]:
         return sql.SQL("{} " + _CMP[w.op] + " %s").format(col), [w.value]
     key = w.field[5:]
     if w.op == "in":
-        return sql.SQL("metadata -> %s = ANY(%s::jsonb[])"), [key, [json.dumps(v) for v in w.value]]
+        values = [json.dumps(v) for v in w.value if _storable(v)]
+        if not values:
+            return sql.SQL("FALSE"), []
+        return sql.SQL("metadata -> %s = ANY(%s::jsonb[])"), [key, values]
+    if not _storable(w.value):
+        # No stored value holds it, so none equals it (every row with the key differs); an order
+        # against it has no answer either. PostgreSQL refused the value itself ("unsupported
+        # Unicode escape sequence") and the whole lexical leg failed: found by the hostile-client
+        # harness (a `note = '...\x00...'` filter).
+        if w.op == "!=":
+            return sql.SQL("metadata -> %s IS NOT NULL"), [key]
+        return sql.SQL("FALSE"), []
     return sql.SQL("metadata -> %s " + _CMP[w.op] + " %s::jsonb"), [key, json.dumps(w.value)]
+
+
+def _storable(value: Any) -> bool:
+    """Whether jsonb can hold the value: no NUL character in any of its strings (keys too)."""
+    if isinstance(value, str):
+        return "\x00" not in value
+    if isinstance(value, dict):
+        return all(_storable(k) and _storable(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(_storable(v) for v in value)
+    return True
 
 
 def scope_sql(q: MemoryQuery, *, with_where: bool = True) -> tuple[sql.Composable, list[Any]]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from memoryctl.errors import MemoryctlError
+from memoryctl.errors import InputError, MemoryctlError
 from memoryctl.operations.reply import Reply
 from memoryctl.serve.wire import (
     CONFIG_HEADER,
@@ -78,6 +78,7 @@ class ServiceClient:
         headers = {CONFIG_HEADER: config_digest} if config_digest else {}
         timeout = None if long or upload is not None else self.timeout
         given = {k: v for k, v in params.items() if v is not None}
+        _check_text(given)
         try:
             if upload is not None:
                 query = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in given.items()}
@@ -124,3 +125,19 @@ def discover(settings: Settings) -> ServiceClient | None:
     if not path.exists():
         return None
     return ServiceClient(socket_path=path, timeout=timeout)
+
+
+def _check_text(params: Mapping[str, Any]) -> None:
+    """Refuse, before anything is sent, an argument that is not text (an unpaired surrogate: what
+    Python makes of bytes that are not UTF-8 on a command line). JSON cannot carry it, and the
+    encoder's UnicodeEncodeError was a traceback (found by the hostile-client harness)."""
+    for key, value in params.items():
+        for item in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(item, str):
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise InputError(
+                        f"--{key.replace('_', '-')}: not valid UTF-8 text ({ascii(item)[:60]})",
+                        hint="pass the argument as UTF-8",
+                    ) from None
