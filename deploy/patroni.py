@@ -274,27 +274,35 @@ def _rest(path: str) -> str:
 
 def wait_for_leader(seconds: int = 120, **kwargs: Any) -> None:
     """Only after this run started or reloaded Patroni (``_if``): a wait is not a change."""
-    server.shell(
-        name="Wait until this member leads the cluster (Patroni /primary answers 200)",
-        commands=[
-            # A member that runs (primary, or a replica after a failover) and a leader in etcd: a
-            # taken-over server first starts read-only, before Patroni takes the lock.
-            f'for i in $(seq {seconds}); do if [ -n "$({_leader()})" ]; then'
-            f' [ "$({_rest("/primary")})" = 200 ] && exit 0; [ "$({_rest("/replica")})" = 200 ] && exit 0; fi;'
-            " sleep 1; done;"
-            f" echo 'Patroni reported no leader within {seconds} s: journalctl -u patroni' >&2; exit 1"
-        ],
+    # A member that runs (primary, or a replica after a failover) and a leader in etcd: a
+    # taken-over server first starts read-only, before Patroni takes the lock.
+    running = f'[ "$({_rest("/primary")})" = 200 ] || [ "$({_rest("/replica")})" = 200 ]'
+    _wait_until(
+        "Wait until this member leads the cluster (Patroni /primary answers 200)",
+        f'[ -n "$({_leader()})" ] && {{ {running}; }}',
+        seconds,
+        f"Patroni reported no leader within {seconds} s",
         **kwargs,
     )
 
 
 def wait_for_standby(seconds: int = 600, **kwargs: Any) -> None:
+    _wait_until(
+        "Wait until this member streams from the primary (Patroni /replica answers 200)",
+        f'[ "$({_rest("/replica")})" = 200 ] || [ "$({_rest("/primary")})" = 200 ]',
+        seconds,
+        f"this member did not become a streaming replica in {seconds} s",
+        **kwargs,
+    )
+
+
+def _wait_until(name: str, condition: str, seconds: int, failure: str, **kwargs: Any) -> None:
+    """A step that polls a shell ``condition`` once a second and fails the run with ``failure``."""
     server.shell(
-        name="Wait until this member streams from the primary (Patroni /replica answers 200)",
+        name=name,
         commands=[
-            f'for i in $(seq {seconds}); do c=$({_rest("/replica")}); [ "$c" = 200 ] && exit 0;'
-            f' [ "$({_rest("/primary")})" = 200 ] && exit 0; sleep 1; done;'
-            f" echo 'this member did not become a streaming replica in {seconds} s: journalctl -u patroni' >&2; exit 1"
+            f"for i in $(seq {seconds}); do if {condition}; then exit 0; fi; sleep 1; done;"
+            f" echo '{failure}: journalctl -u patroni' >&2; exit 1"
         ],
         **kwargs,
     )

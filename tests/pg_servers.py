@@ -11,8 +11,20 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+
+def wait_until(condition: Callable[[], Any], seconds: float) -> Any:
+    """``condition()``'s first truthy value, polled every 0.1 s; fails the test after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not (value := condition()):
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
+    return value
 
 
 def as_postgres(*argv: str, **kwargs: object) -> subprocess.CompletedProcess[str]:

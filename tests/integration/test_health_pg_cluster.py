@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from memoryctl.config import load_settings
 from memoryctl.health import postgres_probe, run_probes
 from memoryctl.health_pg import NO_SYNC_STANDBY
 from memoryctl.stack import Stack
-from tests.pg_servers import Server
+from tests.pg_servers import Server, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -46,14 +45,6 @@ CLUSTER_KEYS = {
     "problems",
 }
 STANDBY_KEYS = {"name", "address", "state", "sync_state", "lag_bytes", "replay_lag_s"}
-
-
-def _wait(condition: Callable[[], Any], seconds: float) -> Any:
-    deadline = time.monotonic() + seconds
-    while not (value := condition()):
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.1)
-    return value
 
 
 def _sync_state(primary: Server) -> str | None:
@@ -75,7 +66,7 @@ def pair() -> Iterator[tuple[Server, Server]]:
     try:
         primary.initdb(f"synchronous_standby_names = '{STANDBY}'\nfsync = off\n").start()
         standby.standby_of(primary, f"cluster_name = '{STANDBY}'\nsynchronous_standby_names = ''\n").start()
-        _wait(lambda: _sync_state(primary) == "sync", 60)
+        wait_until(lambda: _sync_state(primary) == "sync", 60)
         yield primary, standby
     finally:
         primary.remove()
@@ -150,11 +141,11 @@ def test_without_a_synchronous_standby_health_is_degraded(
     primary, _ = pair
     _set_sync_names(primary, "")  # what Patroni's non-strict synchronous_mode does with no standby left
     try:
-        _wait(lambda: _sync_state(primary) == "async", 30)
+        wait_until(lambda: _sync_state(primary) == "async", 30)
         component, code = _postgres(stack_for())
     finally:
         _set_sync_names(primary, STANDBY)
-        _wait(lambda: _sync_state(primary) == "sync", 30)
+        wait_until(lambda: _sync_state(primary) == "sync", 30)
     assert (component["status"], code) == ("degraded", 3), component
     [problem] = component["cluster"]["problems"]
     assert problem.startswith(NO_SYNC_STANDBY) and f"{STANDBY} streaming/async" in problem
@@ -224,11 +215,11 @@ def test_a_stopped_standby_leaves_no_synchronous_standby(
     primary, standby = pair
     standby.stop()
     try:
-        _wait(lambda: _sync_state(primary) is None, 30)
+        wait_until(lambda: _sync_state(primary) is None, 30)
         component, code = _postgres(stack_for())
     finally:
         standby.start()
-        _wait(lambda: _sync_state(primary) == "sync", 60)
+        wait_until(lambda: _sync_state(primary) == "sync", 60)
     assert (component["status"], code) == ("degraded", 3), component
     assert component["cluster"]["standbys"] == []
     assert component["cluster"]["problems"] == [

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,7 +26,7 @@ from memoryctl.stack import postgres_pool
 from memoryctl.stores.pg import WriteInDoubt
 from memoryctl.stores.records import RecordStore
 from memoryctl.stores.schema import apply_schema
-from tests.pg_servers import Server
+from tests.pg_servers import Server, wait_until
 from tests.relay import BreakingRelay, close_both
 
 pytestmark = pytest.mark.integration
@@ -134,19 +133,13 @@ def primary_and_standby() -> Iterator[tuple[Server, Server]]:
         # synchronous_mode empties synchronous_standby_names when no standby is left, the same).
         standby.standby_of(primary, "synchronous_standby_names = ''\n").start()
         with psycopg.connect(primary.dsn) as conn:
-            _wait(lambda: conn.execute("SELECT 1 FROM pg_stat_replication WHERE sync_state = 'sync'").fetchone(), 60)
+            wait_until(
+                lambda: conn.execute("SELECT 1 FROM pg_stat_replication WHERE sync_state = 'sync'").fetchone(), 60
+            )
         yield primary, standby
     finally:
         primary.remove()
         standby.remove()
-
-
-def _wait(condition: Callable[[], Any], seconds: float) -> Any:
-    deadline = time.monotonic() + seconds
-    while not (value := condition()):
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.1)
-    return value
 
 
 def _server_port(store: RecordStore) -> int:
@@ -174,7 +167,7 @@ def test_writes_follow_the_primary_through_a_failover(
     outcome: dict[str, Any] = {}
     writer = threading.Thread(target=lambda: outcome.update(result=store.upsert(after)))
     writer.start()
-    _wait(lambda: any("retrying" in r.getMessage() for r in caplog.records), 60)  # it is waiting
+    wait_until(lambda: any("retrying" in r.getMessage() for r in caplog.records), 60)  # it is waiting
     standby.promote()
     writer.join(150)
     assert not writer.is_alive()
