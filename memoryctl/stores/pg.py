@@ -26,6 +26,7 @@ from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from memoryctl.errors import BadRecord, StoreError, StoreUnavailable
+from memoryctl.stores.pg_connect import ClusterConnection
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +90,13 @@ def open_pool(
     if statement_timeout_ms:
         kwargs["options"] = f"-c statement_timeout={int(statement_timeout_ms)}"
 
-    # libpq's connect_timeout is per host: a multi-host string whose first member's node is gone
-    # waits that long before trying the next one, so the pool waits for all of them.
+    # connect_timeout is per member: with every member slow to answer, a connection may take that
+    # long per member (pg_connect starts the next one after 0.25 s, the slow ones go on).
     timeout = connect_timeout_s * _host_count(dsn)
 
     pool: Pool = ConnectionPool(
         dsn,
-        connection_class=psycopg.Connection[DictRow],
+        connection_class=ClusterConnection,  # a vanished member costs no connect_timeout
         min_size=min_size,
         max_size=max_size,
         kwargs=kwargs,
@@ -110,7 +111,7 @@ def open_pool(
         pool.close()
         # The pool swallows the connect error; repeat it once to say why.
         try:
-            psycopg.connect(dsn, **{k: v for k, v in kwargs.items() if k != "row_factory"}).close()
+            ClusterConnection.connect(dsn, **kwargs).close()
         except psycopg.Error as exc:
             raise StoreUnavailable("postgres", _first_line(exc), hint=UNAVAILABLE_HINT) from None
         raise StoreUnavailable("postgres", "timed out connecting", hint=UNAVAILABLE_HINT) from None
@@ -126,7 +127,7 @@ def _connect_like(pool: Pool) -> psycopg.Connection[DictRow]:
     """A connection outside ``pool``, opened and configured as its own are."""
     conninfo = pool.conninfo if isinstance(pool.conninfo, str) else pool.conninfo()
     kwargs: dict[str, Any] = pool.kwargs() if callable(pool.kwargs) else dict(pool.kwargs or {})
-    conn = psycopg.Connection[DictRow].connect(conninfo, **kwargs)
+    conn = ClusterConnection.connect(conninfo, **kwargs)
     _configure(conn)
     return conn
 
