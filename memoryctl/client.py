@@ -31,6 +31,7 @@ from memoryctl.stack import Stack
 from memoryctl.stores.records import UpsertResult
 from memoryctl.stores.schema import apply_schema, schema_state
 from memoryctl.vocabulary import Vocabulary
+from memoryctl.write_delivery import WriteDelivery
 
 if TYPE_CHECKING:  # the operations are imported when called: `import memoryctl` stays light
     from memoryctl.backup.status import BackupReport
@@ -152,7 +153,7 @@ class MemoryClient:
         """
         try:
             if changed:
-                out.delivery = self._deliver(changed, backlog=BACKLOG_PER_WRITE)
+                out.delivery = self._deliver_write(changed)
             out.pending = self._pending(pending_ids)
         except StoreUnavailable as exc:
             if exc.store != "postgres":
@@ -306,6 +307,28 @@ class MemoryClient:
             if target not in usable:
                 report.failed[target] = self.stack.unavailable.get(self.stack.store_names[target], "unavailable")
         return report
+
+    @cached_property
+    def _write_delivery(self) -> WriteDelivery:
+        ws = self.settings.write
+        return WriteDelivery(budget_s=ws.delivery_budget_s, reset_s=ws.breaker_reset_s)
+
+    def _deliver_write(self, ids: Sequence[uuid.UUID]) -> DeliveryReport:
+        """A committed write's own delivery: both stores at once, within ``[write]
+        delivery_budget_s`` (memoryctl/write_delivery.py says why), then a batch of backlog each."""
+        return self._write_delivery.run(
+            ("vector", "graph"),
+            own=lambda target: self._deliver(ids, targets=[target]),
+            backlog=lambda target: self._backlog(target, BACKLOG_PER_WRITE),
+            store_name=lambda target: self.stack.store_names[target],
+        )
+
+    def _backlog(self, target: str, batches: int) -> DeliveryReport:
+        """Up to ``batches`` of what else is due to ``target``, which just took a write."""
+        vectors = self.stack.vectors() if target == "vector" else None
+        graph = self.stack.graph() if target == "graph" else None
+        deliverer = Deliverer(self.stack.records, vectors, graph, self.stack.embedder if vectors else None)
+        return deliverer.deliver(targets=[target], max_batches=batches)
 
     def set_aside(self, *, limit: int = 1000) -> list[dict[str, Any]]:
         """Outbox rows delivery set aside after they failed alone, oldest first, with their error."""

@@ -310,6 +310,14 @@ class BackupSettings(BaseModel):
     max_age: str = "26h"
 
 
+class WriteSettings(BaseModel):
+    # After its commit, how long a write waits for its delivery to the vector store and the graph
+    # (both at once) before it answers "stored, delivery pending" (exit 3): the outbox delivers the
+    # rest. A store whose delivery failed is not waited for again until breaker_reset_s has passed.
+    delivery_budget_s: float = Field(5.0, gt=0)
+    breaker_reset_s: float = Field(30.0, gt=0)
+
+
 class ServeSettings(BaseModel):
     """``memoryctl serve`` and how the CLI finds it (see memoryctl/serve)."""
 
@@ -344,6 +352,7 @@ class Settings(BaseModel):
     nightly: NightlySettings = NightlySettings()
     backup: BackupSettings = BackupSettings()
     serve: ServeSettings = ServeSettings()
+    write: WriteSettings = WriteSettings()
     # Where this settings object came from, for `config show`.
     source_file: Path | None = Field(default=None, exclude=True)
     # config_layers.digest of what it was validated from: the fast path's check that it reads the same.

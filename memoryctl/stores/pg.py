@@ -100,6 +100,11 @@ def open_pool(
         max_size=max_size,
         kwargs=kwargs,
         configure=_configure,
+        # A connection the server ended while it sat in the pool (a restart, a switchover) is
+        # replaced before it is lent out, instead of failing the caller's first statement: one
+        # empty round trip per checkout (the HA drill: `memoryctl init` through a service that
+        # had seen the deploy restart PostgreSQL failed with exit 1).
+        check=ConnectionPool.check_connection,
         open=False,
         timeout=timeout,
         name="memoryctl",

@@ -21,6 +21,7 @@ import pytest
 
 from memoryctl.client import MemoryClient
 from memoryctl.config import PostgresSettings
+from memoryctl.delivery import Deliverer
 from memoryctl.model import Memory
 from memoryctl.stack import postgres_pool
 from memoryctl.stores.pg import WriteInDoubt
@@ -206,7 +207,7 @@ def test_losing_postgres_after_the_commit_does_not_fail_the_write(
     what was pending, and the caller got exit 1 for a stored, searchable memory. Here the server
     terminates the sessions at that point; then once more right after the commit, before the
     delivery."""
-    monkeypatch.setattr(cluster, "_deliver", _then_sessions_terminated(cluster._deliver, pg_dsn))
+    monkeypatch.setattr(cluster, "_deliver_write", _then_sessions_terminated(cluster._deliver_write, pg_dsn))
     first = Memory(text="the switchover happened right after this", agent_id="a1")
     outcome = cluster.add([first])
     monkeypatch.undo()
@@ -214,9 +215,10 @@ def test_losing_postgres_after_the_commit_does_not_fail_the_write(
     assert (outcome.ids, outcome.inserted, outcome.degraded) == ([first.id], 1, []), outcome.as_dict()
     assert _stored(pg_dsn, [first.id]) == ({first.id: 1}, 0)  # stored once, delivered: outbox empty
 
-    # Broken before the delivery: stored, delivery pending (exit 3) with the reason; sync delivers.
-    records = cluster.stack.records
-    monkeypatch.setattr(records, "upsert", _then_sessions_terminated(records.upsert, pg_dsn))
+    # Broken during the delivery (a session that sat idle in the pool in between is replaced
+    # before it is lent: test_a_restart_between_two_calls_fails_neither): stored, delivery
+    # pending (exit 3) with the reason; sync delivers.
+    monkeypatch.setattr(Deliverer, "_apply", _then_sessions_terminated(Deliverer._apply, pg_dsn))
     second = Memory(text="and this one just before it", agent_id="a1")
     outcome = cluster.add([second])
     monkeypatch.undo()
@@ -224,3 +226,21 @@ def test_losing_postgres_after_the_commit_does_not_fail_the_write(
     assert any("terminating connection" in reason for reason in outcome.delivery.failed.values())
     cluster.sync()
     assert cluster.add([second]).pending == dict.fromkeys(outcome.pending, 0)
+
+
+def test_a_restart_between_two_calls_fails_neither(pg_dsn: str) -> None:
+    """A pooled connection the server ended while it sat idle (a restart: the deploy restarts
+    PostgreSQL to turn archiving on; a switchover) is not lent out: the pool checks each
+    connection before lending it. Found by the HA drill: `memoryctl init` through a service started
+    before the deploy's restart failed with exit 1, "terminating connection due to administrator
+    command"."""
+    store = _store(pg_dsn)
+    assert store.count() == 0
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:  # what a restart does to every session
+        ended = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    assert ended is not None and ended[0] >= 1
+    assert store.count() == 0  # a fresh connection, not the error
+    store.pool.close()

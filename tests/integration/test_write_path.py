@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import uuid
 from pathlib import Path
 
@@ -157,6 +158,35 @@ def test_neo4j_unreachable_import_lands_then_sync_delivers(
     assert report.delivered["graph"] == 200
     assert counts(up) == {"postgres": 200, "qdrant": 200, "neo4j": 200}
     up.close()
+
+
+def test_a_hung_graph_costs_a_write_one_budget_then_nothing(
+    pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path
+) -> None:
+    """Neo4j accepts connections and never answers (its node lost, issue 26's drill): the first
+    write waits for it no longer than ``[write] delivery_budget_s`` (Qdrant is delivered meanwhile,
+    concurrently), answers exit 3 and names the budget; the next write does not wait for it at all.
+    Once the breaker's reset has passed and Neo4j answers again, a write delivers, backlog included."""
+    hang = socket.socket()  # accepts connections (backlog) and never answers: a hung server
+    hang.bind(("127.0.0.1", 0))
+    hang.listen(16)
+    hung = {**neo4j_clean, "uri": f"bolt://127.0.0.1:{hang.getsockname()[1]}"}
+    write = {"delivery_budget_s": 0.5, "breaker_reset_s": 3600.0}
+    with MemoryClient(cluster_settings(pg_dsn, neo4j_clean, tmp_path / "q")) as client:
+        client.init()
+    with MemoryClient(cluster_settings(pg_dsn, hung, tmp_path / "q", write=write)) as client:
+        first = operations.run(client, "add", {"text": "the rollback was Alice's call"})
+        assert first.exit_code == ExitCode.PARTIAL
+        assert first.data["pending"] == {"qdrant": 0, "neo4j": 1}
+        assert "neo4j did not take it within 0.5 s of the commit" in first.warnings[0], first.warnings
+        second = operations.run(client, "add", {"text": "and Bob agreed"})
+        assert second.exit_code == ExitCode.PARTIAL and second.data["pending"] == {"qdrant": 0, "neo4j": 1}
+        assert "not tried: its delivery failed" in second.warnings[0], second.warnings
+    hang.close()
+    with MemoryClient(cluster_settings(pg_dsn, neo4j_clean, tmp_path / "q", write=write)) as client:
+        third = operations.run(client, "add", {"text": "the graph is back"})
+        assert third.exit_code == ExitCode.OK, third.warnings
+        assert counts(client) == {"postgres": 3, "qdrant": 3, "neo4j": 3}  # the backlog came along
 
 
 def test_forget_hides_at_once_and_purge_removes_everywhere(cluster: MemoryClient) -> None:

@@ -1,0 +1,105 @@
+"""A committed write's delivery: both stores at once, one budget, a breaker per store (issue 26).
+
+The stores here are callables that block on events the test controls, so each assertion is about
+order and outcome (who was waited for, who was not even tried), never about a measured duration.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from memoryctl.delivery import DeliveryReport
+from memoryctl.errors import StoreUnavailable
+from memoryctl.write_delivery import WriteDelivery
+
+
+def delivered(target: str, n: int = 1) -> DeliveryReport:
+    report = DeliveryReport()
+    report.delivered[target] = n
+    return report
+
+
+def test_both_stores_deliver_at_once() -> None:
+    # Each store's delivery finishes only once the other one has started: one after the other,
+    # the first would wait for the second, which never starts, and the budget would run out.
+    started = {t: threading.Event() for t in ("vector", "graph")}
+
+    def own(target: str) -> DeliveryReport:
+        started[target].set()
+        other = "graph" if target == "vector" else "vector"
+        assert started[other].wait(5)
+        return delivered(target)
+
+    report = WriteDelivery(budget_s=5, reset_s=30).run(("vector", "graph"), own)
+    assert report.failed == {}
+    assert report.delivered == {"vector": 1, "graph": 1}
+
+
+def test_a_store_that_does_not_answer_is_left_to_the_outbox_and_then_not_waited_for() -> None:
+    release = threading.Event()
+    calls: list[str] = []
+
+    def own(target: str) -> DeliveryReport:
+        calls.append(target)
+        if target == "graph":
+            release.wait(30)  # a lost node: no answer
+        return delivered(target)
+
+    writes = WriteDelivery(budget_s=0.2, reset_s=3600)
+    first = writes.run(("vector", "graph"), own, store_name=lambda t: {"graph": "neo4j"}.get(t, t))
+    assert not release.is_set()  # it answered while the graph's delivery was still hanging
+    assert first.delivered["vector"] == 1
+    assert "neo4j did not take it within 0.2 s of the commit" in first.failed["graph"]
+
+    second = writes.run(("vector", "graph"), own)
+    assert calls.count("graph") == 1 and calls.count("vector") == 2  # the hanging store was not called again
+    assert second.failed["graph"].startswith("not tried: its delivery failed")
+    assert second.delivered["vector"] == 1
+    release.set()
+
+
+def test_the_breaker_lets_one_write_try_again_after_its_reset() -> None:
+    fail = {"graph": True}
+
+    def own(target: str) -> DeliveryReport:
+        report = delivered(target, 0 if fail.get(target) else 1)
+        if fail.get(target):
+            report.failed[target] = "neo4j: unavailable"
+        return report
+
+    writes = WriteDelivery(budget_s=5, reset_s=0.05)
+    assert writes.run(("graph",), own).failed == {"graph": "neo4j: unavailable"}
+    assert writes.run(("graph",), own).failed["graph"].startswith("not tried")
+    time.sleep(0.1)  # past the reset: the next write is the trial
+    fail["graph"] = False
+    assert writes.run(("graph",), own).failed == {}
+    assert writes.run(("graph",), own).delivered["graph"] == 1  # closed again
+
+
+def test_losing_postgresql_after_the_commit_is_raised_to_the_write() -> None:
+    def own(target: str) -> DeliveryReport:
+        raise StoreUnavailable("postgres", "server closed the connection unexpectedly")
+
+    with pytest.raises(StoreUnavailable, match="server closed"):
+        WriteDelivery(budget_s=5, reset_s=30).run(("vector", "graph"), own)
+
+
+def test_the_backlog_counts_when_it_finishes_in_the_budget_and_runs_on_when_it_does_not() -> None:
+    slow = threading.Event()
+    finished = threading.Event()
+
+    def backlog(target: str) -> DeliveryReport:
+        if target == "graph":
+            slow.wait(30)
+            finished.set()
+        return delivered(target, 256)
+
+    writes = WriteDelivery(budget_s=0.3, reset_s=30)
+    report = writes.run(("vector", "graph"), lambda t: delivered(t), backlog=backlog)
+    assert report.failed == {}  # the write's own rows went through: the backlog is not its failure
+    assert report.delivered == {"vector": 257, "graph": 1}
+    slow.set()
+    assert finished.wait(5)  # the graph's backlog was not abandoned, only not waited for
