@@ -185,3 +185,25 @@ class PostgresRoleNames(FactBase[set[str] | None]):
         if not output or output[-1] != "ok":
             return None
         return set(output[:-1])
+
+
+class PatroniDynamicConfig(FactBase[dict[str, Any] | None]):
+    """Patroni's cluster-wide settings as etcd holds them (``GET /config`` of this member's REST
+    API); None when Patroni does not answer (not installed, not started yet, down)."""
+
+    def default(self) -> None:
+        return None
+
+    def requires_command(self, *args: Any, **kwargs: Any) -> str:
+        return "curl"
+
+    def command(self, address: str, port: int) -> str:
+        return f"curl -sf -m 5 http://{address}:{int(port)}/config || true"
+
+    def process(self, output: list[str]) -> dict[str, Any] | None:
+        text = "\n".join(output).strip()
+        try:
+            found = json.loads(text) if text else None
+        except ValueError:
+            return None
+        return found if isinstance(found, dict) else None

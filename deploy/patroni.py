@@ -20,9 +20,14 @@ cluster (nothing but the template databases) is emptied before its first start, 
 the primary with ``pg_basebackup``; a data directory that holds anything else is never touched
 (the run stops with what to do).
 
-**Tuning.** ``ttl`` 20 s, ``loop_wait`` 5 s, ``retry_timeout`` 7 s (Patroni's defaults are 30/10/10):
-a lost primary's lock expires after at most 20 s and the standby acts within one loop, which keeps
-the measured write outage under the 30 s target with margin. ``synchronous_mode`` on, not strict:
+**Tuning.** ``loop_wait`` 3 s, ``retry_timeout`` 7 s and ``ttl`` 17 s, the smallest Patroni accepts
+for those two (its defaults are 10/10/30): a lost primary's lock expires at most 17 s after its
+last renewal and the standby acts within a loop (3 s) and a probe of the lost member's REST API
+(~2 s). With ``ttl`` 20 / ``loop_wait`` 5 the drills measured the leader change 21-28 s after the
+cut, and writes back 33 s; ``retry_timeout`` stays 7 s because a primary that cannot reach etcd for
+that long demotes itself, and etcd on two shared, busy cores can stall for seconds. The values
+reach etcd when the cluster is formed (``bootstrap.dcs``); later changes are applied by
+:func:`cluster_settings` (``patronictl edit-config``) on the next run. ``synchronous_mode`` on, not strict:
 with the standby lost the primary keeps accepting writes alone (and the alert says so) rather than
 stopping every write; ``maximum_lag_on_failover`` keeps a lagging standby from being promoted.
 """
@@ -40,6 +45,7 @@ from pyinfra.operations import apt, files, server, systemd
 
 from deploy import etcd
 from deploy.common import after_mesh, component, inventory, secrets, template
+from deploy.facts import PatroniDynamicConfig
 
 REST_PORT = 8008
 PKI_DIR = "/etc/patroni/pki"
@@ -47,7 +53,14 @@ CONFIG = "/etc/patroni/config.yml"
 REPLICATION_USER = "replicator"
 REWIND_USER = "rewinder"
 AS_POSTGRES = {"_sudo": True, "_sudo_user": "postgres"}
-DCS = {"ttl": 20, "loop_wait": 5, "retry_timeout": 7, "maximum_lag_on_failover": 1048576}
+LOOP_WAIT, RETRY_TIMEOUT = 3, 7
+# The smallest lock ttl Patroni accepts for these (ttl >= loop_wait + 2 x retry_timeout).
+DCS = {
+    "ttl": LOOP_WAIT + 2 * RETRY_TIMEOUT,
+    "loop_wait": LOOP_WAIT,
+    "retry_timeout": RETRY_TIMEOUT,
+    "maximum_lag_on_failover": 1048576,
+}
 
 
 class PatroniSettingsError(ValueError):
@@ -204,6 +217,23 @@ def take_over(version: int, changes: list[Any]) -> None:
         )
     _patroni_running(running, changes)
     wait_for_leader(_if=lambda: not running or any(op.did_change() for op in changes))
+    cluster_settings()
+
+
+def cluster_settings() -> None:
+    """Patroni's cluster-wide timing in etcd as declared (``DCS``): ``bootstrap.dcs`` is written
+    only when the cluster is formed, so a later change (a release that tunes it) would never reach
+    a running cluster. Patroni applies an edit on every member within a loop, without a restart."""
+    current = host.get_fact(PatroniDynamicConfig, address=host.data.mesh_address, port=REST_PORT)
+    if current is None:
+        return  # Patroni not answering yet: the cluster is formed from bootstrap.dcs, as declared
+    differ = {key: value for key, value in DCS.items() if current.get(key) != value}
+    if differ:
+        sets = " ".join(f"-s {key}={value}" for key, value in sorted(differ.items()))
+        server.shell(
+            name="Patroni's cluster timing as declared (patronictl edit-config)",
+            commands=[f"patronictl -c {CONFIG} edit-config {scope()} --force --quiet {sets}"],
+        )
 
 
 def start_standby(version: int, changes: list[Any]) -> None:

@@ -311,11 +311,13 @@ class MemoryClient:
     @cached_property
     def _write_delivery(self) -> WriteDelivery:
         ws = self.settings.write
-        return WriteDelivery(budget_s=ws.delivery_budget_s, reset_s=ws.breaker_reset_s)
+        budget = ws.delivery_budget_s if self.settings.profile == "cluster" else None
+        return WriteDelivery(budget_s=budget, reset_s=ws.breaker_reset_s)
 
     def _deliver_write(self, ids: Sequence[uuid.UUID]) -> DeliveryReport:
-        """A committed write's own delivery: both stores at once, within ``[write]
-        delivery_budget_s`` (memoryctl/write_delivery.py says why), then a batch of backlog each."""
+        """A committed write's own delivery: both stores at once, on the cluster profile within
+        ``[write] delivery_budget_s`` (memoryctl/write_delivery.py says why), then a batch of
+        backlog each."""
         return self._write_delivery.run(
             ("vector", "graph"),
             own=lambda target: self._deliver(ids, targets=[target]),

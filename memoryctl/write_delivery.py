@@ -5,8 +5,8 @@ now only makes it searchable sooner, the outbox delivers it anyway. Done one sto
 each with its own timeouts and retries, a write met a lost node's stores in turn: the failover
 drill (issue 26) measured 39-49 s from the power cut to the first acknowledged write, 20-26 s of it
 after the new primary had taken the commit, spent on the dead index node's Neo4j and Qdrant
-replica. So a write waits for its stores **in parallel** and at most ``budget_s`` after the
-commit, and a store whose delivery just failed is not waited for again until its breaker lets one
+replica. So a write waits for its stores **in parallel** and, on the cluster profile, at most
+``budget_s`` after the commit, and a store whose delivery just failed is not waited for again until its breaker lets one
 write try (``reset_s``): meanwhile writes answer at once "stored, delivery pending" (exit 3) and the
 outbox (the next write after the reset, ``sync``, cron) delivers them.
 
@@ -40,7 +40,8 @@ class _Run:
 class WriteDelivery:
     """One per client (the service keeps one for every request): breakers keyed by target."""
 
-    def __init__(self, *, budget_s: float, reset_s: float) -> None:
+    def __init__(self, *, budget_s: float | None, reset_s: float) -> None:
+        """``budget_s`` None: wait for every store as long as it takes (the embedded profile)."""
         self.budget_s = budget_s
         self.reset_s = reset_s
         self._breakers: dict[str, Breaker] = {}
@@ -67,7 +68,7 @@ class WriteDelivery:
         sequential delivery would have: the caller reports the write stored and pending.
         """
         started = time.perf_counter()
-        deadline = started + self.budget_s
+        deadline = None if self.budget_s is None else started + self.budget_s
         report = DeliveryReport()
         runs: dict[str, _Run] = {}
         for target in targets:
@@ -85,7 +86,7 @@ class WriteDelivery:
             ).start()
         for target, run in runs.items():
             breaker = self.breaker(target)
-            if not run.own_done.wait(max(0.0, deadline - time.perf_counter())):
+            if not run.own_done.wait(_left(deadline)):
                 breaker.record(False)
                 report.failed[target] = (
                     f"{store_name(target)} did not take it within {self.budget_s:g} s of the commit;"
@@ -98,11 +99,15 @@ class WriteDelivery:
             breaker.record(target not in run.own.failed)
             report.merge(run.own)
         for run in runs.values():
-            if run.own is not None and run.all_done.wait(max(0.0, deadline - time.perf_counter())):
+            if run.own is not None and run.all_done.wait(_left(deadline)):
                 if run.backlog is not None:
                     report.merge(run.backlog)
         report.seconds = time.perf_counter() - started
         return report
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.perf_counter())
 
 
 def _deliver(

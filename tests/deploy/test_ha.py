@@ -15,6 +15,9 @@ what PostgreSQL holds afterwards:
 4. node2 boots again and rejoins as a standby by itself (pg_rewind when its timeline diverged);
 5. the standby lost (Patroni stopped on node2): writes continue on the primary alone, health says
    so; back, it is the synchronous standby again. Then reconcile finds no drift.
+6. pgBackRest archives from the primary and backs up from the standby;
+7. point-in-time restore of the cluster (docs/ha.md): the database dropped, restored to a time T
+   on the first member, Patroni takes it over, the standby cloned again; reconcile drops the rest.
 
 Transcripts (timestamps of every event) go to the deploy report (.cache/deploy-report.json).
 """
@@ -32,12 +35,16 @@ from typing import Any
 
 import pytest
 
+from deploy.osrelease import DEFAULT, RELEASES
 from tests.deploy.cluster import BASE_OVERLAYS, CLUSTER, MESH, REPO, memoryctl, node, put, run_deploy, wait_for
 from tests.deploy.conftest import SINGLE_SERVER, record
+from tests.deploy.test_monitoring import DB, OPS, psql, sh, timed
 
 pytestmark = pytest.mark.deploy
 MEMBERS = ("node1", "node2")
 WRITER = "/usr/local/sbin/memoryctl-ha-writer"
+PATRONICTL = "patronictl -c /etc/patroni/config.yml"
+PG_VERSION = RELEASES[DEFAULT].postgres
 # One memory every 0.5 s through the service; each line: start (epoch s), id, exit code, seconds.
 WRITER_SCRIPT = """#!/bin/sh
 label=$1; seconds=$2; log=/var/lib/memoryctl/ha-$label.log
@@ -236,10 +243,11 @@ def test_the_primary_loses_its_power_writes_come_back_and_it_rejoins(ha: dict[st
             "requests_log": rows,
         },
     )
-    # Patroni's part: the standby leads within the lock's ttl (20 s) and a loop. The first write
-    # back also waits for its deliveries to the lost node's Neo4j and Qdrant replica to time out
-    # (exit 3: stored in PostgreSQL, delivery pending): 39-49 s measured here, over the issue's
-    # 30 s target (docs/ha.md says why); the bound only says that writes do come back.
+    # Patroni's part: the standby leads within the lock's ttl (17 s), a loop (3 s) and its probe
+    # of the lost member. The first write back then waits at most [write] delivery_budget_s (3 s)
+    # for the lost index node's Neo4j and Qdrant replica (exit 3: stored, delivery pending), and
+    # the writes after it not at all (the breaker). The figures are the report's (docs/ha.md);
+    # the bounds only say that the leader changes and writes do come back.
     assert leader_change < 30, (leader_change, figures)
     assert outage is not None and outage < 90, (outage, figures)
 
@@ -292,3 +300,81 @@ def test_backups_archive_from_the_primary_and_copy_the_standby(ha: dict[str, Any
     assert backup.rc == 0, backup.stdout[-3000:] + backup.stderr[-3000:]
     assert "wait for replay on the standby" in backup.stdout, backup.stdout[-3000:]
     record("ha_backup", {"leader": leader(), "standby": sync_standby(), "log": backup.stdout[-1500:]})
+
+
+def test_point_in_time_restore_on_the_cluster(ha: dict[str, Any]) -> None:
+    """docs/ha.md "Point-in-time restore on the cluster", step by step: the database dropped on
+    the primary, both members stopped, the cluster's state in etcd removed, pgBackRest restores the
+    first member to a time T, Patroni takes the restored server over (as at the conversion) and
+    the standby is cloned again (``patronictl reinit``). Every table as it was at T, the memories
+    written after T gone (reconcile drops them from the derived stores), the standby in sync."""
+    from tests.deploy.test_restore_drills import content, present, write
+
+    wait_for("a synchronous standby", lambda: sync_standby() is not None, timeout=300)
+    if leader() != "node1":  # the procedure restores on the db node (memoryctl's and cron's node)
+        node("node1").check_output(f"{PATRONICTL} switchover --leader {leader()} --candidate node1 --force")
+        wait_for("node1 leads", lambda: leader() == "node1", timeout=120, interval=0.5)
+    scope = node("node1").check_output("sed -n 's/^scope: //p' /etc/patroni/config.yml").strip()
+    repo = "sudo -u postgres pgbackrest --stanza=memoryctl"
+    sh(DB, "systemctl stop cron memoryctl-serve")  # no writers while we look
+    try:
+        running = "SELECT count(*) FROM maintenance_runs WHERE status = 'running'"
+        wait_for("no maintenance run in progress", lambda: psql(running) == "0", timeout=300, interval=2)
+        _, backup_s = timed(lambda: sh(OPS, f"{repo} --type=incr backup"))  # from the standby
+        run = int(time.time())  # the ids are derived from the names: a rerun on the same nodes writes new ones
+        replayed = write(f"cluster-before-t-{run}", 20)
+        expected = content()
+        target = psql("SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US+00')")
+        lost = write(f"cluster-after-t-{run}", 10)
+        psql("DROP DATABASE memoryctl WITH (FORCE)", database="postgres")
+        psql("SELECT pg_switch_wal()", database="postgres")
+        wait_for(
+            "WAL archived up to the drop",
+            lambda: psql("SELECT count(*) FROM pg_ls_archive_statusdir() WHERE name LIKE '%.ready'", "postgres") == "0",
+            timeout=60,
+        )
+        events = {"started": time.time()}
+        node("node2").check_output("systemctl stop patroni")  # the standby first: it must not take over
+        node("node1").check_output("systemctl stop patroni")
+        answers = f"{scope}\nYes I am aware\nnode1\n"  # the last: asked only if a leader key were left
+        removed = node("node1").run(f"printf {shlex.quote(answers)} | {PATRONICTL} remove {scope}")
+        assert removed.rc == 0, removed.stdout + removed.stderr
+        sh(DB, f"{repo} --delta --type=time --target={shlex.quote(target)} --target-action=promote restore")
+        sh(DB, f"sudo -u postgres pg_ctlcluster {PG_VERSION} main start")
+        wait_for("recovery finished", lambda: psql("SELECT pg_is_in_recovery()", "postgres") == "f", timeout=300)
+        events["restored"] = time.time()
+        sh(DB, f"sudo -u postgres pg_ctlcluster {PG_VERSION} main stop")
+        node("node1").check_output("systemctl start patroni")
+        wait_for("node1 leads the restored data", lambda: leader() == "node1", timeout=300, interval=1)
+        events["leader"] = time.time()
+        node("node2").check_output("systemctl start patroni")
+        wait_for("node2 is a member again", lambda: "node2" in roles() or _member_known("node2"), timeout=300)
+        reinit = node("node1").run(f"{PATRONICTL} reinit {scope} node2 --force --wait")
+        assert reinit.rc == 0, reinit.stdout + reinit.stderr
+        wait_for("node2 is the synchronous standby", lambda: streaming_sync("node2"), timeout=600, interval=2)
+        events["standby_in_sync"] = time.time()
+        assert present(replayed | lost) == replayed, "the writes between the backup and T, and none after T"
+        assert content() == expected
+    finally:  # the db node's writers come back whatever happened
+        sh(DB, "systemctl start cron memoryctl-serve")
+    found = memoryctl("reconcile", "--json").json()
+    assert found["drift"] >= len(lost), found
+    repaired = memoryctl("reconcile", "--repair", "--json")
+    assert repaired.returncode == 0, repaired.stdout[-2000:]
+    drift = memoryctl("reconcile", "--json")
+    assert drift.returncode == 0 and drift.json()["drift"] == 0, drift.stdout[-2000:]
+    record(
+        "ha_point_in_time_restore",
+        {
+            "incremental_backup_s": backup_s,
+            "seconds_from_stop": {k: round(v - events["started"], 1) for k, v in events.items()},
+            "replayed_from_wal": len(replayed),
+            "after_target_dropped": len(lost),
+            "timeline": cluster_view().get("members", []),
+            "reinit": reinit.stdout[-800:],
+        },
+    )
+
+
+def _member_known(name: str) -> bool:
+    return any(m.get("name") == name for m in cluster_view().get("members", []))

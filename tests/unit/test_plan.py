@@ -30,6 +30,7 @@ from memoryctl.query.plan import (
     PostgresOnly,
     VectorFirst,
     VectorSearch,
+    asks_for_a_list,
     plan,
     vector_first_k,
 )
@@ -71,6 +72,38 @@ def test_text_pushes_everything_the_payload_holds_into_one_search() -> None:
     # a text ranking: relevance, the names the question says, the context; no recency unless asked
     assert p.ranking == ByRelevance(half_life=None, named=True, context_turns=2, context_adds=True, sessions=True)
     assert (p.window, p.limit) == (depth(q(text="x")), 10)
+
+
+@pytest.mark.parametrize(
+    ("text", "listed"),
+    [
+        ("What activities has Melanie done with her family?", True),
+        ("Which countries has Maria been to?", True),
+        ("what kinds of books does Tim read", True),
+        ("What are Caroline's hobbies?", True),
+        ("What was the name of her dog?", False),  # the wh-word's next word: no plural noun
+        ("What does John do to relax?", False),
+        ("What is his job?", False),
+        ("Which bus did he take?", False),
+        ("Which class did she join?", False),
+        ("Where did they go?", False),
+    ],
+)
+def test_a_list_question_is_a_plural_after_what_or_which(text: str, listed: bool) -> None:
+    assert asks_for_a_list(text) is listed
+
+
+def test_a_list_question_ranks_the_whole_union_of_the_two_legs_without_searching_deeper() -> None:
+    """Its answer is spread over several memories: the ranking reads both legs' candidates (up to
+    twice the depth), the legs search exactly as deep as for any question."""
+    base = depth(q(text="x"))
+    listed = chosen(q(text="What activities has Melanie done?"))
+    single = chosen(q(text="What is Melanie's job?"))
+    for p in (listed, single):
+        assert isinstance(p.shape, VectorSearch) and p.shape.search.depth == base
+    assert (listed.window, single.window) == (2 * base, base)
+    either = chosen(q(text="What activities has Melanie done?", where=[Where.parse("kind = note")], combine="or"))
+    assert isinstance(either.ranking, ByFusedRank) and either.window == base  # RRF reads its own legs' cut
 
 
 def test_where_the_payload_cannot_answer_is_checked_in_postgres_after_the_search() -> None:

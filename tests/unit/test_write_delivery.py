@@ -103,3 +103,17 @@ def test_the_backlog_counts_when_it_finishes_in_the_budget_and_runs_on_when_it_d
     assert report.delivered == {"vector": 257, "graph": 1}
     slow.set()
     assert finished.wait(5)  # the graph's backlog was not abandoned, only not waited for
+
+
+def test_without_a_budget_every_store_is_waited_for() -> None:
+    """The embedded profile: its stores are in this process; a slow one (a cold embedder) is waited for."""
+    slow = threading.Event()
+
+    def own(target: str) -> DeliveryReport:
+        if target == "vector":
+            threading.Timer(0.3, slow.set).start()
+            assert slow.wait(5)
+        return delivered(target)
+
+    report = WriteDelivery(budget_s=None, reset_s=30).run(("vector", "graph"), own)
+    assert report.failed == {} and report.delivered == {"vector": 1, "graph": 1}

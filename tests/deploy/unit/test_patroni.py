@@ -31,8 +31,11 @@ def admin_key(tmp_path: Path) -> None:
     _admin_key[:] = [str(path)]
 
 
-def plan(fn: Callable[[], object], node: str, components: dict[str, Any] | None = None) -> Plan:
-    return plan_of(fn, node, components={"base": {"admin_keys": list(_admin_key)}, **(components or {})})  # type: ignore[arg-type]
+def plan(
+    fn: Callable[[], object], node: str, components: dict[str, Any] | None = None, facts: dict[str, Any] | None = None
+) -> Plan:
+    components = {"base": {"admin_keys": list(_admin_key)}, **(components or {})}
+    return plan_of(fn, node, facts=facts, components=components)  # type: ignore[arg-type]
 
 
 def _config(p: object, dest: str) -> dict[str, object]:
@@ -56,7 +59,8 @@ def test_the_db_node_is_handed_to_patroni_after_its_database_exists(secrets_dir:
     config = _config(p, "/etc/patroni/config.yml")
     dcs = config["bootstrap"]["dcs"]  # type: ignore[index]
     assert dcs["synchronous_mode"] is True and dcs["synchronous_mode_strict"] is False
-    assert (dcs["ttl"], dcs["loop_wait"], dcs["retry_timeout"]) == (20, 5, 7)
+    assert (dcs["ttl"], dcs["loop_wait"], dcs["retry_timeout"]) == (17, 3, 7)
+    assert dcs["ttl"] >= dcs["loop_wait"] + 2 * dcs["retry_timeout"]  # what Patroni accepts
     assert dcs["postgresql"]["use_pg_rewind"] is True
     assert config["postgresql"]["data_dir"] == "/var/lib/postgresql/17/main"  # type: ignore[index]
     assert config["restapi"]["listen"] == "10.77.0.1:8008"  # type: ignore[index]
@@ -119,3 +123,18 @@ def test_a_converting_member_restarts_for_wal_archiving_through_patroni(secrets_
         assert restart.conditional and "patronictl" in " ".join(restart.commands), (node, restart.commands)
     single = plan(everything, "node1", components=SINGLE).op("Backups | Restart PostgreSQL (WAL archiving changed)")
     assert single.conditional and "patronictl" not in " ".join(single.commands)
+
+
+def test_a_running_cluster_is_given_the_declared_timing_and_then_left_alone(secrets_dir: Path) -> None:
+    """bootstrap.dcs reaches etcd only when the cluster is formed: a cluster formed with other
+    values (an earlier release's 20/5/7) is edited to the declared ones, once."""
+    name = "PostgreSQL | Patroni's cluster timing as declared (patronictl edit-config)"
+    formed = {"ttl": 20, "loop_wait": 5, "retry_timeout": 7, "maximum_lag_on_failover": 1048576, "postgresql": {}}
+    edit = plan(everything, "node1", facts={"PatroniDynamicConfig": formed}).op(name)
+    assert edit.commands == [
+        "patronictl -c /etc/patroni/config.yml edit-config memoryctl-local --force --quiet -s loop_wait=3 -s ttl=17"
+    ]
+    declared = {**formed, "ttl": 17, "loop_wait": 3}
+    assert name not in plan(everything, "node1", facts={"PatroniDynamicConfig": declared}).names()
+    assert name not in plan(everything, "node1").names()  # not answering: formed from bootstrap.dcs
+    assert name not in plan(everything, "node2", facts={"PatroniDynamicConfig": formed}).names()  # the first member's
