@@ -318,6 +318,10 @@ class MemoryClient:
         """A committed write's own delivery: both stores at once, on the cluster profile within
         ``[write] delivery_budget_s`` (memoryctl/write_delivery.py says why), then a batch of
         backlog each."""
+        # The budget is for a store that stopped answering, not for opening one: a one-shot command
+        # opens its stores here (bounded by their own timeouts; the service has them open already).
+        self.stack.vectors()
+        self.stack.graph()
         return self._write_delivery.run(
             ("vector", "graph"),
             own=lambda target: self._deliver(ids, targets=[target]),

@@ -71,10 +71,15 @@ def payload_hashes(collection: str) -> dict[str, str]:
 
 
 def test_drill_derived_stores_restored_from_snapshots_and_postgres(imported: e2e_data.DataSet) -> None:
+    derived_stores_drill(len(imported.records), "drill_derived_stores")
+
+
+def derived_stores_drill(memories: int, report_key: str) -> None:
+    """Drill (a); test_ha.py runs it again on the Patroni cluster."""
     before = answers()
     collection = memoryctl("health", "--json", "--deadline", "15").json()["components"]["qdrant"]["collection"]
     points = payload_hashes(collection)
-    assert len(points) >= len(imported.records), len(points)
+    assert len(points) >= memories, len(points)
     snapshot, backup_s = timed(lambda: memoryctl("backup", "qdrant", "--json").json())
 
     # The data is lost: every memoryctl collection on every peer, and Neo4j's database files.
@@ -97,9 +102,9 @@ def test_drill_derived_stores_restored_from_snapshots_and_postgres(imported: e2e
     assert answers() == before
     assert payload_hashes(collection) == points
     record(
-        "drill_derived_stores",
+        report_key,
         {
-            "memories": len(imported.records),
+            "memories": memories,
             "points_compared": len(points),
             "snapshot_bytes": snapshot["bytes"],
             "backup_qdrant_s": backup_s,

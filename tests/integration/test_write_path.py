@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import uuid
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from memoryctl.client import MemoryClient
 from memoryctl.errors import ConflictError, ExitCode, InputError
 from memoryctl.model import EntityRef, Memory, MemoryRef, Relation
 from tests.conftest import cluster_settings
+from tests.relay import BreakingRelay, close_both
 
 pytestmark = pytest.mark.integration
 
@@ -160,21 +162,39 @@ def test_neo4j_unreachable_import_lands_then_sync_delivers(
     up.close()
 
 
-def test_a_hung_graph_costs_a_write_one_budget_then_nothing(
+class SilentRelay(BreakingRelay):
+    """Relays loopback TCP to a server; once ``silent`` is set, nothing more goes either way and
+    no connection closes: what a client sees when the server's machine vanished."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.silent = threading.Event()
+        super().__init__(target)
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, requests: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if not self.silent.is_set():
+                    dst.sendall(data)
+        except OSError:
+            pass
+        close_both(src, dst)
+
+
+def test_a_graph_gone_silent_costs_a_write_one_budget_then_nothing(
     pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path
 ) -> None:
-    """Neo4j accepts connections and never answers (its node lost, issue 26's drill): the first
-    write waits for it no longer than ``[write] delivery_budget_s`` (Qdrant is delivered meanwhile,
-    concurrently), answers exit 3 and names the budget; the next write does not wait for it at all.
-    Once the breaker's reset has passed and Neo4j answers again, a write delivers, backlog included."""
-    hang = socket.socket()  # accepts connections (backlog) and never answers: a hung server
-    hang.bind(("127.0.0.1", 0))
-    hang.listen(16)
-    hung = {**neo4j_clean, "uri": f"bolt://127.0.0.1:{hang.getsockname()[1]}"}
+    """Neo4j's machine vanishes under an open client (issue 26's drill: the primary's node is
+    the index node): the first write waits for the graph no longer than ``[write]
+    delivery_budget_s`` (Qdrant is delivered meanwhile, concurrently), answers exit 3 and names the
+    budget; the next write does not wait for it at all. With Neo4j back, a write delivers again."""
+    host, port = neo4j_clean["uri"].rsplit("//", 1)[1].rsplit(":", 1)
+    relay = SilentRelay((host, int(port)))
+    relayed = {**neo4j_clean, "uri": f"bolt://127.0.0.1:{relay.port}"}
     write = {"delivery_budget_s": 0.5, "breaker_reset_s": 3600.0}
-    with MemoryClient(cluster_settings(pg_dsn, neo4j_clean, tmp_path / "q")) as client:
+    with MemoryClient(cluster_settings(pg_dsn, relayed, tmp_path / "q", write=write)) as client:
         client.init()
-    with MemoryClient(cluster_settings(pg_dsn, hung, tmp_path / "q", write=write)) as client:
+        assert operations.run(client, "add", {"text": "before it went"}).exit_code == ExitCode.OK
+        relay.silent.set()
         first = operations.run(client, "add", {"text": "the rollback was Alice's call"})
         assert first.exit_code == ExitCode.PARTIAL
         assert first.data["pending"] == {"qdrant": 0, "neo4j": 1}
@@ -182,11 +202,15 @@ def test_a_hung_graph_costs_a_write_one_budget_then_nothing(
         second = operations.run(client, "add", {"text": "and Bob agreed"})
         assert second.exit_code == ExitCode.PARTIAL and second.data["pending"] == {"qdrant": 0, "neo4j": 1}
         assert "not tried: its delivery failed" in second.warnings[0], second.warnings
-    hang.close()
+    relay.close()
     with MemoryClient(cluster_settings(pg_dsn, neo4j_clean, tmp_path / "q", write=write)) as client:
         third = operations.run(client, "add", {"text": "the graph is back"})
         assert third.exit_code == ExitCode.OK, third.warnings
-        assert counts(client) == {"postgres": 3, "qdrant": 3, "neo4j": 3}  # the backlog came along
+        # The write that was not tried came along (its row was due); the one whose delivery still
+        # hangs on the vanished machine's connection keeps its row in the outbox (nothing lost):
+        # whoever holds it, or a later sync once that delivery has given up, delivers it.
+        assert counts(client) == {"postgres": 4, "qdrant": 4, "neo4j": 3}
+        assert client.stack.records.pending_count([uuid.UUID(first.data["id"])]) == {"graph": 1}
 
 
 def test_forget_hides_at_once_and_purge_removes_everywhere(cluster: MemoryClient) -> None:
