@@ -8,13 +8,28 @@ generation adapter from vLLM's ``/v1/models`` (what requests get, which after a 
 differ from what the registry says is active: ``memoryctl adapters generation --serve-active``),
 and the served embedding model from the version ``migrate`` activated (``model_versions``).
 
+The adapter registry (``[nightly] adapters_dir``, where one exists on this host: the node that
+trains) is read from its files, ``<kind>/state.json`` and the active version's ``manifest.json``,
+without memoryctl-lora (not installed everywhere) and without checksumming the weights: which
+version each kind has active and the one before it, next to what vLLM has loaded (its
+``/v1/models`` cards with a ``parent``) and which version the served embedding model holds. A
+registry that disagrees with what is served gets a note, never a status: vLLM forgets adapters it
+loaded at run time when it restarts, and ``memoryctl adapters generation --serve-active`` says so
+too. vLLM is asked in a thread of its own while PostgreSQL and the registry are read, and waited
+for no longer than the probe's request budget: a slow vLLM costs a note, never the component.
+
 The component is ``degraded`` only when the last night failed, which the ``runs`` component
 already counts, so it never changes the overall status on its own; it says which step and why.
 """
 
 from __future__ import annotations
 
+import json
+import re
+import threading
+import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memoryctl.errors import MemoryctlError
@@ -79,15 +94,23 @@ def _scalar(value: Any) -> bool:
 
 
 def nightly_probe(stack: Stack, *, timeout_s: float) -> dict[str, Any]:
-    """The component; ``timeout_s`` bounds the one request to vLLM. The scalars come first: the
-    text table shows the first few (the steps, the night's status and time, what is served)."""
+    """The component; ``timeout_s`` bounds the wait for vLLM (asked while the rest is read). The
+    scalars come first: the text table shows the first few (the steps, the night's status and
+    time, what is served)."""
     from memoryctl.ops.pgstate import OpsState
 
+    asked = time.monotonic()
+    answer: dict[str, Any] = {}
+    vllm = threading.Thread(
+        target=lambda: answer.update(_served_generation(stack, timeout_s)), daemon=True, name="nightly-vllm"
+    )
+    vllm.start()
     last = stack.runs.last_with_details("nightly")
     try:
         recorded = OpsState(stack.pool).active_embedding()
     except MemoryctlError:  # schema older than 0003: no model recorded (the postgres probe says init)
         recorded = None
+    registry = registry_state(stack)
     res: dict[str, Any] = {}
     if last is None:
         res["detail"] = "no `memoryctl nightly` recorded yet"
@@ -100,12 +123,17 @@ def nightly_probe(stack: Stack, *, timeout_s: float) -> dict[str, Any]:
             last_night_status=last["status"],
             last_night_at=started.isoformat(timespec="seconds"),
         )
-    served = _served_generation(stack, timeout_s)
+    vllm.join(max(0.0, timeout_s - (time.monotonic() - asked)))
+    served = dict(answer) if not vllm.is_alive() else {}
+    if not served:
+        served = {"generation_adapter": None, "generation_note": f"vLLM did not answer within {timeout_s:g} s"}
+    loaded = served.pop("loaded_adapters", None)
     res["generation_adapter"] = served.pop("generation_adapter")
     res["embedding_model"] = recorded["model_id"] if recorded else None
     res.update(served)
     if recorded is None:
         res["embedding_note"] = "no model activated by `migrate` yet: the configured [embedder] serves"
+    res["adapters"] = served_adapters(registry, loaded, res["embedding_model"])
     if last is None:
         return res
     res["last_night_age_s"] = round((datetime.now(UTC) - started).total_seconds(), 1)
@@ -124,7 +152,8 @@ def nightly_probe(stack: Stack, *, timeout_s: float) -> dict[str, Any]:
 
 
 def _served_generation(stack: Stack, timeout_s: float) -> dict[str, Any]:
-    """``generation_adapter``: what vLLM serves now (None: the base model), or why it is unknown."""
+    """``generation_adapter``: what vLLM serves now (None: the base model), or why it is unknown;
+    ``loaded_adapters``: every adapter card of ``/v1/models`` (id, base), when vLLM answered."""
     from memoryctl.http_service import Retry
     from memoryctl.vllm import VLLMClient
 
@@ -134,9 +163,135 @@ def _served_generation(stack: Stack, timeout_s: float) -> dict[str, Any]:
     key = vs.api_key.get_secret_value() if vs.api_key else None
     try:
         with VLLMClient(vs.url, api_key=key, timeout_s=timeout_s, retry=Retry(retries=0)) as client:
-            adapters = sorted(client.models().adapter_names())  # the promotion keeps one loaded
+            cards = client.models().adapters
     except MemoryctlError as exc:
         return {"generation_adapter": None, "generation_note": f"vLLM did not answer: {exc.message}"[:300]}
+    loaded = sorted(({"id": a.id, "base": a.parent} for a in cards), key=lambda a: str(a["id"]))
+    adapters = [str(a["id"]) for a in loaded]  # the promotion keeps one loaded
     if not adapters:
-        return {"generation_adapter": None, "generation_note": f"no adapter loaded: vLLM serves {vs.model} itself"}
-    return {"generation_adapter": adapters[0] if len(adapters) == 1 else ", ".join(adapters)}
+        note = f"no adapter loaded: vLLM serves {vs.model} itself"
+        return {"generation_adapter": None, "generation_note": note, "loaded_adapters": []}
+    return {"generation_adapter": ", ".join(adapters), "loaded_adapters": loaded}
+
+
+_VERSION = re.compile(r"^v\d{4,}$")
+KINDS = ("generation", "embedding")
+
+
+def registry_state(stack: Stack) -> dict[str, Any]:
+    """Per kind, what the adapter registry on this host holds: ``active`` and ``previous`` (the
+    rollback target), how many ``versions``, the ``latest`` registered (a rejected night's too) and
+    the active one's base model and checksum; ``{"root": ..., "note": ...}`` without a registry."""
+    from memoryctl.ops.adapters import registry_root
+
+    root = registry_root(stack.settings)
+    out: dict[str, Any] = {"root": str(root)}
+    kinds = [k for k in KINDS if (root / k).is_dir()]
+    if not kinds:
+        out["note"] = f"no adapter registry on this host ({root}): it is on the node that trains"
+        return out
+    for kind in kinds:
+        try:
+            out[kind] = _kind_state(root / kind)
+        except (OSError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
+            out[kind] = {"error": f"{root / kind}: {exc}"[:300]}
+    return out
+
+
+def _kind_state(kind_dir: Path) -> dict[str, Any]:
+    state_file = kind_dir / "state.json"
+    state = json.loads(state_file.read_text()) if state_file.is_file() else {}
+    active, history = state.get("active"), list(state.get("history") or [])
+    versions = sorted(
+        (d.name for d in kind_dir.iterdir() if _VERSION.match(d.name) and (d / "manifest.json").is_file()),
+        key=lambda name: int(name[1:]),
+    )
+    out: dict[str, Any] = {
+        "active": active,
+        "previous": history[history.index(active) - 1] if active in history and history.index(active) > 0 else None,
+        "versions": len(versions),
+        "latest": versions[-1] if versions else None,
+    }
+    if active:
+        manifest = json.loads((kind_dir / active / "manifest.json").read_text())
+        out["base_model"] = manifest.get("base_model_id")
+        out["checksum"] = str((manifest.get("checksum") or {}).get("combined") or "")[:12] or None
+        out["created_at"] = manifest.get("created_at")
+    return out
+
+
+def served_adapters(
+    registry: dict[str, Any], loaded: list[dict[str, Any]] | None, embedding_model: str | None
+) -> dict[str, Any]:
+    """The registry next to what is served: for generation, vLLM's loaded adapters (``loaded``:
+    None when vLLM is not configured or did not answer) and whether the active version is among
+    them; for embedding, whether the served model (``migrate``'s) holds the active version."""
+    from memoryctl.ops.embedding_version import served_name
+
+    out: dict[str, Any] = {"registry": registry["root"]}
+    if "note" in registry:
+        out["registry_note"] = registry["note"]
+    if loaded is not None:
+        out["vllm_loaded"] = loaded
+    for kind in KINDS:
+        entry = dict(registry.get(kind) or {})
+        if not entry or "error" in entry:
+            if entry:
+                out[kind] = entry
+            continue
+        active = entry.get("active")
+        if kind == "generation":
+            name = f"memoryctl-generation-{active}" if active else None
+            entry["served_name"] = name
+            if loaded is not None:
+                names = {str(a["id"]) for a in loaded}
+                entry["loaded"] = name in names if name else not names
+                if not entry["loaded"]:
+                    entry["note"] = (
+                        f"the registry's active adapter {name} is not loaded in vLLM:"
+                        " `memoryctl adapters generation --serve-active`"
+                        if name
+                        else "the registry has no active adapter, vLLM has one loaded"
+                    )
+        elif active and embedding_model is not None:
+            model_id = f"{entry.get('base_model')}+lora-{active}"
+            held = embedding_model == f"http:{served_name(model_id)}" or bool(
+                entry.get("checksum") and embedding_model.endswith(f"+lora:{entry['checksum']}")
+            )
+            entry["in_served_model"] = held
+            if not held:
+                entry["note"] = (
+                    f"the served embedding model {embedding_model} does not hold the active adapter {active}"
+                )
+        out[kind] = entry
+    return out
+
+
+def nightly_lines(component: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Rows under ``nightly`` in the text table: (label, status, detail) per step of the last night
+    (its seconds, why) and per adapter kind (the registry's active and previous, what is served)."""
+    rows: list[tuple[str, str, str]] = []
+    for step in (component.get("last_night") or {}).get("steps") or []:
+        seconds = step.get("seconds")
+        parts = [f"{seconds:.1f} s" if isinstance(seconds, int | float) else "- s"]
+        if step.get("reason"):
+            parts.append(str(step["reason"]))
+        rows.append((f"  {step.get('name')}", str(step.get("status")), "; ".join(parts)))
+    adapters = component.get("adapters") or {}
+    for kind in KINDS:
+        entry = adapters.get(kind)
+        served = component.get("generation_adapter") if kind == "generation" else component.get("embedding_model")
+        if not entry:
+            continue
+        if "error" in entry:
+            rows.append((f"  {kind} adapter", "", entry["error"]))
+            continue
+        previous = f" (previous {entry['previous']})" if entry.get("previous") else ""
+        detail = f"registry: active {entry.get('active') or 'none'}{previous}, {entry.get('versions')} version(s)"
+        detail += f"; served: {served or 'the base model'}"
+        if entry.get("note"):
+            detail += f"; {entry['note']}"
+        rows.append((f"  {kind} adapter", "", detail))
+    if adapters.get("registry_note"):
+        rows.append(("  adapters", "", adapters["registry_note"]))
+    return rows

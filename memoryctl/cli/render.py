@@ -168,6 +168,7 @@ def _fmt(value: object) -> str:
 
 def health(report: dict[str, Any], values: Mapping[str, Any]) -> None:
     table = _table(f"memoryctl health: {report['status']}", ("component", "status", "latency ms", "detail"))
+    from memoryctl.health_nightly import nightly_lines
     from memoryctl.health_pg import member_lines
 
     for name, comp in report["components"].items():
@@ -176,6 +177,9 @@ def health(report: dict[str, Any], values: Mapping[str, Any]) -> None:
         if name == "postgres" and isinstance(comp.get("cluster"), dict):
             for role, line in member_lines(comp["cluster"]):  # one row per member, under postgres
                 table.add_row(f"  {role}", "", "", line)
+        if name == "nightly":
+            for label, status, line in nightly_lines(comp):  # the last night's steps, the adapters
+                table.add_row(label, status, "", line)
     out.print(table, markup=False)
 
 

@@ -120,3 +120,40 @@ def test_a_new_embedding_version_shows_the_slot_that_serves_it() -> None:
         "migrate.status": "swapped",
         "migrate.target": "http:BAAI--bge-m3+lora-v0001",
     }
+
+
+def _registry(**kinds: dict[str, object]) -> dict[str, object]:
+    return {"root": "/srv/adapters", **kinds}
+
+
+def test_the_served_embedding_model_is_matched_to_the_registry_version() -> None:
+    from memoryctl.health_nightly import served_adapters
+
+    emb = {
+        "active": "v0004",
+        "previous": "v0003",
+        "versions": 4,
+        "base_model": "BAAI/bge-m3",
+        "checksum": "0123456789ab",
+    }
+    merged = served_adapters(_registry(embedding=emb), None, "http:BAAI--bge-m3+lora-v0004")  # a merged version
+    assert merged["embedding"]["in_served_model"] is True and "note" not in merged["embedding"]
+    applied = served_adapters(_registry(embedding=emb), None, "minilm/all-MiniLM-L6-v2@1+lora:0123456789ab")
+    assert applied["embedding"]["in_served_model"] is True
+    behind = served_adapters(_registry(embedding=emb), None, "http:BAAI--bge-m3+lora-v0003")  # after a rollback
+    assert behind["embedding"]["in_served_model"] is False
+    assert "does not hold the active adapter v0004" in behind["embedding"]["note"]
+    unknown = served_adapters(_registry(embedding=emb), None, None)  # nothing migrated: not judged
+    assert "in_served_model" not in unknown["embedding"]
+
+
+def test_generation_is_judged_only_when_vllm_answered() -> None:
+    from memoryctl.health_nightly import served_adapters
+
+    gen = {"active": None, "previous": None, "versions": 1}
+    stray = served_adapters(_registry(generation=gen), [{"id": "memoryctl-generation-v0001", "base": "b"}], None)
+    assert stray["generation"]["loaded"] is False and "no active adapter" in stray["generation"]["note"]
+    base_only = served_adapters(_registry(generation=gen), [], None)
+    assert base_only["generation"]["loaded"] is True  # nothing active, nothing loaded: as it should be
+    silent = served_adapters(_registry(generation={**gen, "active": "v0001"}), None, None)
+    assert "loaded" not in silent["generation"] and "vllm_loaded" not in silent
