@@ -92,6 +92,9 @@ class MemoryClient:
     def __init__(self, settings: Settings | None = None, *, stack: Stack | None = None) -> None:
         self.settings = settings or load_settings()
         self.stack = stack or Stack(self.settings)
+        # How long a write waits for its delivery after the commit (None: as long as it takes);
+        # `memoryctl serve` sets [write] delivery_budget_s on the cluster profile.
+        self.write_budget_s: float | None = None
 
     def __enter__(self) -> MemoryClient:
         return self
@@ -310,14 +313,11 @@ class MemoryClient:
 
     @cached_property
     def _write_delivery(self) -> WriteDelivery:
-        ws = self.settings.write
-        budget = ws.delivery_budget_s if self.settings.profile == "cluster" else None
-        return WriteDelivery(budget_s=budget, reset_s=ws.breaker_reset_s)
+        return WriteDelivery(reset_s=self.settings.write.breaker_reset_s)
 
     def _deliver_write(self, ids: Sequence[uuid.UUID]) -> DeliveryReport:
-        """A committed write's own delivery: both stores at once, on the cluster profile within
-        ``[write] delivery_budget_s`` (memoryctl/write_delivery.py says why), then a batch of
-        backlog each."""
+        """A committed write's own delivery: both stores at once, in the service within ``[write]
+        delivery_budget_s`` (memoryctl/write_delivery.py says why), then a batch of backlog each."""
         # The budget is for a store that stopped answering, not for opening one: a one-shot command
         # opens its stores here (bounded by their own timeouts; the service has them open already).
         self.stack.vectors()
@@ -327,6 +327,7 @@ class MemoryClient:
             own=lambda target: self._deliver(ids, targets=[target]),
             backlog=lambda target: self._backlog(target, BACKLOG_PER_WRITE),
             store_name=lambda target: self.stack.store_names[target],
+            budget_s=self.write_budget_s,
         )
 
     def _backlog(self, target: str, batches: int) -> DeliveryReport:

@@ -311,11 +311,11 @@ class BackupSettings(BaseModel):
 
 
 class WriteSettings(BaseModel):
-    # The cluster profile: after its commit, how long a write waits for its delivery to Qdrant and
-    # Neo4j (both at once) before it answers "stored, delivery pending" (exit 3): the outbox
-    # delivers the rest. A store whose delivery failed is not waited for again until
-    # breaker_reset_s has passed. The embedded profile's stores run in this process and are
-    # waited for (a lost node is not what slows them; a cold embedder's start is).
+    # `memoryctl serve` on the cluster profile: after its commit, how long a write waits for its
+    # delivery to Qdrant and Neo4j (both at once) before it answers "stored, delivery pending"
+    # (exit 3); the delivery goes on and the outbox keeps it. A store whose delivery failed is not
+    # waited for again until breaker_reset_s has passed. One-shot commands and library calls wait
+    # as long as the delivery takes (each store's own timeouts bound it).
     delivery_budget_s: float = Field(3.0, gt=0)
     breaker_reset_s: float = Field(30.0, gt=0)
 

@@ -5,13 +5,16 @@ now only makes it searchable sooner, the outbox delivers it anyway. Done one sto
 each with its own timeouts and retries, a write met a lost node's stores in turn: the failover
 drill (issue 26) measured 39-49 s from the power cut to the first acknowledged write, 20-26 s of it
 after the new primary had taken the commit, spent on the dead index node's Neo4j and Qdrant
-replica. So a write waits for its stores **in parallel** and, on the cluster profile, at most
-``budget_s`` after the commit, and a store whose delivery just failed is not waited for again until its breaker lets one
-write try (``reset_s``): meanwhile writes answer at once "stored, delivery pending" (exit 3) and the
-outbox (the next write after the reset, ``sync``, cron) delivers them.
+replica. So a write waits for its stores **in parallel** and, in ``memoryctl serve`` on the
+cluster profile, at most ``budget_s`` after the commit, and a store whose delivery just failed
+is not waited for again until its breaker lets one write try (``reset_s``): meanwhile writes
+answer at once "stored, delivery pending" (exit 3) and the outbox (the next write after the
+reset, ``sync``, cron) delivers them.
 
-A delivery that outlives the budget is not stopped: it goes on in its daemon thread (the service
-keeps it; a one-shot CLI process ends it at exit, its claim rolls back, the rows stay due). Rows
+The budget is the service's: it answers agents that must not hang on a lost node, keeps the
+delivery that outlives the budget going in its daemon thread, and lives long enough for a breaker
+to matter. A one-shot command or a library call (a batch of 300 memories, a test's seed) waits for
+its delivery as before, bounded by each store's own timeouts, and reports what happened. Rows
 are delivered by idempotent upserts, so a late delivery racing a later one is harmless.
 """
 
@@ -40,9 +43,7 @@ class _Run:
 class WriteDelivery:
     """One per client (the service keeps one for every request): breakers keyed by target."""
 
-    def __init__(self, *, budget_s: float | None, reset_s: float) -> None:
-        """``budget_s`` None: wait for every store as long as it takes (the embedded profile)."""
-        self.budget_s = budget_s
+    def __init__(self, *, reset_s: float) -> None:
         self.reset_s = reset_s
         self._breakers: dict[str, Breaker] = {}
         self._lock = threading.Lock()
@@ -59,6 +60,7 @@ class WriteDelivery:
         own: Callable[[str], DeliveryReport],
         backlog: Callable[[str], DeliveryReport] | None = None,
         store_name: Callable[[str], str] = str,
+        budget_s: float | None = None,
     ) -> DeliveryReport:
         """``own(target)`` for every target at once; what did not answer within the budget, or is
         behind an open breaker, is reported failed (pending). ``backlog(target)`` runs after a
@@ -66,9 +68,10 @@ class WriteDelivery:
 
         An exception ``own`` raises (PostgreSQL lost after the commit) is raised here, as a
         sequential delivery would have: the caller reports the write stored and pending.
+        ``budget_s`` None: every store is waited for as long as it takes (its own timeouts bound it).
         """
         started = time.perf_counter()
-        deadline = None if self.budget_s is None else started + self.budget_s
+        deadline = None if budget_s is None else started + budget_s
         report = DeliveryReport()
         runs: dict[str, _Run] = {}
         for target in targets:
@@ -89,8 +92,7 @@ class WriteDelivery:
             if not run.own_done.wait(_left(deadline)):
                 breaker.record(False)
                 report.failed[target] = (
-                    f"{store_name(target)} did not take it within {self.budget_s:g} s of the commit;"
-                    " the outbox delivers it"
+                    f"{store_name(target)} did not take it within {budget_s:g} s of the commit; the outbox delivers it"
                 )
                 continue
             if run.error is not None:

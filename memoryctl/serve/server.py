@@ -136,6 +136,8 @@ class Service:
 
         self.settings = settings
         self.client = client or MemoryClient(settings)
+        if settings.profile == "cluster":  # stores over the network: a lost node must not hang writes
+            self.client.write_budget_s = settings.write.delivery_budget_s
         cfg = settings.serve
         bind = http or cfg.http
         self.http = parse_bind(bind) if bind else None

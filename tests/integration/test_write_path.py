@@ -15,6 +15,7 @@ from memoryctl import operations
 from memoryctl.client import MemoryClient
 from memoryctl.errors import ConflictError, ExitCode, InputError
 from memoryctl.model import EntityRef, Memory, MemoryRef, Relation
+from memoryctl.serve.server import Service
 from tests.conftest import cluster_settings
 from tests.relay import BreakingRelay, close_both
 
@@ -183,8 +184,8 @@ class SilentRelay(BreakingRelay):
 def test_a_graph_gone_silent_costs_a_write_one_budget_then_nothing(
     pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path
 ) -> None:
-    """Neo4j's machine vanishes under an open client (issue 26's drill: the primary's node is
-    the index node): the first write waits for the graph no longer than ``[write]
+    """Neo4j's machine vanishes under the service's open client (issue 26's drill: the primary's
+    node is the index node): the first write waits for the graph no longer than ``[write]
     delivery_budget_s`` (Qdrant is delivered meanwhile, concurrently), answers exit 3 and names the
     budget; the next write does not wait for it at all. With Neo4j back, a write delivers again."""
     host, port = neo4j_clean["uri"].rsplit("//", 1)[1].rsplit(":", 1)
@@ -192,6 +193,7 @@ def test_a_graph_gone_silent_costs_a_write_one_budget_then_nothing(
     relayed = {**neo4j_clean, "uri": f"bolt://127.0.0.1:{relay.port}"}
     write = {"delivery_budget_s": 0.5, "breaker_reset_s": 3600.0}
     with MemoryClient(cluster_settings(pg_dsn, relayed, tmp_path / "q", write=write)) as client:
+        assert Service(client.settings, client).client.write_budget_s == 0.5  # what `memoryctl serve` sets
         client.init()
         assert operations.run(client, "add", {"text": "before it went"}).exit_code == ExitCode.OK
         relay.silent.set()

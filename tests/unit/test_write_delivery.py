@@ -33,7 +33,7 @@ def test_both_stores_deliver_at_once() -> None:
         assert started[other].wait(5)
         return delivered(target)
 
-    report = WriteDelivery(budget_s=5, reset_s=30).run(("vector", "graph"), own)
+    report = WriteDelivery(reset_s=30).run(("vector", "graph"), own, budget_s=5)
     assert report.failed == {}
     assert report.delivered == {"vector": 1, "graph": 1}
 
@@ -48,13 +48,13 @@ def test_a_store_that_does_not_answer_is_left_to_the_outbox_and_then_not_waited_
             release.wait(30)  # a lost node: no answer
         return delivered(target)
 
-    writes = WriteDelivery(budget_s=0.2, reset_s=3600)
-    first = writes.run(("vector", "graph"), own, store_name=lambda t: {"graph": "neo4j"}.get(t, t))
+    writes = WriteDelivery(reset_s=3600)
+    first = writes.run(("vector", "graph"), own, store_name=lambda t: {"graph": "neo4j"}.get(t, t), budget_s=0.2)
     assert not release.is_set()  # it answered while the graph's delivery was still hanging
     assert first.delivered["vector"] == 1
     assert "neo4j did not take it within 0.2 s of the commit" in first.failed["graph"]
 
-    second = writes.run(("vector", "graph"), own)
+    second = writes.run(("vector", "graph"), own, budget_s=0.2)
     assert calls.count("graph") == 1 and calls.count("vector") == 2  # the hanging store was not called again
     assert second.failed["graph"].startswith("not tried: its delivery failed")
     assert second.delivered["vector"] == 1
@@ -70,7 +70,7 @@ def test_the_breaker_lets_one_write_try_again_after_its_reset() -> None:
             report.failed[target] = "neo4j: unavailable"
         return report
 
-    writes = WriteDelivery(budget_s=5, reset_s=0.05)
+    writes = WriteDelivery(reset_s=0.05)
     assert writes.run(("graph",), own).failed == {"graph": "neo4j: unavailable"}
     assert writes.run(("graph",), own).failed["graph"].startswith("not tried")
     time.sleep(0.1)  # past the reset: the next write is the trial
@@ -84,7 +84,7 @@ def test_losing_postgresql_after_the_commit_is_raised_to_the_write() -> None:
         raise StoreUnavailable("postgres", "server closed the connection unexpectedly")
 
     with pytest.raises(StoreUnavailable, match="server closed"):
-        WriteDelivery(budget_s=5, reset_s=30).run(("vector", "graph"), own)
+        WriteDelivery(reset_s=30).run(("vector", "graph"), own, budget_s=5)
 
 
 def test_the_backlog_counts_when_it_finishes_in_the_budget_and_runs_on_when_it_does_not() -> None:
@@ -97,8 +97,8 @@ def test_the_backlog_counts_when_it_finishes_in_the_budget_and_runs_on_when_it_d
             finished.set()
         return delivered(target, 256)
 
-    writes = WriteDelivery(budget_s=0.3, reset_s=30)
-    report = writes.run(("vector", "graph"), lambda t: delivered(t), backlog=backlog)
+    writes = WriteDelivery(reset_s=30)
+    report = writes.run(("vector", "graph"), lambda t: delivered(t), backlog=backlog, budget_s=0.3)
     assert report.failed == {}  # the write's own rows went through: the backlog is not its failure
     assert report.delivered == {"vector": 257, "graph": 1}
     slow.set()
@@ -115,5 +115,5 @@ def test_without_a_budget_every_store_is_waited_for() -> None:
             assert slow.wait(5)
         return delivered(target)
 
-    report = WriteDelivery(budget_s=None, reset_s=30).run(("vector", "graph"), own)
+    report = WriteDelivery(reset_s=30).run(("vector", "graph"), own)
     assert report.failed == {} and report.delivered == {"vector": 1, "graph": 1}
