@@ -245,7 +245,7 @@ def test_the_primary_loses_its_power_writes_come_back_and_it_rejoins(ha: dict[st
             "requests_log": rows,
         },
     )
-    # Patroni's part: the standby leads within the lock's ttl (17 s), a loop (3 s) and its probe
+    # Patroni's part: the standby leads within the lock's ttl (20 s), a loop (3 s) and its probe
     # of the lost member. The first write back then waits at most [write] delivery_budget_s (3 s)
     # for the lost index node's Neo4j and Qdrant replica (exit 3: stored, delivery pending), and
     # the writes after it not at all (the breaker). The figures are the report's (docs/ha.md);

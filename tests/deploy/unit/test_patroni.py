@@ -59,7 +59,7 @@ def test_the_db_node_is_handed_to_patroni_after_its_database_exists(secrets_dir:
     config = _config(p, "/etc/patroni/config.yml")
     dcs = config["bootstrap"]["dcs"]  # type: ignore[index]
     assert dcs["synchronous_mode"] is True and dcs["synchronous_mode_strict"] is False
-    assert (dcs["ttl"], dcs["loop_wait"], dcs["retry_timeout"]) == (17, 3, 7)
+    assert (dcs["ttl"], dcs["loop_wait"], dcs["retry_timeout"]) == (20, 3, 7)  # 20: Patroni 4's smallest ttl
     assert dcs["ttl"] >= dcs["loop_wait"] + 2 * dcs["retry_timeout"]  # what Patroni accepts
     assert dcs["postgresql"]["use_pg_rewind"] is True
     assert config["postgresql"]["data_dir"] == "/var/lib/postgresql/17/main"  # type: ignore[index]
@@ -127,14 +127,14 @@ def test_a_converting_member_restarts_for_wal_archiving_through_patroni(secrets_
 
 def test_a_running_cluster_is_given_the_declared_timing_and_then_left_alone(secrets_dir: Path) -> None:
     """bootstrap.dcs reaches etcd only when the cluster is formed: a cluster formed with other
-    values (an earlier release's 20/5/7) is edited to the declared ones, once."""
+    values (an earlier release's, Patroni's defaults) is edited to the declared ones, once."""
     name = "PostgreSQL | Patroni's cluster timing as declared (patronictl edit-config)"
     formed = {"ttl": 20, "loop_wait": 5, "retry_timeout": 7, "maximum_lag_on_failover": 1048576, "postgresql": {}}
-    edit = plan(everything, "node1", facts={"PatroniDynamicConfig": formed}).op(name)
+    edit = plan(everything, "node1", facts={"PatroniDynamicConfig": {**formed, "ttl": 30}}).op(name)
     assert edit.commands == [
-        "patronictl -c /etc/patroni/config.yml edit-config memoryctl-local --force --quiet -s loop_wait=3 -s ttl=17"
+        "patronictl -c /etc/patroni/config.yml edit-config memoryctl-local --force --quiet -s loop_wait=3 -s ttl=20"
     ]
-    declared = {**formed, "ttl": 17, "loop_wait": 3}
+    declared = {**formed, "loop_wait": 3}
     assert name not in plan(everything, "node1", facts={"PatroniDynamicConfig": declared}).names()
     assert name not in plan(everything, "node1").names()  # not answering: formed from bootstrap.dcs
     assert name not in plan(everything, "node2", facts={"PatroniDynamicConfig": formed}).names()  # the first member's
