@@ -16,8 +16,7 @@ what PostgreSQL holds afterwards:
 5. the standby lost (Patroni stopped on node2): writes continue on the primary alone, health says
    so; back, it is the synchronous standby again. Then reconcile finds no drift.
 6. pgBackRest archives from the primary and backs up from the standby;
-7. the derived stores' restore drill of test_restore_drills.py, on the cluster;
-8. point-in-time restore of the cluster (docs/ha.md): the database dropped, restored to a time T
+7. point-in-time restore of the cluster (docs/ha.md): the database dropped, restored to a time T
    on the first member, Patroni takes it over, the standby cloned again; reconcile drops the rest.
 
 Transcripts (timestamps of every event) go to the deploy report (.cache/deploy-report.json).
@@ -37,7 +36,6 @@ from typing import Any
 import pytest
 
 from deploy.osrelease import DEFAULT, RELEASES
-from tests.deploy import e2e_data
 from tests.deploy.cluster import BASE_OVERLAYS, CLUSTER, MESH, REPO, memoryctl, node, put, run_deploy, wait_for
 from tests.deploy.conftest import SINGLE_SERVER, record
 from tests.deploy.test_monitoring import DB, OPS, psql, sh, timed
@@ -302,16 +300,6 @@ def test_backups_archive_from_the_primary_and_copy_the_standby(ha: dict[str, Any
     assert backup.rc == 0, backup.stdout[-3000:] + backup.stderr[-3000:]
     assert "wait for replay on the standby" in backup.stdout, backup.stdout[-3000:]
     record("ha_backup", {"leader": leader(), "standby": sync_standby(), "log": backup.stdout[-1500:]})
-
-
-def test_the_derived_stores_restore_drill_on_the_cluster(ha: dict[str, Any]) -> None:
-    """tests/deploy/test_restore_drills.py's drill (a) again, now that PostgreSQL is the cluster:
-    Qdrant's collections and Neo4j's files lost, `memoryctl restore qdrant` and `rebuild graph`
-    (reading the truth through the multi-host connection) bring back the same answers and payloads."""
-    from tests.deploy.test_restore_drills import derived_stores_drill
-
-    wait_for("a synchronous standby", lambda: sync_standby() is not None, timeout=300)
-    derived_stores_drill(len(e2e_data.build().records), "ha_drill_derived_stores")  # imported by `ha`
 
 
 def test_point_in_time_restore_on_the_cluster(ha: dict[str, Any]) -> None:
