@@ -316,8 +316,15 @@ class MemoryClient:
         return WriteDelivery(reset_s=self.settings.write.breaker_reset_s)
 
     def _deliver_write(self, ids: Sequence[uuid.UUID]) -> DeliveryReport:
-        """A committed write's own delivery: both stores at once, in the service within ``[write]
-        delivery_budget_s`` (memoryctl/write_delivery.py says why), then a batch of backlog each."""
+        """A committed write's own delivery: in the service on the cluster profile both stores at
+        once within ``[write] delivery_budget_s`` (memoryctl/write_delivery.py says why), then a
+        batch of backlog each; elsewhere one store after the other, as long as it takes."""
+        if self.write_budget_s is None:
+            # One store after the other, each connection held only for its own delivery: with both
+            # at once a write holds two of the pool's connections, and the embedded service under 8
+            # clients starved its queries of connections ("postgres: no answer within 2.0s",
+            # tests/e2e/test_serve_load.py in the fresh-clone rehearsal).
+            return self._deliver(ids, backlog=BACKLOG_PER_WRITE)
         # The budget is for a store that stopped answering, not for opening one: a one-shot command
         # opens its stores here (bounded by their own timeouts; the service has them open already).
         self.stack.vectors()

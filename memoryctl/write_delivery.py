@@ -13,8 +13,9 @@ reset, ``sync``, cron) delivers them.
 
 The budget is the service's: it answers agents that must not hang on a lost node, keeps the
 delivery that outlives the budget going in its daemon thread, and lives long enough for a breaker
-to matter. A one-shot command or a library call (a batch of 300 memories, a test's seed) waits for
-its delivery as before, bounded by each store's own timeouts, and reports what happened. Rows
+to matter. A one-shot command or a library call (a batch of 300 memories, a test's seed) delivers
+one store after the other as before (``MemoryClient._deliver_write``), bounded by each store's own
+timeouts, and reports what happened. Rows
 are delivered by idempotent upserts, so a late delivery racing a later one is harmless.
 """
 
