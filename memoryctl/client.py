@@ -325,8 +325,8 @@ class MemoryClient:
             # clients starved its queries of connections ("postgres: no answer within 2.0s",
             # tests/e2e/test_serve_load.py in the fresh-clone rehearsal).
             return self._deliver(ids, backlog=BACKLOG_PER_WRITE)
-        # The budget is for a store that stopped answering, not for opening one: a one-shot command
-        # opens its stores here (bounded by their own timeouts; the service has them open already).
+        # The budget is for a store that stopped answering, not for opening one: a store not open
+        # yet (the service's first write) opens here, bounded by its own timeouts.
         self.stack.vectors()
         self.stack.graph()
         return self._write_delivery.run(
