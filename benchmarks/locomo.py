@@ -33,7 +33,10 @@ Methods: ``default`` (``memoryctl query TEXT``), ``dense``, ``lexical`` (one leg
 question names exactly one of the two speakers; the others run as ``default``), ``no-context``
 (``[query] context_turns = 0``), ``no-dates`` (``[query] dates_named = false``), ``no-sessions``
 (``[query] session_context = false``), and ``bm25``: Okapi BM25 (k1 1.2, b 0.75) over the same turns
-in Python, a reference, not the engine. Metrics as ``benchmarks/recall.py``: recall@10, hit@1,
+in Python, a reference, not the engine. ``--rescore KIND`` (experiment, as in ``benchmarks/recall.py``):
+``rescore``, ``default``'s top ``--rescore-depth`` re-ranked by its score fused with a second
+embedder's cosine, and ``second``, by that cosine alone; the stage's own latency is timed on every
+tenth question. Metrics as ``benchmarks/recall.py``: recall@10, hit@1,
 hit@5, MRR, overall and per category; query p50/p95 of the engine (the query embedding is cached per
 question, so it is timed apart, on its first computation, and printed in the title).
 
@@ -45,6 +48,7 @@ Usage::
 
     python benchmarks/locomo.py [--conversations 41,42] [--methods default,dense,...]
         [--session-stamped] [--no-captions] [--json] [--dump FILE]
+        [--rescore local|onnx|minilm [--rescore-depth N]]
 
 Embeddings are cached on disk keyed by model and text (``recall.EmbeddingCache``), so a second run
 costs the queries only.
@@ -77,6 +81,7 @@ from memoryctl.client import MemoryClient  # noqa: E402
 
 NAMESPACE = uuid.UUID("0b7f2a9e-41c3-4d5e-8f0a-6c1d2e3f4a5b")
 AUTHORED = "AUTHORED"
+STAGE_SAMPLE = 130  # questions the --rescore stage's own latency is timed on (of 1,305: 0.5-0.75 s each)
 CONVERSATIONS = ("41", "42", "43", "44", "47", "48", "49", "50")
 DEV = ("41", "42", "43")  # what methods are developed on; the rest are reported only
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -217,24 +222,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-captions", action="store_true", help="leave the photos' captions out of the turns")
     ap.add_argument("--embedder", help="embedder kind instead of the configured one (local, onnx, minilm)")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--dump", type=Path, help="write every question's ranked ids and evidence here (analysis)")
+    ap.add_argument(
+        "--rescore",
+        metavar="KIND",
+        choices=("local", "onnx", "minilm"),
+        help="experiment: also re-rank default's top N with this embedder (methods rescore, second)",
+    )
+    ap.add_argument("--rescore-depth", type=int, default=50, metavar="N", help="candidates re-ranked (50)")
+    ap.add_argument(
+        "--dump", type=Path, help="write every question's ranked ids and evidence here (benchmarks/paired.py)"
+    )
     args = ap.parse_args(argv)
     names = DEV if args.conversations == "dev" else tuple(c.strip() for c in args.conversations.split(","))
     unknown = set(names) - set(CONVERSATIONS)
     if unknown:
         ap.error(f"unknown conversations {sorted(unknown)}: choose from {', '.join(CONVERSATIONS)}")
     chosen = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if set(chosen) - set(METHODS):
-        ap.error(f"unknown methods {sorted(set(chosen) - set(METHODS))}: choose from {', '.join(METHODS)}")
+    known = (*METHODS, *recall.RESCORE_METHODS) if args.rescore else METHODS
+    if args.rescore:
+        chosen += [m for m in recall.RESCORE_METHODS if m not in chosen]
+    if set(chosen) - set(known):
+        ap.error(f"unknown methods {sorted(set(chosen) - set(known))}: choose from {', '.join(known)}")
+    second = recall.SecondStage(args.rescore, args.rescore_depth) if args.rescore else None
     loaded = [read(n, stamped=args.session_stamped, captions=not args.no_captions) for n in names]
     convs = [x.conversation for x in loaded]
     dumped: dict[str, list[dict[str, object]]] = {}
     with recall.open_client("embedded", args.embedder) as client:
         load_s = load(client, convs)
-        fns = recall.methods(client, convs, said=AUTHORED)
+        fns = recall.methods(client, convs, said=AUTHORED, second=second)
         if args.dump:
-            fns = {name: _dumping(fns[name], dumped.setdefault(name, [])) for name in chosen}
+            fns = {name: recall.dumping(fns[name], dumped.setdefault(name, [])) for name in chosen}
         overall, by_kind = recall.evaluate(convs, fns, chosen)
+        stage = recall.stage_latency(client, convs, second, sample=STAGE_SAMPLE) if second else {}
         embedder = client.stack.embedder
         embed_ms = embedder.query_ms() if isinstance(embedder, recall.QueryVectors) else {}
     turns = sum(len(c.turns) for c in convs)
@@ -250,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "query_embedding_ms": embed_ms,
         "overall": overall,
         "by_category": by_kind,
-    }
+    } | ({"rescore_stage": stage} if stage else {})
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
@@ -261,26 +280,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" query embedding p50/p95 {embed_ms.get('p50_ms')}/{embed_ms.get('p95_ms')} ms (not in p50_ms/p95_ms)"
     )
     print(recall.table(overall, title))
+    for depth, ms in stage.items():
+        print(f"  rescore stage ({args.rescore}), {depth}: p50 {ms['p50_ms']} ms, p95 {ms['p95_ms']} ms")
     for cat in CATEGORIES.values():
         print(recall.table({m: by_kind[m][cat] for m in chosen if cat in by_kind[m]}, f"  {cat}"))
     return 0
-
-
-def _dumping(method: recall.Method, into: list[dict[str, object]]) -> recall.Method:
-    def run(q: Question) -> list[uuid.UUID]:
-        ranked = method(q)
-        into.append(
-            {
-                "agent": q.agent_id,
-                "question": q.text,
-                "category": q.kind,
-                "evidence": [str(i) for i in q.evidence],
-                "ranked": [str(i) for i in ranked],
-            }
-        )
-        return ranked
-
-    return run
 
 
 if __name__ == "__main__":

@@ -57,7 +57,8 @@ evidence turn in the top k), MRR (1 / rank of the first evidence turn, 0 beyond 
 Usage::
 
     python benchmarks/recall.py [--split dev|test|general|ci|all] [--methods default,no-decay,...]
-        [--profile embedded|cluster] [--by-kind] [--json] [--rescore local|minilm [--rescore-depth N]]
+        [--profile embedded|cluster] [--by-kind] [--json] [--dump FILE]
+        [--rescore local|minilm [--rescore-depth N]]
 
 ``dev`` is for development; ``test`` and ``general`` (another family of conversations: other
 topics, three speakers, no name prefix, terse queries) are for reporting, so that a change that
@@ -494,11 +495,13 @@ def first_stage(client: MemoryClient, q: Question, depth: int) -> list[Hit]:
 
 
 def stage_latency(
-    client: MemoryClient, convs: Sequence[Conversation], second: SecondStage
+    client: MemoryClient, convs: Sequence[Conversation], second: SecondStage, *, sample: int | None = None
 ) -> dict[str, dict[str, float]]:
     """The second stage's own cost per query at depths 20 and ``second.depth``, on the candidates
-    the engine returns for each question."""
+    the engine returns for each question (every ``len // sample``-th question with ``sample``)."""
     questions = [q for conv in convs for q in conv.questions]
+    if sample:
+        questions = questions[:: max(1, len(questions) // sample)]
     candidates = [[h.memory.text for h in first_stage(client, q, second.depth)] for q in questions]
     texts = [q.text for q in questions]
     return {f"top{d}": second.latency(texts, candidates, d) for d in sorted({20, second.depth})}
@@ -541,6 +544,26 @@ class Score:
             "p95_ms": round(sorted(self.ms)[int(len(self.ms) * 0.95)], 1) if self.ms else 0.0,
             "questions": self.n,
         }
+
+
+def dumping(method: Method, into: list[dict[str, object]]) -> Method:
+    """``method``, recording every question it answers and what it ranked into ``into`` (``--dump``:
+    the input of ``benchmarks/paired.py``, which compares two runs question by question)."""
+
+    def run(q: Question) -> list[uuid.UUID]:
+        ranked = method(q)
+        into.append(
+            {
+                "agent": q.agent_id,
+                "question": q.text,
+                "category": q.kind,
+                "evidence": [str(i) for i in q.evidence],
+                "ranked": [str(i) for i in ranked],
+            }
+        )
+        return ranked
+
+    return run
 
 
 def evaluate(
@@ -626,6 +649,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--json", action="store_true")
     ap.add_argument(
+        "--dump",
+        type=Path,
+        metavar="FILE",
+        help="write every question's ranked ids and evidence here, per method (benchmarks/paired.py)",
+    )
+    ap.add_argument(
         "--rescore",
         metavar="KIND",
         choices=("local", "onnx", "minilm"),
@@ -660,6 +689,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"unknown methods {sorted(unknown)}: choose from {', '.join(known)}")
     second = SecondStage(args.rescore, args.rescore_depth) if args.rescore else None
     report: dict[str, object] = {}
+    dumped: dict[str, list[dict[str, object]]] = {}
     with open_client(args.profile, args.embedder) as client:
         for split in splits:
             convs = conversations.split(split)
@@ -667,6 +697,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 convs = [session_stamped(c) for c in convs]
             load_s = load(client, convs, said=args.said)
             fns = methods(client, convs, said=args.said, second=second)
+            if args.dump:
+                fns = {name: dumping(fns[name], dumped.setdefault(name, [])) for name in names}
             overall, by_kind = evaluate(convs, fns, names)
             stage = stage_latency(client, convs, second) if second else {}
             turns = sum(len(c.turns) for c in convs)
@@ -688,6 +720,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for name in names:
                         print(table(by_kind[name], f"  {name}, by question kind"))
                 print()
+    if args.dump:
+        args.dump.write_text(json.dumps(dumped))
     if args.json:
         print(json.dumps(report, indent=1))
     return 0
