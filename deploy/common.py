@@ -174,8 +174,14 @@ def keep_running(service: str, changes: list[Any], *, package_starts_it: bool = 
             name=f"Restart {service} (its files changed)",
             commands=[f"systemctl reset-failed {service}.service", f"systemctl restart {service}.service"],
             _if=changed,
+            # A node's systemd once answered a restart with "Failed to spawn executor: No such file
+            # or directory" (result 'resources', node1's node_exporter, 2026-12-02) and started it
+            # a moment later by itself: a restart is safe to repeat.
+            **START_RETRIES,
         )
     running = host.get_fact(SystemdStatus).get(f"{service}.service", False)
     systemd.service(name=f"{service} running and enabled", service=service, running=True, enabled=True, **START_RETRIES)
     if running and not package_starts_it:
-        systemd.service(name=f"Restart {service} (its files changed)", service=service, restarted=True, _if=changed)
+        systemd.service(
+            name=f"Restart {service} (its files changed)", service=service, restarted=True, _if=changed, **START_RETRIES
+        )

@@ -7,8 +7,10 @@ says what is pending so callers (and the CLI's exit code 3) can tell "stored" fr
 
 from __future__ import annotations
 
+import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -45,6 +47,9 @@ IMPORT_BATCH = 500
 # Batches of other pending deliveries a single add or forget takes along (an import takes them all):
 # enough to drain what a killed process left within a few writes, bounded so one add stays quick.
 BACKLOG_PER_WRITE = 1
+# A commit takes 0.1-0.3 s on the cluster; one still running after this is waiting out a failover
+# (or a lost standby): the service then asks the delivery stores whether they answer.
+PROBE_AFTER_S = 1.0
 MAX_HEALTH_DEADLINE_S = 60.0
 # How long a write waits for its own outbox rows when another delivery holds them (a concurrent
 # write's backlog batch, a `sync`): that delivery is moving them right now, so waiting tells the
@@ -136,7 +141,8 @@ class MemoryClient:
     def add(self, memories: Sequence[Memory], *, deliver: bool = True, extract: bool = True) -> WriteOutcome:
         out = WriteOutcome()
         batch = [self.vocabulary.check_memory(self._enrich(m) if extract else m) for m in memories]
-        result = self.stack.records.upsert(batch)
+        with self._probe_if_slow(deliver):
+            result = self.stack.records.upsert(batch)
         out.ids = [m.id for m in batch]
         out.add(result)
         self._settle(out, result.changed if deliver else [], pending_ids=out.ids)
@@ -310,6 +316,29 @@ class MemoryClient:
             if target not in usable:
                 report.failed[target] = self.stack.unavailable.get(self.stack.store_names[target], "unavailable")
         return report
+
+    @contextmanager
+    def _probe_if_slow(self, deliver: bool) -> Iterator[None]:
+        """In the budgeted path: a commit still running after ``PROBE_AFTER_S`` has the delivery
+        stores asked whether they answer (memoryctl/write_delivery.py says why)."""
+        if self.write_budget_s is None or not deliver:
+            yield
+            return
+        budget = self.write_budget_s
+        timer = threading.Timer(
+            PROBE_AFTER_S, lambda: self._write_delivery.probe(("vector", "graph"), self._ping, budget)
+        )
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+
+    def _ping(self, target: str) -> None:
+        store = self.stack.vectors() if target == "vector" else self.stack.graph()
+        if store is not None:
+            store.ping()
 
     @cached_property
     def _write_delivery(self) -> WriteDelivery:

@@ -11,6 +11,13 @@ is not waited for again until its breaker lets one write try (``reset_s``): mean
 answer at once "stored, delivery pending" (exit 3) and the outbox (the next write after the
 reset, ``sync``, cron) delivers them.
 
+A commit that hangs is the sign of a lost node (the primary's: a failover takes 20-25 s), and the
+node may have held the other stores too: the write waiting for the new primary would then spend its
+whole budget on them once it commits. So while a commit takes longer than ``probe_after_s``, every
+store is asked whether it answers (:meth:`WriteDelivery.probe`); one that does not answer within the
+budget opens its breaker, and the write that commits on the new primary answers at once, stored and
+pending, instead of after another budget.
+
 The budget is the service's: it answers agents that must not hang on a lost node, keeps the
 delivery that outlives the budget going in its daemon thread, and lives long enough for a breaker
 to matter. A one-shot command or a library call (a batch of 300 memories, a test's seed) delivers
@@ -48,12 +55,51 @@ class WriteDelivery:
         self.reset_s = reset_s
         self._breakers: dict[str, Breaker] = {}
         self._lock = threading.Lock()
+        self._probing: set[str] = set()
 
     def breaker(self, target: str) -> Breaker:
         with self._lock:
             if target not in self._breakers:
                 self._breakers[target] = Breaker(failures_to_open=1, reset_s=self.reset_s)
             return self._breakers[target]
+
+    def probe(self, targets: Sequence[str], ping: Callable[[str], object], timeout_s: float) -> list[threading.Thread]:
+        """Ask each target that is not being asked already whether it answers, each in a daemon
+        thread; a target whose ``ping`` fails, or does not answer within ``timeout_s``, has its
+        breaker opened. An answer changes nothing (a store that answers a ping may still fail a
+        delivery: only a delivery closes a breaker). Returns the threads (tests join them)."""
+        threads = []
+        for target in targets:
+            with self._lock:
+                if target in self._probing:
+                    continue
+                self._probing.add(target)
+            thread = threading.Thread(
+                target=self._probe_one, args=(target, ping, timeout_s), daemon=True, name=f"probe-{target}"
+            )
+            thread.start()
+            threads.append(thread)
+        return threads
+
+    def _probe_one(self, target: str, ping: Callable[[str], object], timeout_s: float) -> None:
+        answered = threading.Event()
+        failed: list[BaseException] = []
+
+        def ask() -> None:
+            try:
+                ping(target)
+            except Exception as exc:  # any failure to answer counts, as a failed delivery would
+                failed.append(exc)
+            finally:
+                answered.set()
+
+        threading.Thread(target=ask, daemon=True, name=f"ping-{target}").start()
+        try:
+            if not answered.wait(timeout_s) or failed:
+                self.breaker(target).record(False)
+        finally:
+            with self._lock:
+                self._probing.discard(target)
 
     def run(
         self,

@@ -18,6 +18,12 @@ with two or more hosts (anything else goes to psycopg unchanged):
   a standby still answers "read-only" at once and is passed over as before. libpq's
   ``load_balance_hosts`` (client-side, libpq 16+) only shuffles the order: a dead member would
   still cost the whole timeout on half the connections.
+- **A standby asked again while the attempt lasts**: a member that answered "no" (a standby, a
+  server shutting down) is tried again every ``RETRY_ANSWERED_S`` for as long as another member's
+  attempt is still running. In a failover the standby is promoted while the lost primary's
+  attempt waits out its ``connect_timeout``: without this, the connection failed at the end of it
+  and the next attempt came up to 5 s after the promotion (the CI drill: a write acknowledged 7.6 s
+  after the leader changed, attempts 5 s apart).
 - **The primary remembered** (as pgJDBC's host status tracker does): the member that last
   accepted a connection here is tried first, so after a failover the pool's new connections go
   straight to the new primary instead of first to the old one.
@@ -32,6 +38,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from typing import Any
 
 import psycopg
@@ -41,6 +48,7 @@ from psycopg.rows import DictRow
 log = logging.getLogger(__name__)
 
 CONNECT_STAGGER_S = 0.25  # RFC 8305's recommended connection attempt delay
+RETRY_ANSWERED_S = 0.5  # a member that said no, asked again while another attempt is still running
 RACED_ATTRS = ("read-write", "primary")  # exactly one member qualifies: the first to accept wins
 
 Member = tuple[str, str, str]  # host, port, hostaddr as written in the connection string
@@ -114,7 +122,9 @@ class ClusterConnection(psycopg.Connection[DictRow]):
         state = {"won": False}
         lock = threading.Lock()
 
-        def attempt(member: Member) -> None:
+        def attempt(member: Member, delay: float = 0.0) -> None:
+            if delay:
+                time.sleep(delay)
             try:
                 conn = super(ClusterConnection, cls).connect(_single(params, member), **kwargs)
             except psycopg.Error as exc:
@@ -132,12 +142,18 @@ class ClusterConnection(psycopg.Connection[DictRow]):
 
         errors: dict[Member, psycopg.Error] = {}
         started = 0
+        running = 0
+
+        def start(member: Member, delay: float = 0.0) -> None:
+            nonlocal running
+            running += 1
+            threading.Thread(target=attempt, args=(member, delay), daemon=True, name=f"pg-connect-{member[0]}").start()
 
         def start_next() -> None:
             nonlocal started
             member = order[started]
             started += 1
-            threading.Thread(target=attempt, args=(member,), daemon=True, name=f"pg-connect-{member[0]}").start()
+            start(member)
 
         start_next()
         while True:
@@ -149,6 +165,7 @@ class ClusterConnection(psycopg.Connection[DictRow]):
                 )
                 start_next()
                 continue
+            running -= 1
             if conn is not None:
                 with _lock:
                     _primaries[tuple(configured)] = member
@@ -156,10 +173,12 @@ class ClusterConnection(psycopg.Connection[DictRow]):
             assert error is not None
             log.debug("postgres: connection failed: %s: %s", _describe(member), error)
             errors[member] = error
-            if len(errors) == len(order):
-                raise _all_failed(configured, errors)
             if started < len(order):  # a member that says no (a standby, refused) costs no delay
                 start_next()
+            elif running:  # another member's attempt still waits: this one may be promoted meanwhile
+                start(member, RETRY_ANSWERED_S)
+            else:
+                raise _all_failed(configured, errors)
 
 
 def _all_failed(configured: list[Member], errors: dict[Member, psycopg.Error]) -> psycopg.Error:

@@ -16,7 +16,8 @@ what PostgreSQL holds afterwards:
 5. the standby lost (Patroni stopped on node2): writes continue on the primary alone, health says
    so; back, it is the synchronous standby again. Then reconcile finds no drift.
 6. pgBackRest archives from the primary and backs up from the standby;
-7. point-in-time restore of the cluster (docs/ha.md): the database dropped, restored to a time T
+7. the derived stores' restore drill of test_restore_drills.py, on the cluster;
+8. point-in-time restore of the cluster (docs/ha.md): the database dropped, restored to a time T
    on the first member, Patroni takes it over, the standby cloned again; reconcile drops the rest.
 
 Transcripts (timestamps of every event) go to the deploy report (.cache/deploy-report.json).
@@ -36,6 +37,7 @@ from typing import Any
 import pytest
 
 from deploy.osrelease import DEFAULT, RELEASES
+from tests.deploy import e2e_data
 from tests.deploy.cluster import BASE_OVERLAYS, CLUSTER, MESH, REPO, memoryctl, node, put, run_deploy, wait_for
 from tests.deploy.conftest import SINGLE_SERVER, record
 from tests.deploy.test_monitoring import DB, OPS, psql, sh, timed
@@ -76,6 +78,26 @@ def roles() -> dict[str, str]:
 
 def leader() -> str | None:
     return next((name for name, role in roles().items() if role == "leader"), None)
+
+
+def etcd_leader(via: str = "node3") -> str | None:
+    """The node whose etcd member leads etcd (asked with ``via``'s etcd client certificate)."""
+    pki = "/etc/etcd/pki"
+    endpoints = ",".join(f"https://{address}:2379" for address in MESH.values())
+    result = node(via).run(
+        f"etcdctl --endpoints={endpoints} --cacert={pki}/ca.crt --cert={pki}/node.crt --key={pki}/node.key"
+        " --dial-timeout=1s --command-timeout=3s endpoint status -w json"
+    )
+    try:
+        answers = json.loads(result.stdout or "[]")
+    except ValueError:
+        return None
+    by_id = {entry["Status"]["header"]["member_id"]: entry["Endpoint"] for entry in answers}
+    leaders = {entry["Status"]["leader"] for entry in answers}
+    if len(leaders) != 1:
+        return None
+    endpoint = by_id.get(leaders.pop(), "")
+    return next((name for name, address in MESH.items() if f"//{address}:" in endpoint), None)
 
 
 def sync_standby() -> str | None:
@@ -205,7 +227,14 @@ def test_a_planned_switchover_fails_no_request(ha: dict[str, Any]) -> None:
         events["leader_changed"] = time.time()
     figures = check_nothing_lost("switchover", rows)
     failed = [row for row in rows if row[2] not in (0, 3)]
-    record("ha_switchover", {**figures, "events": events, "patronictl": out[-500:], "requests_log": rows})
+    # The new primary's node must not lead etcd too (deploy/patroni.py, etcd_leader_away): losing
+    # both leaders at once costs an etcd election and a fresh lock ttl (the drill below).
+    wait_for("etcd's leader is off the primary's node", lambda: etcd_leader() not in (None, "node2"), timeout=60)
+    events["etcd_leader_apart"] = time.time()
+    record(
+        "ha_switchover",
+        {**figures, "events": events, "etcd_leader": etcd_leader(), "patronictl": out[-500:], "requests_log": rows},
+    )
     assert not failed, failed
 
 
@@ -217,8 +246,10 @@ def test_the_primary_loses_its_power_writes_come_back_and_it_rejoins(ha: dict[st
         wait_for("node2 leads", lambda: leader() == "node2", timeout=120, interval=0.5)
     wait_for("node1 streams in sync", lambda: streaming_sync("node1"), timeout=300)
     events: dict[str, float] = {}
+    wait_for("etcd's leader is off the primary's node", lambda: etcd_leader() not in (None, "node2"), timeout=60)
     with writers("failover", 90) as rows:
         time.sleep(10)
+        etcd_leader_at_cut = etcd_leader()
         events["power_cut_started"] = time.time()
         kill = subprocess.run([str(CLUSTER), "kill", "node2"], cwd=REPO, capture_output=True, text=True)
         assert kill.returncode == 0, kill.stderr
@@ -240,6 +271,8 @@ def test_the_primary_loses_its_power_writes_come_back_and_it_rejoins(ha: dict[st
             "events": events,
             "leader_change_s": round(leader_change, 1),
             "writes_back_s": round(outage, 1) if outage else None,
+            "etcd_leader_at_cut": etcd_leader_at_cut,
+            "etcd_leader_after": etcd_leader(),
             "requests_log": rows,
         },
     )
@@ -300,6 +333,16 @@ def test_backups_archive_from_the_primary_and_copy_the_standby(ha: dict[str, Any
     assert backup.rc == 0, backup.stdout[-3000:] + backup.stderr[-3000:]
     assert "wait for replay on the standby" in backup.stdout, backup.stdout[-3000:]
     record("ha_backup", {"leader": leader(), "standby": sync_standby(), "log": backup.stdout[-1500:]})
+
+
+def test_the_derived_stores_restore_drill_on_the_cluster(ha: dict[str, Any]) -> None:
+    """tests/deploy/test_restore_drills.py's drill (a) again, now that PostgreSQL is the cluster:
+    Qdrant's collections and Neo4j's files lost, `memoryctl restore qdrant` and `rebuild graph`
+    (reading the truth through the multi-host connection) bring back the same answers and payloads."""
+    from tests.deploy.test_restore_drills import derived_stores_drill
+
+    wait_for("a synchronous standby", lambda: sync_standby() is not None, timeout=300)
+    derived_stores_drill(len(e2e_data.build().records), "ha_drill_derived_stores")  # imported by `ha`
 
 
 def test_point_in_time_restore_on_the_cluster(ha: dict[str, Any]) -> None:

@@ -75,7 +75,7 @@ def test_drill_derived_stores_restored_from_snapshots_and_postgres(imported: e2e
 
 
 def derived_stores_drill(memories: int, report_key: str) -> None:
-    """Drill (a), callable on another stack (see docs/ha.md, "Drills", on running it on the cluster)."""
+    """Drill (a); test_ha.py runs it again on the Patroni cluster."""
     before = answers()
     collection = memoryctl("health", "--json", "--deadline", "15").json()["components"]["qdrant"]["collection"]
     points = payload_hashes(collection)

@@ -18,6 +18,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,3 +160,30 @@ def test_health_sees_the_primary_within_its_deadline(blackhole: str, pair: tuple
     assert component["status"] in ("ok", "degraded"), component
     assert report.status != "unhealthy"
     assert component["cluster"]["leader"] == f"127.0.0.1:{pair[0].port}"
+
+
+def test_a_standby_promoted_while_the_vanished_member_is_tried_is_connected_to(blackhole: str) -> None:
+    """The failover drill's order of events: the lost primary's address swallows the attempt while
+    the standby is promoted. The standby said "read-only" at first; it is asked again while the
+    lost member's attempt lasts, so the connection lands on it once promoted, not a failure after
+    ``connect_timeout`` and another attempt after that (5 s later in the CI drill)."""
+    primary, standby = Server("promote-a"), Server("promote-b")
+    try:
+        primary.initdb("fsync = off\n").start()
+        standby.standby_of(primary).start()
+        conninfo = (
+            f"host={blackhole},127.0.0.1 port=5432,{standby.port} dbname=postgres user=postgres"
+            " sslmode=disable gssencmode=disable target_session_attrs=read-write"
+        )
+        pg_connect.forget_primaries()
+        promote = threading.Timer(1.0, standby.promote)
+        promote.start()
+        try:
+            with ClusterConnection.connect(conninfo, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+                assert conn.execute("SELECT NOT pg_is_in_recovery()").fetchone() == (True,)
+                assert conn.info.port == standby.port
+        finally:
+            promote.join()
+    finally:
+        primary.remove()
+        standby.remove()

@@ -117,3 +117,54 @@ def test_without_a_budget_every_store_is_waited_for() -> None:
 
     report = WriteDelivery(reset_s=30).run(("vector", "graph"), own)
     assert report.failed == {} and report.delivered == {"vector": 1, "graph": 1}
+
+
+def test_a_probe_opens_the_breaker_of_a_store_that_does_not_answer_and_only_of_that_one() -> None:
+    release = threading.Event()
+    pings: list[str] = []
+
+    def ping(target: str) -> None:
+        pings.append(target)
+        if target == "graph":
+            release.wait(30)  # a lost node: no answer
+
+    writes = WriteDelivery(reset_s=3600)
+    for thread in writes.probe(("vector", "graph"), ping, timeout_s=0.2):
+        thread.join(5)
+    assert writes.breaker("graph").state == "open" and writes.breaker("vector").state == "closed"
+
+    calls: list[str] = []
+
+    def own(target: str) -> DeliveryReport:
+        calls.append(target)
+        return delivered(target)
+
+    report = writes.run(("vector", "graph"), own, budget_s=5)
+    assert calls == ["vector"]  # the write that commits afterwards does not wait for the graph
+    assert report.failed["graph"].startswith("not tried: its delivery failed")
+    release.set()
+
+
+def test_a_probe_that_fails_opens_the_breaker_and_one_in_flight_is_not_started_twice() -> None:
+    def refused(target: str) -> None:
+        raise StoreUnavailable("neo4j", "connection refused")
+
+    writes = WriteDelivery(reset_s=3600)
+    for thread in writes.probe(("graph",), refused, timeout_s=5):
+        thread.join(5)
+    assert writes.breaker("graph").state == "open"
+
+    release = threading.Event()
+    asked: list[str] = []
+
+    def hanging(target: str) -> None:
+        asked.append(target)
+        release.wait(30)
+
+    again = WriteDelivery(reset_s=3600)
+    first = again.probe(("vector",), hanging, timeout_s=5)
+    assert again.probe(("vector",), hanging, timeout_s=5) == []  # still asking: not asked twice
+    release.set()
+    for thread in first:
+        thread.join(5)
+    assert asked == ["vector"] and again.breaker("vector").state == "closed"

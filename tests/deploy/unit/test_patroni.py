@@ -138,3 +138,24 @@ def test_a_running_cluster_is_given_the_declared_timing_and_then_left_alone(secr
     assert name not in plan(everything, "node1", facts={"PatroniDynamicConfig": declared}).names()
     assert name not in plan(everything, "node1").names()  # not answering: formed from bootstrap.dcs
     assert name not in plan(everything, "node2", facts={"PatroniDynamicConfig": formed}).names()  # the first member's
+
+
+def test_members_keep_etcds_leader_off_the_primary_from_a_callback_and_a_timer(secrets_dir: Path) -> None:
+    for node, address in (("node1", "10.77.0.1"), ("node2", "10.77.0.2")):
+        p = plan(everything, node)
+        config = _config(p, "/etc/patroni/config.yml")
+        script = p.upload("/usr/local/sbin/memoryctl-etcd-leader-away")
+        assert config["postgresql"]["callbacks"] == {  # type: ignore[index]
+            "on_role_change": "/usr/local/sbin/memoryctl-etcd-leader-away"
+        }
+        compile(script, "etcd-leader-away", "exec")  # the rendered script is Python that parses
+        assert script.startswith("#!/usr/bin/python3\n")
+        assert f'LOCAL = "https://{address}:2379"' in script
+        assert f'PRIMARY_CHECK = "http://{address}:8008/primary"' in script
+        assert "https://10.77.0.3:2379" in script  # every member is asked who leads
+        timer = p.upload("/etc/systemd/system/etcd-leader-away.timer")
+        assert "OnUnitActiveSec=10s" in timer
+        assert "User=postgres" in p.upload("/etc/systemd/system/etcd-leader-away.service")
+    third = plan(everything, "node3")
+    with pytest.raises(AssertionError, match="no upload"):  # etcd only: no PostgreSQL there to keep apart from
+        third.upload("/usr/local/sbin/memoryctl-etcd-leader-away")
