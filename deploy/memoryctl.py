@@ -24,7 +24,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip, systemd
 
-from deploy import backup, patroni
+from deploy import backup, nightly, patroni
 from deploy.common import component, keep_running, secrets, service_account, sudoers, template
 from deploy.qdrant import collection_layout
 from deploy.vllm import served_models
@@ -63,31 +63,11 @@ def memoryctl() -> None:
 
     installed = install()
 
-    endpoints = host.data.endpoints
-    store = secrets()
-    config = template(
-        "memoryctl/memoryctl.toml.j2",
-        CONFIG,
-        data_dir=DATA_DIR,
-        endpoints=endpoints,
-        pg_hosts=patroni.member_addresses() if patroni.enabled() else [],
-        pg_user="memoryctl",
-        pg_database="memoryctl",
-        pg_password=store.token("postgres/memoryctl"),
-        qdrant_api_key=store.token("qdrant/api_key"),
-        neo4j_password=store.token("neo4j/password"),
-        vllm_api_key=store.token("vllm/api_key"),
-        models=served_models(),
-        collections=collection_layout(),
-        backup=backup.memoryctl_settings(),
-        serve_socket=SERVE_SOCKET,
-        serve_port=serve_port(),
-        user="root",
-        group=USER,
-        mode="640",
-    )
+    config = config_file(serve=True, night=None)
     schedules = {name: schedule for name, (schedule, _) in DEFAULT_JOBS.items()} | settings.get("schedules", {})
-    jobs = [{"name": name, "command": DEFAULT_JOBS[name][1], "schedule": schedules[name]} for name in DEFAULT_JOBS]
+    # The night runs on the gpu node where there is one (deploy/nightly.py), not here as well.
+    here = [name for name in DEFAULT_JOBS if not (name == "nightly" and nightly.enabled())]
+    jobs = [{"name": name, "command": DEFAULT_JOBS[name][1], "schedule": schedules[name]} for name in here]
     template(
         "memoryctl/cron.j2",
         "/etc/cron.d/memoryctl",
@@ -122,9 +102,44 @@ def serve_port() -> int:
 
 def install() -> Any:
     """Install from the wheelhouse when it changed; the install operation, or None."""
-    local = controller_wheelhouse()
     files.directory(name="Install prefix", path=PREFIX, mode="755")
     pip.venv(name="Python venv (venv module)", path=VENV, python="python3")
-    installed = install_offline(local, VENV, REMOTE_WHEELHOUSE, ["memoryctl"], reinstall=["memoryctl"])
+    installed = install_into(VENV)
     files.link(name="memoryctl on PATH", path="/usr/local/bin/memoryctl", target=f"{VENV}/bin/memoryctl")
     return installed
+
+
+def install_into(venv: str, keep_upload: bool = True) -> Any:
+    """memoryctl from the controller's wheelhouse into ``venv`` (an existing one)."""
+    wheels = controller_wheelhouse()
+    return install_offline(wheels, venv, REMOTE_WHEELHOUSE, ["memoryctl"], ["memoryctl"], keep_upload=keep_upload)
+
+
+def config_file(*, serve: bool, night: dict[str, Any] | None) -> Any:
+    """``/etc/memoryctl/memoryctl.toml`` (0640 root:memoryctl): every store over the mesh, with
+    ``[serve]`` on the node that runs the service and ``[nightly]`` on the one that runs the night."""
+    store = secrets()
+    return template(
+        "memoryctl/memoryctl.toml.j2",
+        CONFIG,
+        data_dir=DATA_DIR,
+        endpoints=host.data.endpoints,
+        pg_hosts=patroni.member_addresses() if patroni.enabled() else [],
+        pg_user="memoryctl",
+        pg_database="memoryctl",
+        pg_password=store.token("postgres/memoryctl"),
+        qdrant_api_key=store.token("qdrant/api_key"),
+        neo4j_password=store.token("neo4j/password"),
+        vllm_api_key=store.token("vllm/api_key"),
+        models=served_models(),
+        collections=collection_layout(),
+        backup=backup.memoryctl_settings() if serve else None,
+        serve=serve,
+        serve_socket=SERVE_SOCKET,
+        serve_port=serve_port(),
+        nightly=night,
+        nightly_on_gpu=nightly.enabled(),
+        user="root",
+        group=USER,
+        mode="640",
+    )

@@ -7,7 +7,8 @@ services (roles are inventory groups, see inventory/*.yaml):
   ``components.postgres.members`` naming two or more nodes, PostgreSQL is a Patroni cluster of those
   nodes (etcd on every node, deploy/patroni.py) whose first member is the ``db`` node,
 - ``index``: Neo4j and the Qdrant peer that bootstraps the Qdrant cluster,
-- ``gpu``: vLLM (generation with LoRA, embeddings),
+- ``gpu``: vLLM (generation with LoRA, embeddings) and the nightly LoRA cycle from its cron
+  (deploy/nightly.py: memoryctl with its training distribution, the adapter registry),
 
 and every node of ``components.qdrant.peers`` (default: the ``index`` nodes) a Qdrant peer; then
 backups (pgBackRest, Qdrant snapshots) and monitoring (Prometheus, Alertmanager, exporters), whose
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from deploy import patroni
+from deploy import nightly, patroni
 from deploy.backup import backup
 from deploy.base import base
 from deploy.common import barrier, has_role, inventory
@@ -59,5 +60,7 @@ def everything() -> None:
         vllm()
     if has_role("db"):
         memoryctl()
+    if nightly.on_this_host():
+        nightly.nightly()
     backup()
     monitoring()

@@ -212,16 +212,30 @@ def subset(wheelhouse: Path, projects: list[str], into: Path) -> Path:
     return into
 
 
-def install_offline(local: Path, venv: str, remote: str, packages: list[str], reinstall: list[str]) -> Any:
+def install_offline(
+    local: Path,
+    venv: str,
+    remote: str,
+    packages: list[str],
+    reinstall: list[str],
+    marker: str = ".memoryctl-wheelhouse",
+    no_deps: bool = False,
+    check: str | None = None,
+    keep_upload: bool = True,
+) -> Any:
     """Upload ``local`` (a wheelhouse) and ``pip install --no-index`` ``packages`` into ``venv``.
 
     A marker in the venv records the digest of the wheels last installed: when it matches, nothing
     is uploaded or checked file by file (the no-op re-run stays fast). ``reinstall`` are taken
-    again even at the same version (a new build of memoryctl without a version bump).
+    again even at the same version (a new build of memoryctl without a version bump). ``no_deps``:
+    ``packages`` are the whole closure (pip does not resolve; see deploy/lora_wheelhouse.py), and
+    ``check`` a command that must then succeed in the venv. ``keep_upload`` False: the uploaded
+    wheelhouse is removed once installed (the marker alone says what is installed; a changed
+    wheelhouse is uploaded whole): the local gpu node's disk is a 4-5 GB tmpfs.
     Returns the install operation, or None when the venv already has these wheels.
     """
     digest = wheelhouse_digest(local)
-    marker = f"{venv}/.memoryctl-wheelhouse"
+    marker = f"{venv}/{marker}"  # one per wheelhouse installed into this venv
     if host.get_fact(FileContents, path=marker) == [digest]:
         return None
     files.sync(
@@ -229,10 +243,21 @@ def install_offline(local: Path, venv: str, remote: str, packages: list[str], re
     )
     pip = f"{venv}/bin/pip install --quiet --no-index --find-links {remote}"
     return server.shell(
-        name=f"Install {', '.join(packages)} from the wheelhouse",
+        name=(
+            f"Install {packages[0]} and the rest of its wheelhouse"
+            if no_deps
+            else f"Install {', '.join(packages)} from the wheelhouse"
+        ),
         commands=[
-            f"{pip} --upgrade {' '.join(packages)}",
+            f"{pip} --upgrade {'--no-deps ' if no_deps else ''}{' '.join(packages)}",
             *(f"{pip} --force-reinstall --no-deps {name}" for name in reinstall),
+            *([f"{venv}/bin/{check}"] if check else []),
             f"echo {digest} > {marker}",
+            *([] if keep_upload else [f"rm -rf {remote}"]),
         ],
     )
+
+
+def projects(wheelhouse: Path) -> list[str]:
+    """The project names of the wheels in ``wheelhouse`` (``name-version-...whl``)."""
+    return sorted({wheel.name.split("-", 1)[0].replace("_", "-").lower() for wheel in wheelhouse.glob("*.whl")})

@@ -114,6 +114,7 @@ class AdapterRegistry:
                 if item.is_file() and not item.name.startswith("."):
                     shutil.copy2(item, tmp / item.name)
             verify_adapter(tmp)
+            _readable_like(tmp, kind_dir)
             while True:  # claim the next number; rename fails if another writer took it
                 version = _format_version(self._max_number(kind) + 1)
                 try:
@@ -272,3 +273,15 @@ def _number(name: str) -> int | None:
 
 def _format_version(n: int) -> str:
     return f"v{n:04d}"
+
+
+def _readable_like(version_dir: Path, kind_dir: Path) -> None:
+    """Give a version the access its kind's directory gives, not ``mkdtemp``'s 0700 (and the
+    trained files' own modes): the server that loads adapters reads the registry through its group
+    (deploy/nightly.py: ``/var/lib/memoryctl-adapters`` is memoryctl:vllm, setgid), and vLLM was
+    refused the first adapter a night registered on the local nodes."""
+    mode = kind_dir.stat().st_mode & 0o2775
+    version_dir.chmod(mode)
+    for item in version_dir.iterdir():
+        if item.is_file():
+            item.chmod(0o644 & (mode | 0o600))

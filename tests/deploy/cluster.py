@@ -126,19 +126,21 @@ class CliRun:
         return json.loads(self.stdout)
 
 
-def memoryctl(*args: str, timeout: float = 900) -> CliRun:
-    """``memoryctl ARGS`` on the db node as the memoryctl user (what cron runs), from its data dir.
+def memoryctl(*args: str, timeout: float = 900, on: str = "node1") -> CliRun:
+    """``memoryctl ARGS`` on the db node (or ``on``) as the memoryctl user (what cron runs), from its data dir.
 
     One inference thread for the in-process embedder (migrate to ``kind=local``): the nodes share
     the host's cores, and OpenMP threads spin when they do (see templates/vllm/vllm@.service.j2).
     """
     command = "cd /var/lib/memoryctl && sudo -u memoryctl OMP_NUM_THREADS=1 memoryctl " + shlex.join(args)
     started = time.monotonic()
-    result = node("node1").run(f"timeout {int(timeout)} sh -c {shlex.quote(command)}")
+    result = node(on).run(f"timeout {int(timeout)} sh -c {shlex.quote(command)}")
     return CliRun(result.rc, result.stdout, result.stderr, time.monotonic() - started)
 
 
-# The scheduled jobs as /etc/cron.d/memoryctl and /etc/cron.d/memoryctl-backup run them.
+# The scheduled jobs as /etc/cron.d/memoryctl and /etc/cron.d/memoryctl-backup run them (the
+# night on the gpu node: CRON_NODES).
+CRON_NODES = {"nightly": "node3"}
 CRON_COMMANDS = {
     "sync": ("sync",),
     "reconcile": ("reconcile", "--repair"),
@@ -181,7 +183,7 @@ def wait_healthy(what: str, timeout: float) -> tuple[dict[str, Any], dict[str, s
             for command, record in failed.items():
                 assert command in CRON_COMMANDS and command not in reruns, (command, record, reruns)
                 reruns[command] = str(record.get("error"))
-                again = memoryctl(*CRON_COMMANDS[command])
+                again = memoryctl(*CRON_COMMANDS[command], on=CRON_NODES.get(command, "node1"))
                 output = again.stdout[-1500:] + again.stderr[-1500:]
                 assert again.returncode == 0 and "Traceback" not in output, (command, again.returncode, output)
         return None

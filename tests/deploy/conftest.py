@@ -94,6 +94,12 @@ def local_cluster() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def deployed(local_cluster: None) -> Deployed:
+    """The killed, first and second deploy of the single server (every deploy test's stack).
+
+    ``MEMORYCTL_DEPLOY_REUSE=1`` (a developer's loop on a kept cluster, never CI): the nodes as
+    they are, nothing deployed or imported here."""
+    if os.environ.get("MEMORYCTL_DEPLOY_REUSE") == "1":
+        return Deployed(None, None)  # type: ignore[arg-type]
     logs = REPO / ".cache"
     # Both runs deploy the same commit of memoryctl even if someone commits in between.
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False)
@@ -128,6 +134,8 @@ def dataset() -> e2e_data.DataSet:
 @pytest.fixture(scope="session")
 def imported(deployed: Deployed, dataset: e2e_data.DataSet) -> e2e_data.DataSet:
     """memoryctl initialised on the db node and the data set imported through the write path."""
+    if os.environ.get("MEMORYCTL_DEPLOY_REUSE") == "1":
+        return dataset  # imported when the kept cluster was first deployed
     init = memoryctl("init")
     assert init.returncode == 0, init.stderr
     put("node1", dataset.jsonl(), "/var/lib/memoryctl/e2e.jsonl", owner="memoryctl")

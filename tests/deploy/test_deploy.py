@@ -320,11 +320,17 @@ def test_memoryctl_installed_configured_and_scheduled(deployed: Deployed) -> Non
     assert settings["vllm"]["url"] == f"http://{MESH['node3']}:8000"
     cron = host.file("/etc/cron.d/memoryctl").content_string
     assert "MEMORYCTL_TRIGGER=cron" in cron.splitlines()
-    schedules = {"sync": "*/5 * * * *", "reconcile": "*/10 * * * *", "nightly": "15 2 * * *"}
+    schedules = {"sync": "*/5 * * * *", "reconcile": "*/10 * * * *"}
     for job, schedule in schedules.items():
         line = next(line for line in cron.splitlines() if f"/bin/memoryctl {job}" in line)
         assert line.startswith(f"{schedule} memoryctl flock -n /run/lock/memoryctl-{job}.lock ")
         assert line.endswith(f">> /var/log/memoryctl/{job}.log 2>&1")
+    # The night runs from the gpu node's cron (deploy/nightly.py), with the same locking and log.
+    assert "/bin/memoryctl nightly" not in cron
+    night = node("node3").file("/etc/cron.d/memoryctl").content_string
+    line = next(line for line in night.splitlines() if "/bin/memoryctl nightly" in line)
+    assert line.startswith("15 2 * * * memoryctl flock -n /run/lock/memoryctl-nightly.lock ")
+    assert line.endswith(">> /var/log/memoryctl/nightly.log 2>&1")
     assert host.service("cron").is_running
     assert host.run("logrotate --debug /etc/logrotate.d/memoryctl").rc == 0
     assert memoryctl("--help").returncode == 0

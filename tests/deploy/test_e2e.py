@@ -182,46 +182,52 @@ def test_migrate_swaps_the_alias_on_the_qdrant_cluster_and_rolls_back(imported: 
 
 
 def test_each_cron_job_runs_once_recorded_as_cron(imported: e2e_data.DataSet) -> None:
-    """The installed cron lines, as written, run by cron itself once a minute until each has run."""
-    host = node("node1")
-    lines = host.file("/etc/cron.d/memoryctl").content_string.splitlines()
-    every_minute = [
-        re.sub(r"^(\S+\s+){5}", "* * * * * ", line) if "/bin/memoryctl " in line else line for line in lines
-    ]
+    """The installed cron lines, as written, run by cron itself once a minute until each has run:
+    sync and reconcile on the db node, the night on the gpu node (deploy/nightly.py)."""
+    hosts = {"node1": node("node1"), "node3": node("node3")}
     psql = "sudo -u postgres psql -XAtd memoryctl -c"
     last = "SELECT coalesce(max(id), 0) FROM maintenance_runs"
-    before = int(host.check_output(f'{psql} "{last}"'))
+    before = int(hosts["node1"].check_output(f'{psql} "{last}"'))
     recent = (
         "SELECT id, command, status, coalesce(details->'steps', 'null') FROM maintenance_runs"
         " WHERE trigger = 'cron' AND status <> 'running' ORDER BY id DESC LIMIT 50"
     )
+    assert "/bin/memoryctl nightly" not in hosts["node1"].file("/etc/cron.d/memoryctl").content_string
     t0 = time.monotonic()
-    host.run("cat > /etc/cron.d/memoryctl-e2e <<'EOF'\n" + "\n".join(every_minute) + "\nEOF")
+    for host in hosts.values():
+        lines = host.file("/etc/cron.d/memoryctl").content_string.splitlines()
+        every_minute = [
+            re.sub(r"^(\S+\s+){5}", "* * * * * ", line) if "/bin/memoryctl " in line else line for line in lines
+        ]
+        host.run("cat > /etc/cron.d/memoryctl-e2e <<'EOF'\n" + "\n".join(every_minute) + "\nEOF")
     try:
 
         def finished() -> dict[str, tuple[str, str]] | None:
-            rows = [line.split("|", 3) for line in host.check_output(f'{psql} "{recent}"').splitlines()]
+            out = hosts["node1"].check_output(f'{psql} "{recent}"')
+            rows = [line.split("|", 3) for line in out.splitlines()]
             runs = {cmd: (status, steps) for run_id, cmd, status, steps in rows if int(run_id) > before}
             return runs if {"sync", "reconcile", "nightly"} <= runs.keys() else None
 
-        runs = wait_for("a cron run of sync, reconcile and nightly", finished, timeout=240, interval=5)
+        runs = wait_for("a cron run of sync, reconcile and nightly", finished, timeout=600, interval=5)
     finally:
-        host.run("rm -f /etc/cron.d/memoryctl-e2e")
+        for host in hosts.values():
+            host.run("rm -f /etc/cron.d/memoryctl-e2e")
     record("e2e_cron", {"seconds_until_all_three_ran": round(time.monotonic() - t0, 1), "runs": runs})
     assert {cmd: status for cmd, (status, _) in runs.items()} == {"sync": "ok", "reconcile": "ok", "nightly": "ok"}
     steps = {step["name"]: step for step in json.loads(runs["nightly"][1])}
     # The deployed embedder is served over HTTP: its adapter needs the embedding slots (issue 28 item 3).
     embedding = steps["embedding"]
     assert embedding["status"] == "skipped" and "embedding_base_model" in embedding["reason"], embedding
-    assert steps["generation"]["status"] == "skipped" and "generation_base_model" in steps["generation"]["reason"]
+    # The data set has no dialogue turns: nothing to train the generation adapter on (tests/deploy/
+    # test_nightly_stack.py trains it), said in the record.
+    assert steps["generation"]["status"] == "skipped" and steps["generation"]["reason"], steps["generation"]
     assert steps["reembed"]["status"] == "ok" and steps["reconcile"]["status"] == "ok"
     # What cron saw: the jobs' own logs (their human output, stderr included) hold no traceback. The
     # run records above say "ok" even when printing the report fails afterwards (it did: a KeyError
     # in the nightly's table, exit 1 every night, unseen until the logs were read).
-    logs = host.check_output(
-        "tail -n 400 /var/log/memoryctl/sync.log /var/log/memoryctl/reconcile.log /var/log/memoryctl/nightly.log"
-    )
+    logs = hosts["node1"].check_output("tail -n 400 /var/log/memoryctl/sync.log /var/log/memoryctl/reconcile.log")
+    logs += hosts["node3"].check_output("tail -n 400 /var/log/memoryctl/nightly.log")
     assert "Traceback" not in logs, logs[-3000:]
     assert "nightly: ok" in logs, logs[-3000:]
-    for job in ("sync", "reconcile", "nightly"):
-        assert host.file(f"/var/log/memoryctl/{job}.log").size > 0
+    for name, job in (("node1", "sync"), ("node1", "reconcile"), ("node3", "nightly")):
+        assert hosts[name].file(f"/var/log/memoryctl/{job}.log").size > 0

@@ -126,3 +126,17 @@ def test_restore_follows_what_is_served_and_remove_keeps_the_active(tmp_path: Pa
     assert reg.previous("embedding") is None  # v0001 left the history with its files
     reg.set_active("embedding", "v0002")
     assert reg.previous("embedding").version == "v0003"  # type: ignore[union-attr]
+
+
+def test_a_registered_version_is_readable_as_its_kind_directory_is(tmp_path: Path) -> None:
+    """The server that loads adapters reads the registry through its group (deploy/nightly.py):
+    a version must not keep ``mkdtemp``'s 0700 or the trained files' 0600."""
+    src = _adapter(tmp_path, "a", b"one")
+    (src / "adapter_model.safetensors").chmod(0o600)
+    kind_dir = tmp_path / "reg" / "generation"
+    kind_dir.mkdir(parents=True)
+    kind_dir.chmod(0o2750)
+    version = AdapterRegistry(tmp_path / "reg").register("generation", src)
+    assert version.path.stat().st_mode & 0o7777 == 0o2750
+    assert {p.stat().st_mode & 0o777 for p in version.path.iterdir()} == {0o640}
+    verify_adapter(version.path)  # still exactly what was trained

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 import deploy.memoryctl
+import deploy.nightly
 import deploy.vllm
 from deploy.versions import NEO4J
 
@@ -61,4 +62,5 @@ def no_wheel_build(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
         (wheels / name).write_bytes(name.encode())
     monkeypatch.setattr(deploy.memoryctl, "controller_wheelhouse", lambda: wheels)
     monkeypatch.setattr(deploy.vllm, "controller_wheelhouse", lambda: wheels)
+    monkeypatch.setattr(deploy.nightly, "lora_wheelhouse", lambda torch: wheels)
     return wheels

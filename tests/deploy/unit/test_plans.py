@@ -532,7 +532,7 @@ def test_memoryctl_cron_runs_as_cron_every_ten_minutes_for_reconcile() -> None:
         for line in cron.splitlines()
         if "/bin/memoryctl " in line
     }
-    assert set(jobs) == {"sync", "reconcile --repair", "nightly"}
+    assert set(jobs) == {"sync", "reconcile --repair"}  # the night runs on the gpu node (below)
     assert jobs["reconcile --repair"].startswith("*/10 * * * * memoryctl flock -n /run/lock/memoryctl-reconcile.lock ")
     assert all(line.endswith(".log 2>&1") for line in jobs.values())
     rule = p.upload("/etc/sudoers.d/memoryctl-wireguard")
@@ -541,6 +541,44 @@ def test_memoryctl_cron_runs_as_cron_every_ten_minutes_for_reconcile() -> None:
         path = Path(os.environ["MEMORYCTL_SECRETS_DIR"]).parent / "sudoers"
         path.write_text(rule)
         assert subprocess.run(["visudo", "-cqf", str(path)], check=False).returncode == 0
+
+
+def test_the_night_runs_from_the_gpu_nodes_cron_with_the_registry_vllm_loads_from(tmp_path: Path) -> None:
+    from deploy.roles import everything
+
+    p = plan(everything, "node3")
+    cron = p.upload("/etc/cron.d/memoryctl")
+    (job,) = [line for line in cron.splitlines() if "/bin/memoryctl " in line]
+    assert job.startswith(
+        "15 2 * * * memoryctl flock -n /run/lock/memoryctl-nightly.lock /opt/memoryctl/venv/bin/memoryctl nightly"
+    )
+    assert "MEMORYCTL_TRIGGER=cron" in cron.splitlines()
+    text = p.upload("/etc/memoryctl/memoryctl.toml")
+    settings = tomllib.loads(text)
+    assert "serve" not in settings and "backup" not in settings  # no service here
+    night = settings["nightly"]
+    assert night["adapters_dir"] == "/var/lib/memoryctl-adapters"
+    assert night["generation_base_model"] == "/var/lib/memoryctl/models/tiny-qwen2"  # standin: the tiny model
+    assert night["pause_units"] == ["vllm@generate"]
+    from memoryctl import config  # the rendered file is one memoryctl reads
+
+    path = tmp_path / "memoryctl.toml"
+    path.write_text(text)
+    loaded = config.load_settings(path)
+    assert loaded.nightly.generation_lora["min_examples"] == 8 and loaded.vllm.url == "http://10.77.0.3:8000"
+    rule = p.upload("/etc/sudoers.d/memoryctl-nightly")
+    assert (
+        "memoryctl ALL=(root) NOPASSWD: /usr/bin/systemctl stop vllm@generate, /usr/bin/systemctl start vllm@generate"
+        in rule
+    )
+    venv = p.op("Python venv with the system's torch")
+    assert any("--system-site-packages" in c for c in venv.commands)
+    lora = p.op("Install memoryctl-lora and the rest of its wheelhouse")
+    assert "--upgrade --no-deps memoryctl-lora " in lora.commands[0]  # the closure as built, unresolved
+    assert any("import torch, peft, transformers, memoryctl_lora.train_generation" in c for c in lora.commands)
+    # The db node no longer runs the night, and says where it runs.
+    db = plan(everything, "node1").upload("/etc/memoryctl/memoryctl.toml")
+    assert "nightly" not in tomllib.loads(db) and "runs on the gpu node" in db
 
 
 def test_memoryctl_serve_unit_on_the_mesh_and_restart_gating(no_wheel_build: Path, tmp_path: Path) -> None:

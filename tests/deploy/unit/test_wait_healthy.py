@@ -29,7 +29,8 @@ FAILED_NIGHT = {
 def _script(monkeypatch: pytest.MonkeyPatch, answers: dict[tuple[str, ...], list[CliRun]]) -> list[tuple[str, ...]]:
     calls: list[tuple[str, ...]] = []
 
-    def memoryctl(*args: str, timeout: float = 900) -> CliRun:
+    def memoryctl(*args: str, timeout: float = 900, on: str = "node1") -> CliRun:
+        assert on == ("node3" if args[0] == "nightly" else "node1"), (args, on)  # the night is the gpu node's
         key = args[:1] if args[0] == "health" else args
         calls.append(args)
         queue = answers[key]

@@ -1,0 +1,126 @@
+"""memoryctl-lora's wheelhouse for the node that trains (deploy/nightly.py), built on the controller.
+
+The training distribution (``lora/``, committed source at ``$MEMORYCTL_SOURCE_REF`` like the
+memoryctl wheel) and every dependency it pulls in, as binary wheels for the *nodes'* platform,
+pinned to the versions the controller itself runs: the ones its tests trained with
+(tests/lora, tests/integration/test_nightly*.py). torch is not among them: it is the one
+dependency whose build depends on the node's hardware, so it comes from where that hardware's
+torch comes from (:mod:`deploy.nightly`): on a GPU node the torch vLLM pins (CUDA, from PyPI, added
+here as ``torch==<pin>`` with its own dependencies), on a node without a GPU Debian's CPU build
+(``python3-torch``, the venv sees it through ``--system-site-packages``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+from importlib.metadata import PackageNotFoundError, distribution
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from deploy.common import component
+from deploy.osrelease import release
+from deploy.settings import resolve_path
+from deploy.wheelhouse import STAMP, Platform, _git, node_platform, source_ref
+
+LORA = "lora"
+# Not fetched as pinned wheels: torch (see above) with what only it needs, and memoryctl (its own wheelhouse).
+NOT_PINNED = frozenset({"torch", "triton", "memoryctl"})
+
+
+class LoraWheelhouseError(RuntimeError):
+    """The controller cannot say which versions the training node needs."""
+
+
+def pinned_closure() -> list[str]:
+    """``name==version`` of everything memoryctl-lora needs at run time, as installed here."""
+    try:
+        root = distribution("memoryctl-lora")
+    except PackageNotFoundError:
+        raise LoraWheelhouseError(
+            "memoryctl-lora is not installed on the controller: `pip install -e ./lora` (its installed"
+            " versions are the ones the training node gets)"
+        ) from None
+    pins: dict[str, str] = {}
+
+    def walk(requirement: str) -> None:
+        req = Requirement(requirement)
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            return
+        name = canonicalize_name(req.name)
+        if name in pins or name in NOT_PINNED or name.startswith("nvidia-"):
+            return
+        try:
+            found = distribution(req.name)
+        except PackageNotFoundError:
+            missing = f"{req.name} (needed by memoryctl-lora) is not installed on the controller"
+            raise LoraWheelhouseError(missing) from None
+        pins[name] = found.version
+        for sub in found.requires or []:
+            walk(sub)
+
+    for requirement in root.requires or []:
+        walk(requirement)
+    return sorted(f"{name}=={version}" for name, version in pins.items())
+
+
+_built: dict[tuple[Path, str | None], Path] = {}
+_building = threading.Lock()
+
+
+def lora_wheelhouse(torch: str | None) -> Path:
+    """The wheelhouse for this host's platform, built if its source, pins or ``torch`` changed.
+
+    ``torch``: a version to fetch from PyPI with its dependencies (a GPU node), or None (the node
+    takes its distribution's torch). Once per process, as :func:`deploy.wheelhouse.ensure_wheelhouse`."""
+    platform = node_platform(release())
+    base = resolve_path(str(component("memoryctl").get("wheelhouse", ".cache/wheelhouse")))
+    path = base / f"lora-{platform.tag}"
+    with _building:
+        if (path, torch) not in _built:
+            _built[(path, torch)] = _build(path, platform, torch)
+        return _built[(path, torch)]
+
+
+def _build(path: Path, platform: Platform, torch: str | None) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    pins = pinned_closure()
+    wanted = {"source": _git("rev-parse", f"{source_ref()}:{LORA}") or "worktree", "pins": pins, "torch": torch}
+    with open(path / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stamp = path / STAMP
+        try:
+            built = json.loads(stamp.read_text())
+        except (OSError, ValueError):
+            built = {}
+        if built != wanted:
+            for old in path.glob("*.whl"):
+                old.unlink()
+            pip = [sys.executable, "-m", "pip"]
+            with tempfile.TemporaryDirectory(prefix="memoryctl-lora-src-") as scratch:
+                wheel = [*pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(path)]
+                subprocess.run([*wheel, _export(Path(scratch))], check=True)
+            fetch = [*pip, "download", "--quiet", *platform.pip_args(), "--dest", str(path)]
+            subprocess.run([*fetch, "--no-deps", *pins], check=True)
+            if torch:
+                subprocess.run([*fetch, f"torch=={torch}"], check=True)
+            stamp.write_text(json.dumps(wanted))
+    return path
+
+
+def _export(into: Path) -> str:
+    """The committed ``lora/`` in a scratch directory (the working tree outside git)."""
+    from deploy.settings import REPO
+
+    ref = source_ref()
+    if _git("rev-parse", ref) is None:
+        return str(REPO / LORA)
+    archive = subprocess.run(["git", "archive", ref, "--", LORA], cwd=REPO, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return str(into / LORA)

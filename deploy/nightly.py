@@ -1,0 +1,159 @@
+"""The nightly LoRA cycle on the ``gpu`` node (issue 28; docs/nightly.md, "Where the night runs").
+
+``memoryctl nightly`` runs from this node's cron, and the db node's cron no longer runs it: the
+training needs the GPU and the base weights, which are here, the adapter registry is then on the
+host whose vLLM loads from it, and memoryctl reaches the three stores over the mesh from any node.
+One PostgreSQL advisory lock (``nightly``) and the cron entry's ``flock -n`` keep two nights from
+overlapping wherever they are started.
+
+- memoryctl and memoryctl-lora in ``/opt/memoryctl/venv`` from the controller's wheelhouses
+  (:mod:`deploy.wheelhouse`, :mod:`deploy.lora_wheelhouse`), the venv with
+  ``--system-site-packages``: torch is the distribution's where the node has no GPU (Debian's
+  ``python3-torch``, a CPU build; ``components.vllm.mode`` ``standin``), and the torch vLLM pins
+  (CUDA, PyPI) where it has one (mode ``vllm``).
+- ``/etc/memoryctl/memoryctl.toml``: the db node's, without ``[serve]`` (no service here), with
+  ``[nightly]``: the adapter registry ``/var/lib/memoryctl-adapters`` (group ``vllm``: vLLM reads what
+  it loads), the generation base model's directory, ``pause_units`` (``vllm@generate``: on the
+  GEX44 the training has no room beside it) and a sudoers rule for exactly their stop and start.
+- The generation base model: ``components.nightly.generation_base_model``, the directory of the
+  weights the served model is (the operator's; docs/nightly.md). On a node without a GPU
+  (``standin``) a tiny randomly initialised Qwen2 is built there once (``build_tiny_qwen2``, the
+  model the tests train); the stand-in serves its answers under the configured model's name.
+- The embedding step records ``skipped`` with its reason unless ``embedding_base_model`` and two
+  embedding slots are configured (not deployed yet: docs/nightly.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.facts.files import File
+from pyinfra.operations import apt, files, pip, server
+
+from deploy import versions, vllm
+from deploy.common import component, has_role, inventory, service_account, sudoers, template
+from deploy.lora_wheelhouse import lora_wheelhouse
+from deploy.versions import torch_build
+from deploy.wheelhouse import install_offline, projects
+
+ADAPTERS_DIR = "/var/lib/memoryctl-adapters"
+MODELS_DIR = "/var/lib/memoryctl/models"
+TINY_BASE = f"{MODELS_DIR}/tiny-qwen2"
+SCHEDULE = "15 2 * * *"
+# What the tests' nights train with (tests/integration/test_nightly.py); production sets its own
+# steps. The gate's noise floor: a candidate must lower the held-out loss by more than 0.01 nats
+# to replace the served adapter (measured on the local nodes' tiny model: a first night 5.75 ->
+# 5.50 against the base, a second night on the same kind of turns 0.001-0.005 against the first:
+# a swap for nothing), docs/nightly.md.
+DEFAULT_GENERATION_LORA = {"steps": 20, "min_examples": 8, "min_heldout": 2, "min_loss_improvement": 0.01}
+
+
+def settings() -> dict[str, Any]:
+    return component("nightly")
+
+
+def enabled() -> bool:
+    """The night trains on the gpu node when there is one with vLLM (or its stand-in) on it."""
+    if not inventory().group("gpu"):
+        return False
+    return bool(settings().get("enabled", vllm.mode() != "off"))
+
+
+def on_this_host() -> bool:
+    """The first gpu node runs the night (one registry, one vLLM to load into)."""
+    gpu = inventory().group("gpu")
+    return enabled() and has_role("gpu") and bool(gpu) and host.name == gpu[0]
+
+
+def generation_base_model() -> str | None:
+    stated = settings().get("generation_base_model")
+    if stated:
+        return str(stated)
+    return TINY_BASE if vllm.mode() == "standin" else None
+
+
+def memoryctl_settings() -> dict[str, Any]:
+    """The ``[nightly]`` table of the gpu node's memoryctl.toml."""
+    pause = list(settings().get("pause_units", ["vllm@generate"]))
+    return {
+        "adapters_dir": ADAPTERS_DIR,
+        "generation_base_model": generation_base_model(),
+        "pause_units": pause,
+        "vllm_ready_s": float(settings().get("vllm_ready_s", 900 if vllm.mode() == "vllm" else 120)),
+        "generation_lora": {**DEFAULT_GENERATION_LORA, **settings().get("generation_lora", {})},
+    }
+
+
+def schedule() -> str:
+    return str(settings().get("schedule", SCHEDULE))
+
+
+@deploy("Nightly LoRA cycle")
+def nightly() -> None:
+    from deploy import memoryctl as mctl
+
+    if vllm.mode() == "standin":
+        # Debian's torch (CPU); the venv below sees it. GPU nodes take vLLM's torch (CUDA) instead.
+        # setuptools: Debian's torch declares it (Python >= 3.12), and pip checks what it declares.
+        apt.packages(
+            name="torch (Debian's CPU build)", packages=["python3-torch", "python3-setuptools"], no_recommends=True
+        )
+    apt.packages(
+        name="Python venv, cron, logrotate, sudo",
+        packages=["python3-venv", "cron", "logrotate", "util-linux", "sudo"],
+        no_recommends=True,
+    )
+    service_account(mctl.USER, mctl.DATA_DIR, {mctl.DATA_DIR: "750", mctl.LOG_DIR: "750", MODELS_DIR: "750"})
+    files.directory(name="Config directory", path="/etc/memoryctl", user="root", group=mctl.USER, mode="750")
+    # memoryctl writes the registry, vLLM (group vllm) reads the adapters it is told to load.
+    files.directory(name=f"Directory {ADAPTERS_DIR}", path=ADAPTERS_DIR, user=mctl.USER, group="vllm", mode="2750")
+
+    files.directory(name="Install prefix", path=mctl.PREFIX, mode="755")
+    pip.venv(name="Python venv with the system's torch", path=mctl.VENV, python="python3", site_packages=True)
+    mctl.install_into(mctl.VENV, keep_upload=False)  # the gpu node's disk: torch and the models first
+    build = torch_build(versions.VLLM) if vllm.mode() == "vllm" else None
+    wheels = lora_wheelhouse(build.torch if build else None)
+    # The wheelhouse is the whole closure but torch's own: installed as it is, without pip resolving
+    # (Debian's torch declares `sympy==1.13.1` in its metadata and ships another sympy, which pip
+    # refuses), then imported once to show the training stack loads.
+    install_offline(
+        wheels,
+        mctl.VENV,
+        f"{mctl.PREFIX}/wheelhouse-lora",
+        ["memoryctl-lora", *[name for name in projects(wheels) if name != "memoryctl-lora"]],
+        reinstall=["memoryctl-lora"],
+        marker=".memoryctl-lora-wheelhouse",
+        no_deps=True,
+        keep_upload=False,
+        check="python -c 'import torch, peft, transformers, memoryctl_lora.train_generation'",
+    )
+    files.link(name="memoryctl on PATH", path="/usr/local/bin/memoryctl", target=f"{mctl.VENV}/bin/memoryctl")
+    if generation_base_model() == TINY_BASE and host.get_fact(File, path=f"{TINY_BASE}/config.json") is None:
+        server.shell(
+            name="A tiny Qwen2 to train on (no GPU here: the tests' model)",
+            commands=[
+                f"sudo -u {mctl.USER} OMP_NUM_THREADS=1 {mctl.VENV}/bin/python -c 'from"
+                f' memoryctl_lora.train_generation import build_tiny_qwen2; build_tiny_qwen2("{TINY_BASE}", seed=0)\''
+            ],
+        )
+
+    mctl.config_file(serve=False, night=memoryctl_settings())
+    template(
+        "memoryctl/cron.j2",
+        "/etc/cron.d/memoryctl",
+        jobs=[{"name": "nightly", "command": "nightly", "schedule": schedule()}],
+        run_as=mctl.USER,
+        venv=mctl.VENV,
+        config_path=mctl.CONFIG,
+        log_dir=mctl.LOG_DIR,
+        mode="644",
+    )
+    template("memoryctl/logrotate.j2", "/etc/logrotate.d/memoryctl", log_dir=mctl.LOG_DIR, run_as=mctl.USER, mode="644")
+    sudoers(
+        "memoryctl/sudoers-nightly.j2",
+        "/etc/sudoers.d/memoryctl-nightly",
+        run_as=mctl.USER,
+        units=memoryctl_settings()["pause_units"],
+    )

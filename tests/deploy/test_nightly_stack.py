@@ -1,0 +1,181 @@
+"""The nightly LoRA cycle on the deployed stack (issue 28, docs/nightly.md), run by cron on the gpu node.
+
+``memoryctl nightly`` is node3's cron entry (deploy/nightly.py): it reads the dialogue turns from
+PostgreSQL over the mesh, stops ``vllm@generate`` through its sudoers rule while it trains (the
+GEX44 has no room for both), trains the generation adapter on the CPU (Debian's torch; the tiny
+Qwen2 stands for the served model's weights), gates it on held-out loss, registers it and
+hot-loads it into the running vLLM STAND-IN through vLLM's runtime LoRA API; the stand-in then
+answers differently when a request names the adapter. A second night with new turns is gated
+against the served adapter; ``memoryctl adapters generation --rollback`` goes back.
+
+Each night is started by cron itself: the installed line, as written, scheduled every minute
+until a run record of ``nightly`` triggered by cron appears.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tests.deploy import e2e_data
+from tests.deploy.cluster import MESH, memoryctl, node, put, wait_for
+from tests.deploy.conftest import record
+
+pytestmark = pytest.mark.deploy
+GPU = "node3"
+PSQL = "sudo -u postgres psql -XAtd memoryctl -c"
+LAST_RUN = "SELECT coalesce(max(id), 0) FROM maintenance_runs"
+
+
+def sql(statement: str) -> str:
+    for member in ("node1", "node2"):  # a Patroni cluster's primary may be either member
+        result = node(member).run(f"{PSQL} {shlex.quote(statement)}")
+        if result.rc == 0:
+            return result.stdout.strip()
+    raise AssertionError(f"no member answered {statement!r}")
+
+
+def seed_dialogue(label: str, conversations: range) -> int:
+    """Dialogue turns (a user asks, the assistant answers) imported on the db node; how many.
+
+    Written the last milliseconds before now: a night trains on the turns written since the last
+    successful night began (``created_at``), and a night on the tiny model takes seconds, so each
+    night sees exactly the turns seeded for it."""
+    now = datetime.now(UTC)
+    rows = []
+    for n, i in enumerate(conversations):
+        question, reply = f"how do I restart service {i}?", f"run systemctl restart service{i} and check the logs"
+        for turn, (role, text) in enumerate((("user", question), ("assistant", reply))):
+            rows.append(
+                {
+                    "agent_id": e2e_data.AGENT,
+                    "kind": "dialogue",
+                    "created_at": (now - timedelta(milliseconds=2 * (len(conversations) - n) - turn)).isoformat(),
+                    "text": text,
+                    "metadata": {"role": role, "conversation_id": f"{label}-{i}"},
+                }
+            )
+    path = f"/var/lib/memoryctl/dialogue-{label}.jsonl"
+    put("node1", "".join(json.dumps(row) + "\n" for row in rows), path)
+    node("node1").check_output(f"chown memoryctl {path}")
+    run = memoryctl("import", path)
+    assert run.returncode == 0, run.stdout[-1500:] + run.stderr[-1500:]
+    return len(rows)
+
+
+def night_from_cron(label: str) -> dict[str, Any]:
+    """Schedule the installed nightly line every minute until cron has run it once; its run record."""
+    host = node(GPU)
+    lines = host.file("/etc/cron.d/memoryctl").content_string.splitlines()
+    every_minute = [
+        re.sub(r"^(\S+\s+){5}", "* * * * * ", line) if "/bin/memoryctl " in line else line for line in lines
+    ]
+    before = int(sql(LAST_RUN))
+    latest = (
+        "SELECT id, status, trigger, details FROM maintenance_runs WHERE command = 'nightly'"
+        " AND status <> 'running' ORDER BY id DESC LIMIT 1"
+    )
+
+    def finished() -> list[str] | None:
+        row = sql(latest).split("|", 3)
+        return row if len(row) == 4 and int(row[0]) > before else None
+
+    started = time.monotonic()
+    host.run("cat > /etc/cron.d/memoryctl-night-test <<'EOF'\n" + "\n".join(every_minute) + "\nEOF")
+    try:
+        row = wait_for(f"cron ran the {label} night on {GPU}", finished, timeout=900, interval=5)
+    finally:
+        host.run("rm -f /etc/cron.d/memoryctl-night-test")
+    run_id, status, trigger, details = row
+    return {
+        "id": int(run_id),
+        "status": status,
+        "trigger": trigger,
+        "details": json.loads(details),
+        "seconds_from_schedule": round(time.monotonic() - started, 1),
+    }
+
+
+def steps(night: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {step["name"]: step for step in night["details"]["steps"]}
+
+
+def vllm(path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """vLLM's (the stand-in's) OpenAI API on the gpu node's mesh address, with its API key."""
+    key = "$(sed -n 's/^VLLM_API_KEY=//p' /etc/vllm/vllm.env)"
+    data = f" -H 'Content-Type: application/json' -d {shlex.quote(json.dumps(body))}" if body is not None else ""
+    out = node(GPU).check_output(f'curl -sf -m 10 -H "Authorization: Bearer {key}"{data} http://{MESH[GPU]}:8000{path}')
+    answer: dict[str, Any] = json.loads(out)
+    return answer
+
+
+def served() -> set[str]:
+    return {card["id"] for card in vllm("/v1/models")["data"]}
+
+
+def answer(model: str) -> str:
+    body = {"model": model, "messages": [{"role": "user", "content": "who decided the rollback?"}]}
+    return str(vllm("/v1/chat/completions", body)["choices"][0]["message"]["content"])
+
+
+def test_nights_from_the_gpu_nodes_cron_train_gate_hot_load_and_roll_back(imported: e2e_data.DataSet) -> None:
+    base = vllm("/v1/models")["data"][0]["id"]
+    before = {"models": sorted(served()), "answer": answer(base)}
+    assert "nightly" not in node("node1").file("/etc/cron.d/memoryctl").content_string  # it runs on the gpu node
+
+    turns = seed_dialogue("n1", range(16))
+    first = night_from_cron("first")
+    s1 = steps(first)
+    assert first["status"] == "ok" and first["trigger"] == "cron", first
+    generation = s1["generation"]
+    assert generation["status"] == "ok", generation
+    gate = generation["gate_metrics"]
+    assert gate["candidate_heldout_loss"] < gate["active_heldout_loss"], gate
+    adapter = generation["swap"]["loaded"]
+    assert adapter in served(), (adapter, served())
+    after = answer(adapter)
+    assert after != before["answer"] and adapter in after  # the adapter answers, the base did not
+    assert answer(base) == before["answer"]  # requests naming the base model still get the base
+    pause = generation.get("gpu_pause") or {}
+    assert s1["embedding"]["status"] == "skipped" and "embedding_base_model" in s1["embedding"]["reason"]
+    assert s1["reembed"]["status"] == "ok" and s1["reconcile"]["status"] == "ok", s1
+
+    turns2 = seed_dialogue("n2", range(16, 26))
+    second = night_from_cron("second")
+    s2 = steps(second)
+    assert second["status"] == "ok", second
+    # More turns of the same kind: the candidate does not beat the served adapter by the gate's
+    # noise floor (min_loss_improvement 0.01, deploy/nightly.py), so nothing changes.
+    decided = s2["generation"]
+    assert decided["status"] == "rejected", decided
+    assert decided["gate_metrics"]["improvement"] <= decided["gate_metrics"]["min_improvement"], decided
+    assert served() == {base, adapter} and answer(adapter) == after
+
+    rollback = memoryctl("adapters", "generation", "--rollback", on=GPU)
+    assert rollback.returncode == 0, rollback.stdout[-1500:] + rollback.stderr[-1500:]
+    assert served() == {base} and answer(base) == before["answer"]  # back to the base model
+    health = memoryctl("health", "--json", "--deadline", "15", on=GPU).json()["components"]["nightly"]
+    logs = node(GPU).check_output("tail -n 400 /var/log/memoryctl/nightly.log")
+    assert "Traceback" not in logs, logs[-3000:]
+    record(
+        "nightly_stack",
+        {
+            "before": before,
+            "dialogue_turns": [turns, turns2],
+            "first": {"run": first["id"], "seconds_from_schedule": first["seconds_from_schedule"], "steps": s1},
+            "gate": gate,
+            "gpu_pause": pause,
+            "adapter": adapter,
+            "answer_after": after,
+            "second": {"run": second["id"], "seconds_from_schedule": second["seconds_from_schedule"], "steps": s2},
+            "rollback": rollback.stdout[-1500:],
+            "served_after_rollback": sorted(served()),
+            "health": health,
+        },
+    )
