@@ -24,7 +24,7 @@ from memoryctl.query.pushdown import GRAPH_CANDIDATE_CAP
 from memoryctl.query.spec import MemoryQuery
 from memoryctl.query.turns import CONTEXT_WITHIN
 from memoryctl.stores import names
-from memoryctl.stores.protocols import GraphStore, VectorFilter, VectorStore
+from memoryctl.stores.protocols import GraphStore, VectorFilter, VectorHit, VectorStore
 
 if TYPE_CHECKING:
     from memoryctl.embed import Embedder
@@ -32,6 +32,12 @@ if TYPE_CHECKING:
 
 Relationships = dict[uuid.UUID, list[dict[str, Any]]]
 Leg = list[tuple[uuid.UUID, float]]  # one text leg's (id, raw score), best first
+
+# The dense leg asks the vector store for this many hits past its depth, so that a run of equal
+# scores at the cut is seen whole and cut by id (``settled``); a run longer than that is asked for
+# again with twice the limit, at most TIE_REASKS times.
+TIE_MARGIN = 10
+TIE_REASKS = 3
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -202,15 +208,24 @@ class StoreCalls:
         vector = list(self.q.vector) if self.q.vector is not None else self._embed(stage, embedder)
         if vector is None:
             return []
-        detail = {"model": model_id, "limit": stage.depth, "filter": _filter_detail(flt), "threshold": stage.threshold}
-        hits = self.ctx.call(
+        detail = {
+            "model": model_id,
+            "limit": stage.depth,
+            "asked": stage.depth + TIE_MARGIN,
+            "filter": _filter_detail(flt),
+            "threshold": stage.threshold,
+        }
+
+        def search(limit: int) -> list[VectorHit]:
+            return store.search(vector, flt, limit, model_id=model_id, score_threshold=stage.threshold)
+
+        return self.ctx.call(
             "fallback.vector" if fallback else "vector.search",
             store.name,
             detail,
-            lambda: store.search(vector, flt, stage.depth, model_id=model_id, score_threshold=stage.threshold),
+            lambda: settled_search(search, stage.depth),
             rows_in=len(ids) if ids is not None else None,
         )
-        return [(h.id, h.score) for h in hits]
 
     def _embed(self, stage: TextSearch, embedder: Embedder) -> list[float] | None:
         """The question, without the names of entities it says when the stage says so
@@ -294,6 +309,43 @@ class StoreCalls:
             lambda: rows.get_many(ids, include_deleted=False),
             rows_in=len(ids),
         )
+
+
+def settled(hits: Sequence[VectorHit], depth: int) -> Leg:
+    """The store's hits, best first, with every run of equal scores ordered by id, cut at ``depth``.
+
+    The vector store returns equal scores (the same text said twice has the same vector, so the same
+    cosine) in an order of its own, which for Qdrant Edge differs between processes; where such a
+    run straddles the depth, which of its members are candidates, and with them the standardisation
+    of the whole window (``fusion.relevance``), changed from one run to the next. By id, as the
+    lexical statement breaks its ties (after the time), the same store contents give the same leg.
+    """
+    out: Leg = []
+    run: list[VectorHit] = []
+    for h in hits:
+        if run and h.score != run[0].score:
+            out.extend((r.id, r.score) for r in sorted(run, key=lambda r: r.id))
+            run = []
+        run.append(h)
+    out.extend((r.id, r.score) for r in sorted(run, key=lambda r: r.id))
+    return out[:depth]
+
+
+def settled_search(search: Callable[[int], list[VectorHit]], depth: int) -> Leg:
+    """``search(limit)`` asked for ``depth + TIE_MARGIN`` hits, and again with twice the limit while
+    the run of scores equal to the one at the cut reaches the end of what came back (more of it
+    may lie past the limit), at most ``TIE_REASKS`` times; then ``settled``. Of a longer run, the
+    members the store returned last are cut by id: which those are is still the store's choice."""
+    if depth <= 0:
+        return []
+    limit = depth + TIE_MARGIN
+    hits = search(limit)
+    for _ in range(TIE_REASKS):
+        if len(hits) < limit or hits[depth - 1].score != hits[-1].score:
+            break
+        limit *= 2
+        hits = search(limit)
+    return settled(hits, depth)
 
 
 def _graph_detail(stage: Traverse) -> dict[str, Any]:
