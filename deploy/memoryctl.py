@@ -24,7 +24,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip, systemd
 
-from deploy import backup, nightly, patroni
+from deploy import backup, embedding_slots, nightly, patroni
 from deploy.common import component, keep_running, secrets, service_account, sudoers, template
 from deploy.qdrant import collection_layout
 from deploy.vllm import served_models
@@ -131,7 +131,7 @@ def config_file(*, serve: bool, night: dict[str, Any] | None) -> Any:
         qdrant_api_key=store.token("qdrant/api_key"),
         neo4j_password=store.token("neo4j/password"),
         vllm_api_key=store.token("vllm/api_key"),
-        models=served_models(),
+        models=served_models() | {"embedding": embedding_slots.served_embedding_model(served_models()["embedding"])},
         collections=collection_layout(),
         backup=backup.memoryctl_settings() if serve else None,
         serve=serve,

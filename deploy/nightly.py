@@ -19,8 +19,10 @@ overlapping wherever they are started.
   weights the served model is (the operator's; docs/nightly.md). On a node without a GPU
   (``standin``) a tiny randomly initialised Qwen2 is built there once (``build_tiny_qwen2``, the
   model the tests train); the stand-in serves its answers under the configured model's name.
-- The embedding step records ``skipped`` with its reason unless ``embedding_base_model`` and two
-  embedding slots are configured (not deployed yet: docs/nightly.md).
+- The embedding step: with an embedding base model (``components.nightly.embedding_base_model``;
+  MiniLM without a GPU) the two embedding slots of deploy/embedding_slots.py and their ``[nightly]``
+  keys, with a sudoers rule for restarting exactly those units; without one it records ``skipped``
+  with its reason.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ def generation_base_model() -> str | None:
 
 def memoryctl_settings() -> dict[str, Any]:
     """The ``[nightly]`` table of the gpu node's memoryctl.toml."""
+    from deploy import embedding_slots
+
     pause = list(settings().get("pause_units", ["vllm@generate"]))
     return {
         "adapters_dir": ADAPTERS_DIR,
@@ -83,6 +87,7 @@ def memoryctl_settings() -> dict[str, Any]:
         "pause_units": pause,
         "vllm_ready_s": float(settings().get("vllm_ready_s", 900 if vllm.mode() == "vllm" else 120)),
         "generation_lora": {**DEFAULT_GENERATION_LORA, **settings().get("generation_lora", {})},
+        **embedding_slots.nightly_settings(),
     }
 
 
@@ -94,16 +99,29 @@ def schedule() -> str:
 def nightly() -> None:
     from deploy import memoryctl as mctl
 
+    torch = None
     if vllm.mode() == "standin":
         # Debian's torch (CPU); the venv below sees it. GPU nodes take vLLM's torch (CUDA) instead.
         # setuptools: Debian's torch declares it (Python >= 3.12), and pip checks what it declares.
-        apt.packages(
-            name="torch (Debian's CPU build)", packages=["python3-torch", "python3-setuptools"], no_recommends=True
+        # OpenBLAS: Debian's torch does its matrix products through libblas.so.3 (BLAS_INFO=generic),
+        # which without it is the reference BLAS: the stand-in's sentence-transformers embedded ~5 texts
+        # a second on a local node (64 in 7-13 s), so a night's migrate of 3,200 memories took minutes.
+        torch = apt.packages(
+            name="torch (Debian's CPU build)",
+            packages=["python3-torch", "python3-setuptools", "libopenblas0-pthread"],
+            no_recommends=True,
         )
-    apt.packages(
+    tools = apt.packages(
         name="Python venv, cron, logrotate, sudo",
         packages=["python3-venv", "cron", "logrotate", "util-linux", "sudo"],
         no_recommends=True,
+    )
+    # The downloaded .debs are not needed once installed: torch's are ~350 MB of the gpu node's disk,
+    # which holds the models and the night's versions (the local nodes' disk is a tmpfs).
+    server.shell(
+        name="Drop the downloaded packages",
+        commands=["apt-get clean"],
+        _if=lambda: tools.did_change() or (torch is not None and torch.did_change()),
     )
     service_account(mctl.USER, mctl.DATA_DIR, {mctl.DATA_DIR: "750", mctl.LOG_DIR: "750", MODELS_DIR: "750"})
     files.directory(name="Config directory", path="/etc/memoryctl", user="root", group=mctl.USER, mode="750")
@@ -156,4 +174,5 @@ def nightly() -> None:
         "/etc/sudoers.d/memoryctl-nightly",
         run_as=mctl.USER,
         units=memoryctl_settings()["pause_units"],
+        restart_units=[slot["unit"] for slot in memoryctl_settings().get("embedding_slots", [])],
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from deploy import nightly, patroni
+from deploy import embedding_slots, nightly, patroni
 from deploy.backup import backup
 from deploy.base import base
 from deploy.common import barrier, has_role, inventory
@@ -38,6 +38,8 @@ from deploy.wireguard import wireguard
 
 def everything() -> None:
     release()  # an unsupported OS release is refused here, before any operation is planned
+    if embedding_slots.base_model_missing():  # the operator's download first (docs/nightly.md)
+        return
     base()
     wireguard()
     firewall()
@@ -57,10 +59,12 @@ def everything() -> None:
     if has_role("index"):
         neo4j()
     if has_role("gpu"):
-        vllm()
+        vllm(embed=not (embedding_slots.enabled() and nightly.on_this_host()))
     if has_role("db"):
         memoryctl()
     if nightly.on_this_host():
         nightly.nightly()
+        if embedding_slots.enabled():
+            embedding_slots.embedding_slots()
     backup()
     monitoring()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import Any
 
 from pyinfra import host
 from pyinfra.api import deploy
@@ -93,19 +94,24 @@ def instances() -> dict[str, dict[str, object]]:
                 ]
             ),
         },
-        "embed": {
-            "model": models["embedding"],
-            "port": 8001,
-            "args": " ".join(
-                [
-                    "--runner pooling",
-                    f"--max-model-len {settings.get('embed_max_model_len', 8192)}",
-                    f"--gpu-memory-utilization {settings.get('embed_gpu_memory_utilization', 0.17)}",
-                    *settings.get("embed_args", []),
-                ]
-            ),
-        },
+        "embed": {"model": models["embedding"], "port": 8001, "args": embedding_args(settings)},
     }
+
+
+def embedding_args(settings: dict[str, Any], share: float | None = None) -> str:
+    """A pooling server's options: the one ``vllm@embed``'s, or each embedding slot's (``share``:
+    its part of the GPU). The slots' drop-in passes them through ``sh`` unquoted: an option whose
+    value needs quotes (JSON) does not survive there, unlike in the base unit."""
+    if share is None:
+        share = settings.get("embed_gpu_memory_utilization", 0.17)
+    return " ".join(
+        [
+            "--runner pooling",
+            f"--max-model-len {settings.get('embed_max_model_len', 8192)}",
+            f"--gpu-memory-utilization {share}",
+            *settings.get("embed_args", []),
+        ]
+    )
 
 
 def unit_context(command: str) -> dict[str, object]:
@@ -122,8 +128,14 @@ def unit_context(command: str) -> dict[str, object]:
     }
 
 
+# Per host, what a restart of every vLLM unit follows (the embedding slots' units are started later,
+# by deploy/embedding_slots.py, and restart on the same changes).
+CHANGES: dict[str, list[object]] = {}
+
+
 @deploy("vLLM")
-def vllm() -> None:
+def vllm(embed: bool = True) -> None:
+    """``embed``: the one ``vllm@embed``; False where the embedding slots serve instead."""
     if mode() == "off":
         host.noop("vllm: mode off, nothing to install")
         return
@@ -146,7 +158,10 @@ def vllm() -> None:
     )
     unit = template("vllm/vllm@.service.j2", "/etc/systemd/system/vllm@.service", **context)
     systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
+    CHANGES[host.name] = [env, unit, *installed]
     for name, instance in instances().items():
+        if name == "embed" and not embed:
+            continue
         args = template(
             "vllm/instance.args.j2",
             f"{CONFIG_DIR}/{name}.args",

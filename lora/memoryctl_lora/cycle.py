@@ -80,8 +80,12 @@ def embedding_cycle(
     workdir: Path | str,
     config: LoraTrainingConfig | None = None,
     window: DataWindow | None = None,
+    around_training: Callable[[], AbstractContextManager[dict[str, Any]]] | None = None,
 ) -> CycleOutcome:
-    """Train an embedding adapter and gate it against the active one (or the base model)."""
+    """Train an embedding adapter and gate it against the active one (or the base model).
+
+    ``around_training``: as for :func:`generation_cycle`, around the training and the gate (both
+    hold the model on the GPU)."""
     from .train_embedding import load_embedding_model, train_embedding_adapter
 
     t0 = time.monotonic()
@@ -89,21 +93,25 @@ def embedding_cycle(
     ds = build_embedding_dataset(rows, window=window, **_split_kw(config))
     if isinstance(ds, Skipped):
         return CycleOutcome("embedding", "skipped", ds.reason, ds.counts, seconds=time.monotonic() - t0)
-    result = train_embedding_adapter(ds, Path(workdir) / "embedding-candidate", config)
     active = registry.active("embedding")
     # Both on the weights the adapter was trained on (the served model's, when it is not MiniLM).
     base, threads = config.base_model_path, config.torch_threads
-    candidate_model = load_embedding_model(result.adapter_dir, base_model_dir=base, threads=threads)
-    active_model = load_embedding_model(active.path if active else None, base_model_dir=base, threads=threads)
-    decision = embedding_gate(
-        candidate_model,
-        active_model,
-        ds.heldout,
-        k=config.recall_k,
-        tolerance=config.recall_tolerance,
-        min_heldout=config.min_heldout,
-    )
-    return _finish("embedding", registry, result.adapter_dir, result.metrics, ds.counts(), decision, t0)
+    with (around_training or _no_pause)() as paused:
+        result = train_embedding_adapter(ds, Path(workdir) / "embedding-candidate", config)
+        candidate_model = load_embedding_model(result.adapter_dir, base_model_dir=base, threads=threads)
+        active_model = load_embedding_model(active.path if active else None, base_model_dir=base, threads=threads)
+        decision = embedding_gate(
+            candidate_model,
+            active_model,
+            ds.heldout,
+            k=config.recall_k,
+            tolerance=config.recall_tolerance,
+            min_heldout=config.min_heldout,
+        )
+        del candidate_model, active_model  # off the GPU before the paused units start again
+    outcome = _finish("embedding", registry, result.adapter_dir, result.metrics, ds.counts(), decision, t0)
+    outcome.gpu_pause = paused if around_training else None
+    return outcome
 
 
 def generation_cycle(

@@ -44,10 +44,44 @@ def merge_embedding_adapter(
     merged = load_embedding_model(adapter, base_model_dir=base, verify=True, merge=True)
     partial = out.with_name(f".{out.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(base, partial, ignore=shutil.ignore_patterns(*WEIGHT_FILES, "onnx", "*.onnx", ".git*"))
+    _copy_contents(base, partial, ignore=shutil.ignore_patterns(*WEIGHT_FILES, "onnx", "*.onnx", ".git*"))
     merged.model.save_pretrained(str(partial), safe_serialization=True)
     manifest: dict[str, Any] = read_manifest(adapter)
     about = {"base_model_dir": str(base), "adapter_dir": str(adapter), "model_id": merged.model_id}
     (partial / MERGED_MANIFEST).write_text(json.dumps({**about, "adapter_manifest": manifest}, indent=2))
+    _readable_like(partial, out.parent)
     os.replace(partial, out)
     return out
+
+
+def _copy_contents(src: Path, dst: Path, *, ignore: Any) -> None:
+    """The base's files copied as content only. Why not ``shutil.copytree``: it ends every directory
+    with ``copystat``, which sets the base's mode on the copy and so clears the setgid bit the
+    directory inherited from the versions directory; the merged weights written after that get the
+    writer's group instead of the servers' (a non-member cannot set the bit back)."""
+    dst.mkdir()
+    skip = ignore(str(src), [p.name for p in src.iterdir()])
+    for entry in sorted(src.iterdir()):
+        if entry.name in skip:
+            continue
+        if entry.is_dir():
+            _copy_contents(entry, dst / entry.name, ignore=ignore)
+        else:
+            shutil.copyfile(entry, dst / entry.name)
+
+
+def _readable_like(tree: Path, parent: Path) -> None:
+    """Give the version the access and the group of the directory it goes into, whatever the
+    writer's umask: the embedding servers read it through their group (deploy/embedding_slots.py:
+    the versions directory is memoryctl:vllm, setgid), as the adapter registry's versions
+    (registry._readable_like). A file that still has another group (a writer that chose its own)
+    is given the directory's; where the writer may not, the merge fails here, before any slot is
+    pointed at a version its server could not read."""
+    info = parent.stat()
+    mode = info.st_mode & 0o2775
+    for path in [tree, *tree.rglob("*")]:
+        if path.is_symlink():
+            continue
+        if path.stat().st_gid != info.st_gid:
+            os.chown(path, -1, info.st_gid)
+        path.chmod(mode if path.is_dir() else 0o644 & (mode | 0o600))

@@ -16,7 +16,8 @@ serving, the idle one gets the new version. This module's part, in order:
    ``/v1/models`` polled until the version's name is listed (``[nightly] vllm_ready_s``).
 
 The served name is the directory's name (the unit serves ``--served-model-name "$(basename
-"$(readlink -f LINK)")"``), so what the slot answers to is the version it loaded, never a stale one.
+"$(readlink LINK)")"``, deploy/embedding_slots.py), so what the slot answers to is the version it
+loaded, never a stale one.
 """
 
 from __future__ import annotations

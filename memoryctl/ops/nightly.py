@@ -22,6 +22,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -124,6 +125,21 @@ class Nightly:
 
         return open_registry(self.settings)
 
+    def _gpu_freed(self, registry: Any) -> Callable[[], AbstractContextManager[dict[str, Any]]]:
+        """What each training step runs inside: ``[nightly] pause_units`` stopped and started again
+        (memoryctl/ops/gpu_pause.py), the active generation adapter loaded again after the restart.
+        Both steps: on the GEX44 the embedding training and gate need the room too (docs/nightly.md)."""
+        from memoryctl.ops.adapters import server_path, vllm_client
+        from memoryctl.ops.gpu_pause import gpu_freed
+        from memoryctl_lora.cycle import serve_active_generation
+        from memoryctl_lora.serving import AdapterServing
+
+        def restore(client: Any) -> dict[str, Any]:
+            on_server = server_path(self.settings)
+            return serve_active_generation(registry, AdapterServing(client), path_on_server=on_server)
+
+        return lambda: gpu_freed(self.settings, lambda: vllm_client(self.settings), restore)
+
     def _embedding(self, report: NightlyReport, since: datetime | None, now: datetime, tmp: Path) -> bool:
         swapped = False
 
@@ -158,7 +174,12 @@ class Nightly:
                 base = {"base_model_path": self.ns.embedding_base_model, "base_model_id": self.settings.embedder.model}
             config = LoraTrainingConfig.for_embedding(**{**base, **self.ns.embedding_lora})
             out = embedding_cycle(
-                rows, registry=registry, workdir=tmp, config=config, window=DataWindow(since=since, until=now)
+                rows,
+                registry=registry,
+                workdir=tmp,
+                config=config,
+                window=DataWindow(since=since, until=now),
+                around_training=self._gpu_freed(registry),
             )
             record = {**extra, **out.to_record()}
             if out.status != "registered" or out.version is None:
@@ -266,15 +287,10 @@ class Nightly:
                 return "skipped", {"reason": "no [nightly] generation_base_model configured"}
             registry = self._registry()
             from memoryctl.ops.adapters import server_path, vllm_client
-            from memoryctl.ops.gpu_pause import gpu_freed
             from memoryctl_lora import DataWindow, LoraTrainingConfig
-            from memoryctl_lora.cycle import generation_cycle, promote_generation, serve_active_generation
+            from memoryctl_lora.cycle import generation_cycle, promote_generation
             from memoryctl_lora.datasets import pairs_from_turns
             from memoryctl_lora.serving import AdapterServing
-
-            def restore(client: Any) -> dict[str, Any]:
-                on_server = server_path(self.settings)
-                return serve_active_generation(registry, AdapterServing(client), path_on_server=on_server)
 
             rows = pairs_from_turns(OpsState(self.stack.pool).dialogue_turns(self.ns.generation_kind, since))
             config = LoraTrainingConfig.for_generation(
@@ -286,7 +302,7 @@ class Nightly:
                 workdir=tmp,
                 config=config,
                 window=DataWindow(since=since, until=now),
-                around_training=lambda: gpu_freed(self.settings, lambda: vllm_client(self.settings), restore),
+                around_training=self._gpu_freed(registry),
             )
             record = out.to_record()
             if out.status != "registered" or out.version is None:

@@ -35,9 +35,9 @@ SERVICES = {
     "node1": {5432, 6333, 6334, 6335, 8765, 8432, 9100, 9187},
     # Qdrant peer; Neo4j http, bolt; node exporter
     "node2": {6333, 6334, 6335, 7474, 7687, 9100},
-    # Qdrant peer; vLLM stand-in generate, embed; the backup node: pgBackRest TLS, rsync (Qdrant
-    # snapshots); the monitoring node: Prometheus, Alertmanager; node exporter
-    "node3": {6333, 6334, 6335, 8000, 8001, 8432, 873, 9090, 9093, 9100},
+    # Qdrant peer; vLLM stand-in generate, embedding slots a and b; the backup node: pgBackRest TLS,
+    # rsync (Qdrant snapshots); the monitoring node: Prometheus, Alertmanager; node exporter
+    "node3": {6333, 6334, 6335, 8000, 8001, 8002, 8432, 873, 9090, 9093, 9100},
 }
 
 
@@ -282,25 +282,40 @@ def test_neo4j_runs_from_the_archive_with_the_deployed_password(deployed: Deploy
 
 
 def test_vllm_standin_serves_real_embeddings_behind_its_key(deployed: Deployed) -> None:
+    """The embedding slots (deploy/embedding_slots.py) both serve the base model, MiniLM through the
+    stand-in, under the name of the directory their link points at: the db node's embedder is slot a."""
     host = node("node3")
-    for instance in ("generate", "embed"):
+    for instance in ("generate", "embed-a", "embed-b"):
         assert host.service(f"vllm@{instance}").is_running
-    assert "vLLM STAND-IN" in host.check_output("journalctl -u vllm@embed --no-pager -n 50")
+    assert "vLLM STAND-IN" in host.check_output("journalctl -u vllm@embed-a --no-pager -n 50")
+    for slot in ("embed-a", "embed-b"):
+        linked = host.check_output(f"readlink /var/lib/memoryctl-embedding/{slot}.model").strip()
+        assert linked == "/var/lib/memoryctl-embedding/models/all-MiniLM-L6-v2", linked
     config = tomllib.loads(node("node1").check_output("cat /etc/memoryctl/memoryctl.toml"))
+    texts = ["the mesh is up", "the mesh network is running", "bake the bread at noon"]
     script = (
         "import json, sys, urllib.request\n"
-        "body = json.dumps({'model': sys.argv[2], 'input': ['the mesh is up', 'la malla funciona']}).encode()\n"
+        f"body = json.dumps({{'model': sys.argv[2], 'input': {texts!r}}}).encode()\n"
         "headers = {'Content-Type': 'application/json', 'Authorization': 'Bearer ' + sys.argv[3]}\n"
         "answer = urllib.request.urlopen(urllib.request.Request(sys.argv[1], body, headers), timeout=60)\n"
         "print(answer.read().decode())\n"
     )
     embedder = config["embedder"]
-    args = [f"{embedder['url']}/v1/embeddings", embedder["model"], embedder["api_key"]]
-    answer = json.loads(node("node1").check_output(shlex.join(["python3", "-c", script, *args])))
-    vectors = [item["embedding"] for item in answer["data"]]
-    assert [len(v) for v in vectors] == [384, 384]
-    cosine = sum(a * b for a, b in zip(*vectors, strict=True))
-    assert cosine > 0.8, f"a sentence and its translation should embed close together (e5): {cosine:.3f}"
+    assert embedder["model"] == "all-MiniLM-L6-v2"
+    answers = {}
+    for url in (embedder["url"], f"http://{MESH['node3']}:8002"):
+        args = [f"{url}/v1/embeddings", embedder["model"], embedder["api_key"]]
+        answers[url] = json.loads(node("node1").check_output(shlex.join(["python3", "-c", script, *args])))
+    vectors = [item["embedding"] for item in answers[embedder["url"]]["data"]]
+    assert [len(v) for v in vectors] == [384, 384, 384]
+
+    def cosine(a: list[float], b: list[float]) -> float:
+        return sum(x * y for x, y in zip(a, b, strict=True))
+
+    close, apart = cosine(vectors[0], vectors[1]), cosine(vectors[0], vectors[2])
+    assert close > apart + 0.3, f"a paraphrase should embed closer than an unrelated sentence: {close:.3f} {apart:.3f}"
+    other = [item["embedding"] for item in answers[f"http://{MESH['node3']}:8002"]["data"]]
+    assert max(abs(x - y) for a, b in zip(vectors, other, strict=True) for x, y in zip(a, b, strict=True)) < 1e-5
     unauthorised = node("node1").run(shlex.join(["python3", "-c", script, args[0], args[1], "wrong"]))
     assert unauthorised.rc != 0 and "401" in unauthorised.stderr
 

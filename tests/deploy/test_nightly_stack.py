@@ -1,5 +1,11 @@
 """The nightly LoRA cycle on the deployed stack (issue 28, docs/nightly.md), run by cron on the gpu node.
 
+The embedding step: the stack embeds through embedding slot a (deploy/embedding_slots.py, MiniLM
+served by the stand-in from the weights the night trains on); the night trains an adapter on the
+recalls marked useful (read from PostgreSQL), gates it on held-out recall, merges it into a new
+model version, puts that on slot b and ``migrate`` moves every vector to it (verification, alias
+swap); ``memoryctl adapters embedding --rollback`` goes back to slot a's collection.
+
 ``memoryctl nightly`` is node3's cron entry (deploy/nightly.py): it reads the dialogue turns from
 PostgreSQL over the mesh, stops ``vllm@generate`` through its sudoers rule while it trains (the
 GEX44 has no room for both), trains the generation adapter on the CPU (Debian's torch; the tiny
@@ -18,6 +24,7 @@ import json
 import re
 import shlex
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,6 +36,7 @@ from tests.deploy.conftest import record
 
 pytestmark = pytest.mark.deploy
 GPU = "node3"
+BASE_EMBEDDING = "all-MiniLM-L6-v2"  # the stand-in's base model (deploy/embedding_slots.py)
 PSQL = "sudo -u postgres psql -XAtd memoryctl -c"
 LAST_RUN = "SELECT coalesce(max(id), 0) FROM maintenance_runs"
 
@@ -69,6 +77,62 @@ def seed_dialogue(label: str, conversations: range) -> int:
     return len(rows)
 
 
+def seed_useful_recalls() -> list[dict[str, str]]:
+    """The nickname history (tests/lora/synthetic.py) as notes, each recalled for its paraphrased
+    question and marked useful: the embedding step's training data, as ``memoryctl feedback`` records
+    it (fixed ids: the step's train/held-out split is by query, so the night's outcome is decided)."""
+    from tests.lora.synthetic import embedding_rows
+
+    rows = embedding_rows()
+    notes = [
+        {"id": str(uuid.UUID(int=10_000 + i)), "agent_id": e2e_data.AGENT, "kind": "note", "text": row["positive"]}
+        for i, row in enumerate(rows)
+    ]
+    path = "/var/lib/memoryctl/useful-notes.jsonl"
+    put("node1", "".join(json.dumps(note) + "\n" for note in notes), path)
+    node("node1").check_output(f"chown memoryctl {path}")
+    run = memoryctl("import", path)
+    assert run.returncode == 0, run.stdout[-1500:] + run.stderr[-1500:]
+    events = [
+        {"agent_id": e2e_data.AGENT, "memory_id": note["id"], "query_id": str(uuid.UUID(int=20_000 + i)), **event}
+        for i, (note, row) in enumerate(zip(notes, rows, strict=True))
+        for event in (
+            {"event": "recall", "payload": {"text": row["query"]}},
+            {"event": "feedback", "payload": {"useful": True}},
+        )
+    ]
+    insert(
+        "INSERT INTO memory_events (agent_id, memory_id, query_id, event, payload)"
+        " SELECT agent_id, memory_id, query_id, event, payload FROM jsonb_to_recordset(:'rows'::jsonb)"
+        " AS r(agent_id text, memory_id uuid, query_id uuid, event text, payload jsonb)",
+        events,
+    )
+    pairs = zip(notes, rows, strict=True)
+    return [{"id": note["id"], "query": row["query"], "text": note["text"]} for note, row in pairs]
+
+
+def insert(statement: str, rows: list[dict[str, Any]]) -> None:
+    """``statement`` run on the primary with ``rows`` as the psql variable ``rows`` (JSON, quoted by psql)."""
+    path = "/tmp/memoryctl-test-rows.json"
+    for member in ("node1", "node2"):
+        put(member, json.dumps(rows), path)
+        command = f"{PSQL.removesuffix(' -c')} -v ON_ERROR_STOP=1 -v rows=\"$(cat {path})\" <<'EOF'\n{statement};\nEOF"
+        if node(member).run(command).rc == 0:
+            return
+    raise AssertionError(f"no member took {statement!r}")
+
+
+def embedding_model() -> str:
+    """The model the stack's vectors are embedded with (the spec ``migrate`` recorded), as health says."""
+    health = memoryctl("health", "--json", "--deadline", "15", on=GPU).json()
+    return str(health["components"]["nightly"]["embedding_model"])
+
+
+def embed(port: int, model: str, text: str) -> list[float]:
+    body = {"model": model, "input": [text]}
+    return list(vllm("/v1/embeddings", body, port=port)["data"][0]["embedding"])
+
+
 def night_from_cron(label: str) -> dict[str, Any]:
     """Schedule the installed nightly line every minute until cron has run it once; its run record."""
     host = node(GPU)
@@ -106,11 +170,13 @@ def steps(night: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {step["name"]: step for step in night["details"]["steps"]}
 
 
-def vllm(path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+def vllm(path: str, body: dict[str, Any] | None = None, port: int = 8000) -> dict[str, Any]:
     """vLLM's (the stand-in's) OpenAI API on the gpu node's mesh address, with its API key."""
     key = "$(sed -n 's/^VLLM_API_KEY=//p' /etc/vllm/vllm.env)"
     data = f" -H 'Content-Type: application/json' -d {shlex.quote(json.dumps(body))}" if body is not None else ""
-    out = node(GPU).check_output(f'curl -sf -m 10 -H "Authorization: Bearer {key}"{data} http://{MESH[GPU]}:8000{path}')
+    out = node(GPU).check_output(
+        f'curl -sf -m 30 -H "Authorization: Bearer {key}"{data} http://{MESH[GPU]}:{port}{path}'
+    )
     answer: dict[str, Any] = json.loads(out)
     return answer
 
@@ -130,6 +196,14 @@ def test_nights_from_the_gpu_nodes_cron_train_gate_hot_load_and_roll_back(import
     assert "nightly" not in node("node1").file("/etc/cron.d/memoryctl").content_string  # it runs on the gpu node
 
     turns = seed_dialogue("n1", range(16))
+    recalls = seed_useful_recalls()
+    # Nothing recorded yet (a fresh stack: health says the configured embedder serves) or, after
+    # test_e2e's migrate and rollback, the base recorded by them.
+    recorded = embedding_model()
+    assert recorded in ("None", f"http:{BASE_EMBEDDING}"), recorded
+    base_model = f"http:{BASE_EMBEDDING}"
+    probe = recalls[0]["query"]
+    base_vector = embed(8001, BASE_EMBEDDING, probe)
     first = night_from_cron("first")
     s1 = steps(first)
     assert first["status"] == "ok" and first["trigger"] == "cron", first
@@ -143,7 +217,26 @@ def test_nights_from_the_gpu_nodes_cron_train_gate_hot_load_and_roll_back(import
     assert after != before["answer"] and adapter in after  # the adapter answers, the base did not
     assert answer(base) == before["answer"]  # requests naming the base model still get the base
     pause = generation.get("gpu_pause") or {}
-    assert s1["embedding"]["status"] == "skipped" and "embedding_base_model" in s1["embedding"]["reason"]
+    # The embedding adapter: trained on the GPU node, gated, merged into a new version on slot b,
+    # every vector migrated to it; slot a keeps the base for a rollback.
+    emb = s1["embedding"]
+    assert emb["status"] == "ok", emb
+    emb_gate = emb["gate_metrics"]
+    assert emb_gate["candidate_recall_at_k"] > emb_gate["active_recall_at_k"], emb_gate
+    # Trained with the GPU freed too (vllm@generate stopped and started, as for the generation step).
+    emb_pause = emb.get("gpu_pause") or {}
+    assert emb_pause.get("units") == ["vllm@generate"] and emb_pause.get("ready_s") is not None, emb_pause
+    version = f"{BASE_EMBEDDING}+lora-v0001"
+    assert emb["serve"]["slot"] == f"http://{MESH[GPU]}:8002" and emb["serve"]["served_name"] == version, emb
+    assert emb["migrate"]["status"] == "swapped" and emb["migrate"]["verify"], emb["migrate"]
+    assert embedding_model() == f"http:{version}"
+    assert {card["id"] for card in vllm("/v1/models", port=8002)["data"]} == {version}
+    assert embed(8002, version, probe) != base_vector and embed(8001, BASE_EMBEDDING, probe) == base_vector
+    # Queries go on through slot b (a query embedded by another model than the collection's is
+    # refused by the model check): a note asked for by its own words comes first.
+    found = memoryctl("query", recalls[0]["text"], "--agent", e2e_data.AGENT, "--limit", "5", "--json")
+    assert found.returncode == 0, found.stdout[-1500:] + found.stderr[-1500:]
+    assert [hit["id"] for hit in found.json()["hits"]][:1] == [recalls[0]["id"]], found.stdout[-1500:]
     assert s1["reembed"]["status"] == "ok" and s1["reconcile"]["status"] == "ok", s1
 
     turns2 = seed_dialogue("n2", range(16, 26))
@@ -156,6 +249,15 @@ def test_nights_from_the_gpu_nodes_cron_train_gate_hot_load_and_roll_back(import
     assert decided["status"] == "rejected", decided
     assert decided["gate_metrics"]["improvement"] <= decided["gate_metrics"]["min_improvement"], decided
     assert served() == {base, adapter} and answer(adapter) == after
+    # No recall was marked useful since: no embedding adapter is trained, the served version stays.
+    assert s2["embedding"]["status"] in ("skipped", "rejected"), s2["embedding"]
+    assert embedding_model() == f"http:{version}"
+
+    back = memoryctl("adapters", "embedding", "--rollback", on=GPU)
+    assert back.returncode == 0, back.stdout[-1500:] + back.stderr[-1500:]
+    assert embedding_model() == base_model  # slot a's collection and model again
+    found = memoryctl("query", recalls[0]["text"], "--agent", e2e_data.AGENT, "--limit", "5", "--json")
+    assert found.returncode == 0 and [hit["id"] for hit in found.json()["hits"]][:1] == [recalls[0]["id"]]
 
     rollback = memoryctl("adapters", "generation", "--rollback", on=GPU)
     assert rollback.returncode == 0, rollback.stdout[-1500:] + rollback.stderr[-1500:]
@@ -175,6 +277,8 @@ def test_nights_from_the_gpu_nodes_cron_train_gate_hot_load_and_roll_back(import
             "answer_after": after,
             "second": {"run": second["id"], "seconds_from_schedule": second["seconds_from_schedule"], "steps": s2},
             "rollback": rollback.stdout[-1500:],
+            "embedding_rollback": back.stdout[-1500:],
+            "embedding_versions": {"before": base_model, "after_first": f"http:{version}"},
             "served_after_rollback": sorted(served()),
             "health": health,
         },

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -193,8 +194,25 @@ def test_a_merged_model_version_embeds_like_base_plus_adapter(trained: Any, base
     from memoryctl_lora.train_embedding import load_embedding_model
 
     texts = ["the vault was repaired on Monday", "Maria restarted the WireGuard mesh", "hello"]
-    out = merge_embedding_adapter(trained.adapter_dir, tmp_path / "minilm-merged-v0001")
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    group = next(g for g in range(1000, 1100) if g != os.getegid())  # the servers' group, not the writer's
+    if os.geteuid() == 0:
+        os.chown(versions, -1, group)
+    else:
+        group = versions.stat().st_gid
+    versions.chmod(0o2750)  # as deployed: memoryctl:vllm, setgid (deploy/embedding_slots.py)
+    old_umask = os.umask(0o077)  # a writer whose umask would keep the server out
+    try:
+        out = merge_embedding_adapter(trained.adapter_dir, versions / "minilm-merged-v0001")
+    finally:
+        os.umask(old_umask)
     assert json.loads((out / MERGED_MANIFEST).read_text())["adapter_manifest"]["checksum"]
+    modes = {p.relative_to(out).as_posix(): p.stat().st_mode & 0o7777 for p in [out, *out.rglob("*")]}
+    assert {m for p, m in modes.items() if (out / p).is_dir()} == {0o2750}, modes  # group vllm reads it
+    assert {m for p, m in modes.items() if (out / p).is_file()} == {0o640}, modes
+    groups = {p.relative_to(out).as_posix(): p.stat().st_gid for p in [out, *out.rglob("*")]}
+    assert set(groups.values()) == {group}, groups  # the merged weights too, written after the copy
     served = SentenceTransformer(str(out), device="cpu", local_files_only=True).encode(texts, normalize_embeddings=True)
     with_adapter = load_embedding_model(trained.adapter_dir, merge=False).encode(texts)
     assert np.abs(served - with_adapter).max() < 1e-5

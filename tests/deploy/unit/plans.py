@@ -75,6 +75,11 @@ class Plan:
 
 
 LOCAL = REPO / "inventory" / "local.yaml"
+EXAMPLE = REPO / "inventory" / "hetzner.example.yaml"
+# What the example's operator has put on the gpu node by hand before deploying (docs/nightly.md):
+# the embedding model's weights the embedding slots serve and the night trains on.
+BASE_EMBEDDING = str(load_inventory(EXAMPLE).components["nightly"]["embedding_base_model"])
+OPERATOR_DOWNLOADS = {"Directory": lambda path, **_: {"mode": 755} if path == BASE_EMBEDDING else None}
 
 
 def _state(components: dict[str, Any] | None, inventory: Path) -> State:

@@ -31,7 +31,7 @@ from deploy.roles import everything
 from deploy.settings import REPO, load_inventory
 from deploy.versions import IncompatibleVersions
 from deploy.vllm import vllm
-from tests.deploy.unit.plans import DEBIAN_13, LOCAL, Plan, plan
+from tests.deploy.unit.plans import DEBIAN_13, LOCAL, OPERATOR_DOWNLOADS, Plan, plan
 
 TIMESCALE_KEY = "0641009A8366FDE4444A7B62E7391C94080429FF"
 
@@ -78,7 +78,7 @@ def _commands(p: Plan) -> list[str]:
 
 @pytest.fixture
 def plans(inventory: Path) -> dict[str, Plan]:
-    return {name: plan(everything, name, inventory=inventory) for name in NODES}
+    return {name: plan(everything, name, inventory=inventory, facts=OPERATOR_DOWNLOADS) for name in NODES}
 
 
 def test_example_plans_clean_with_keys_from_the_operators_home(

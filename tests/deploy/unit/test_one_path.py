@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,8 @@ import yaml
 
 from deploy.roles import everything
 from deploy.settings import REPO
-from tests.deploy.unit.plans import LOCAL, plan
+from tests.deploy.unit.plans import EXAMPLE, LOCAL, OPERATOR_DOWNLOADS, plan
 
-EXAMPLE = REPO / "inventory" / "hetzner.example.yaml"
 DOCS = REPO / "docs" / "deploy.md"
 PAIRS = {"mem-db": "node1", "mem-index": "node2", "mem-gpu": "node3"}
 OPERATOR_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGVvcGVyYXRvcmtleWZvcnRlc3Rpbmdvbmx5MTIzNDU2 operator@laptop"
@@ -57,7 +57,7 @@ def differences(production: Path) -> tuple[set[str], set[str]]:
     # stands in for it, so that this plan needs no local nodes (a fresh clone's `-m "not deploy"`).
     admin = {"base": {"admin_keys": [str(Path(os.environ["HOME"]) / ".ssh" / "id_ed25519.pub")]}}
     for hetzner, local in PAIRS.items():
-        remote = set(plan(everything, hetzner, inventory=production).names())
+        remote = set(plan(everything, hetzner, facts=OPERATOR_DOWNLOADS, inventory=production).names())
         here = set(plan(everything, local, components=admin, inventory=LOCAL).names())
         only_production |= remote - here
         only_local |= here - remote
@@ -79,3 +79,25 @@ def test_the_local_nodes_run_every_production_operation_but_the_reviewed_ones(
     assert only_local == reviewed("local-only"), "update the reviewed list in docs/deploy.md, or the deploy"
     # Only what a GPU changes: vLLM itself, and what the night trains with on a node without one.
     assert all(name.startswith(("vLLM | ", "Nightly LoRA cycle | ")) for name in only_production | only_local)
+
+
+def test_production_slots_serve_the_base_under_the_configured_name(production: Path) -> None:
+    """A stack that ran one ``vllm@embed`` keeps its recorded model (``http:BAAI/bge-m3``) and its
+    collections when the embedding slots replace it: slot a serves the operator's download under
+    the configured name, memoryctl.toml names the same, and both slots fit beside the generation
+    server on the GEX44's GPU (0.68 + 2 x 0.08)."""
+
+    configured = yaml.safe_load(EXAMPLE.read_text())["components"]["vllm"]["embedding_model"]
+    gpu = plan(everything, "mem-gpu", facts=OPERATOR_DOWNLOADS, inventory=production)
+    db = plan(everything, "mem-db", facts=OPERATOR_DOWNLOADS, inventory=production)
+    assert tomllib.loads(db.upload("/etc/memoryctl/memoryctl.toml"))["embedder"]["model"] == configured
+    night = tomllib.loads(gpu.upload("/etc/memoryctl/memoryctl.toml"))["nightly"]
+    base_link = night["embedding_base_model"]
+    assert base_link.endswith("/BAAI--bge-m3")
+    dropin = gpu.upload("/etc/systemd/system/vllm@embed-a.service.d/model-link.conf")
+    assert f'[ "$$to" = "{base_link}" ] && name="{configured}"' in dropin
+    shares = [
+        float(re.findall(r"--gpu-memory-utilization ([0-9.]+)", gpu.upload(f"/etc/vllm/{unit}.args"))[0])
+        for unit in ("generate", "embed-a", "embed-b")
+    ]
+    assert shares == [0.68, 0.08, 0.08] and sum(shares) <= 0.9

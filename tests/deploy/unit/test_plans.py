@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import os
+import shlex
 import shutil
 import subprocess
 import tomllib
@@ -91,7 +92,7 @@ def test_nftables_ruleset_is_valid(node: str, tmp_path: Path) -> None:
         # every node, 5432 PostgreSQL, 8008 Patroni's REST API and 8432 pgBackRest on both members
         ("node1", "2379, 2380, 5432, 6333, 6334, 6335, 8008, 8432, 8765, 9100, 9187"),
         ("node2", "2379, 2380, 5432, 6333, 6334, 6335, 7474, 7687, 8008, 8432, 9100"),
-        ("node3", "873, 2379, 2380, 6333, 6334, 6335, 8000, 8001, 8432, 9090, 9093, 9100"),
+        ("node3", "873, 2379, 2380, 6333, 6334, 6335, 8000, 8001, 8002, 8432, 9090, 9093, 9100"),
     ],
 )
 def test_each_node_opens_its_services_on_the_mesh_only(node: str, ports: str) -> None:
@@ -505,7 +506,9 @@ def test_memoryctl_config_matches_the_settings_model(tmp_path: Path) -> None:
     path.write_text(text)
     settings = load_settings(path)
     assert settings.profile == "cluster"
-    assert settings.embedder.kind == "http" and settings.embedder.model == "intfloat/multilingual-e5-small"
+    # The base model slot a serves first (deploy/embedding_slots.py): the stand-in's MiniLM here.
+    assert settings.embedder.kind == "http" and settings.embedder.model == "all-MiniLM-L6-v2"
+    assert settings.embedder.url == "http://10.77.0.3:8001"
     assert settings.qdrant.collection_layout() == {
         "shard_number": 3,
         "replication_factor": 2,
@@ -579,6 +582,80 @@ def test_the_night_runs_from_the_gpu_nodes_cron_with_the_registry_vllm_loads_fro
     # The db node no longer runs the night, and says where it runs.
     db = plan(everything, "node1").upload("/etc/memoryctl/memoryctl.toml")
     assert "nightly" not in tomllib.loads(db) and "runs on the gpu node" in db
+
+
+def test_two_embedding_slots_serve_a_link_the_night_repoints(tmp_path: Path) -> None:
+    """Issue 28 item 3: the night's embedding step puts a merged version on the idle slot; the
+    deploy gives it two slots serving links under the linked directory's name, the base model,
+    the [nightly] keys and a sudoers rule for exactly the slots' restarts."""
+    from deploy.roles import everything
+    from memoryctl import config
+
+    p = plan(everything, "node3")
+    assert not any("/etc/vllm/embed.args" in op.name for op in p.ops)  # no single vllm@embed
+    models = "/var/lib/memoryctl-embedding/models"
+    base = p.op(f"The base embedding model in {models}")
+    assert "memoryctl_lora.train_embedding" in base.commands[0] and f"{models}/all-MiniLM-L6-v2" in base.commands[0]
+    for slot, port in (("embed-a", 8001), ("embed-b", 8002)):
+        link = f"/var/lib/memoryctl-embedding/{slot}.model"
+        assert (
+            p.op(f"Slot {slot} serves the base model first").commands[0] == f"ln -sfn {models}/all-MiniLM-L6-v2 {link}"
+        )
+        args = p.upload(f"/etc/vllm/{slot}.args")
+        assert f"MODEL={link}\n" in args and f"PORT={port}\n" in args and "--runner pooling" in args
+        dropin = p.upload(f"/etc/systemd/system/vllm@{slot}.service.d/model-link.conf")
+        start = [line for line in dropin.splitlines() if line.startswith("ExecStart=")]
+        assert start[0] == "ExecStart="  # the template unit's command replaced, not added to
+        # What the slot runs, by the shell systemd hands it to: the base under the stand-in's name, a
+        # version under its directory's name, the options split as systemd's $ARGS would be.
+        served = {
+            f"{models}/all-MiniLM-L6-v2": "all-MiniLM-L6-v2",
+            f"{models}/all-MiniLM-L6-v2+lora-v0001": "all-MiniLM-L6-v2+lora-v0001",
+        }
+        for target, name in served.items():
+            assert run_slot_command(start[1], target, tmp_path) == [
+                "/opt/memoryctl/venv/bin/python", "/opt/vllm/vllm_standin.py", "serve", str(tmp_path / "slot.model"),
+                "--served-model-name", name, "--host", "10.77.0.3", "--port", "8001", "--runner", "pooling",
+            ]  # fmt: skip
+        p.op(f"vllm@{slot} running and enabled")
+    text = p.upload("/etc/memoryctl/memoryctl.toml")
+    path = tmp_path / "memoryctl.toml"
+    path.write_text(text)
+    night = config.load_settings(path).nightly
+    assert night.embedding_base_model == f"{models}/all-MiniLM-L6-v2" and night.embedding_versions_dir == models
+    assert [(s.url, s.link, s.unit) for s in night.embedding_slots] == [
+        ("http://10.77.0.3:8001", "/var/lib/memoryctl-embedding/embed-a.model", "vllm@embed-a"),
+        ("http://10.77.0.3:8002", "/var/lib/memoryctl-embedding/embed-b.model", "vllm@embed-b"),
+    ]
+    assert night.embedding_lora["recall_k"] == 1  # the local inventory's seeded training
+    rule = p.upload("/etc/sudoers.d/memoryctl-nightly")
+    for slot in ("embed-a", "embed-b"):
+        assert f"memoryctl ALL=(root) NOPASSWD: /usr/bin/systemctl restart vllm@{slot}\n" in rule
+    if shutil.which("visudo"):  # the deploy checks it on the node in any case (deploy.common.sudoers)
+        path = Path(os.environ["MEMORYCTL_SECRETS_DIR"]).parent / "sudoers-slots"
+        path.write_text(rule)
+        assert subprocess.run(["visudo", "-cqf", str(path)], check=False).returncode == 0
+    # Production names its own weights; while they are missing (a fresh node) the deploy stops, saying
+    # so, before it changes anything on the node.
+    missing = plan(everything, "node3", components={"nightly": {"embedding_base_model": "/srv/models/BAAI--bge-m3"}})
+    assert [op.name for op in missing.ops] == ["Stop: no embedding base model"]
+    assert "docs/nightly.md" in missing.op("Stop: no embedding base model").commands[0]
+    assert "is not a directory" in missing.op("Stop: no embedding base model").commands[0]
+
+
+def run_slot_command(exec_start: str, target: str, tmp_path: Path) -> list[str]:
+    """The argv an embedding slot's ``ExecStart`` would exec with its link pointing at ``target``:
+    systemd's ``$$`` unescaped, the line split as systemd splits it, the shell run with the unit's
+    environment, the vLLM command replaced by one that prints its arguments."""
+    argv = shlex.split(exec_start.removeprefix("ExecStart=").replace("$$", "$"))
+    assert argv[:2] == ["/bin/sh", "-c"] and len(argv) == 3, argv
+    script = argv[2].replace("exec ", 'exec printf "%s\\n" ', 1)
+    link = tmp_path / "slot.model"
+    link.unlink(missing_ok=True)
+    link.symlink_to(target)  # need not exist: the served name comes from the link alone
+    env = {"MODEL": str(link), "PORT": "8001", "ARGS": "--runner pooling", "PATH": os.environ["PATH"]}
+    out = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.splitlines()
 
 
 def test_memoryctl_serve_unit_on_the_mesh_and_restart_gating(no_wheel_build: Path, tmp_path: Path) -> None:
