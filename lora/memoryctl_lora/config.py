@@ -57,7 +57,9 @@ class LoraTrainingConfig(BaseModel):
     heldout_fraction: float = Field(0.2, gt=0.0, lt=1.0)
     # Evaluation gate.
     recall_k: int = Field(5, ge=1)
-    recall_tolerance: float = Field(0.0, ge=0.0, le=1.0)  # allowed recall@k drop (0 = no regression)
+    # Embedding: required held-out recall@k gain over the active model (0 = strictly better; a match
+    # changes nothing, evaluate.embedding_gate).
+    min_recall_improvement: float = Field(0.0, ge=0.0, le=1.0)
     min_loss_improvement: float = Field(0.0, ge=0.0)  # generation: required held-out loss decrease
     # Generation base model directory (a Hugging Face model dir: config.json + weights + tokenizer).
     # Production points this at the Qwen checkpoint vLLM serves; tests use build_tiny_qwen2().

@@ -105,7 +105,7 @@ def embedding_cycle(
             active_model,
             ds.heldout,
             k=config.recall_k,
-            tolerance=config.recall_tolerance,
+            min_improvement=config.min_recall_improvement,
             min_heldout=config.min_heldout,
         )
         del candidate_model, active_model  # off the GPU before the paused units start again

@@ -1,10 +1,11 @@
 """Promotion gates: a candidate adapter replaces the active model only on evidence.
 
 * Embedding adapters: recall@k over the held-out (query, positive) pairs, searching the corpus of
-  all held-out positives, must not drop below the active model's (minus a configurable tolerance,
-  0 by default). The active model may be the base model or yesterday's adapter; both are just
-  encoders here, so the same gate also works for any embedder the lead passes (anything with
-  ``encode(list[str]) -> array``).
+  all held-out positives, must beat the active model's by more than ``min_improvement`` (0 by
+  default: strictly better). A candidate that only matches is rejected: promoting it would change
+  the served model for nothing and cost a ``migrate`` of every vector. The active model may be the
+  base model or yesterday's adapter; both are just encoders here, so the same gate also works for
+  any embedder the lead passes (anything with ``encode(list[str]) -> array``).
 * Generation adapters: mean held-out token loss must improve on the active model's by at least
   ``min_improvement``.
 
@@ -80,10 +81,10 @@ def embedding_gate(
     heldout: Sequence[EmbeddingPair],
     *,
     k: int = 5,
-    tolerance: float = 0.0,
+    min_improvement: float = 0.0,
     min_heldout: int = 1,
 ) -> Decision:
-    """Promote when candidate recall@k >= active recall@k - tolerance on the same held-out slice."""
+    """Promote when candidate recall@k > active recall@k + min_improvement on the same held-out slice."""
     if len(heldout) < min_heldout:
         return Decision(
             False,
@@ -92,17 +93,17 @@ def embedding_gate(
         )
     cand = recall_at_k(candidate, heldout, k)
     act = recall_at_k(active, heldout, k)
-    return embedding_gate_from_metrics(cand, act, k=k, tolerance=tolerance)
+    return embedding_gate_from_metrics(cand, act, k=k, min_improvement=min_improvement)
 
 
 def embedding_gate_from_metrics(
-    candidate: dict[str, float], active: dict[str, float], *, k: int, tolerance: float = 0.0
+    candidate: dict[str, float], active: dict[str, float], *, k: int, min_improvement: float = 0.0
 ) -> Decision:
     """The decision alone, for metrics computed elsewhere (e.g. during training)."""
     c, a = candidate["recall_at_k"], active["recall_at_k"]
     metrics = {
         "k": k,
-        "tolerance": tolerance,
+        "min_improvement": min_improvement,
         "candidate_recall_at_k": c,
         "active_recall_at_k": a,
         "candidate_mrr": candidate.get("mrr"),
@@ -110,10 +111,11 @@ def embedding_gate_from_metrics(
         "heldout_queries": candidate.get("queries"),
         "corpus_size": candidate.get("corpus"),
     }
-    if c + 1e-12 >= a - tolerance:
-        verdict = "improves" if c > a else "matches"
-        return Decision(True, metrics, f"recall@{k} {c:.3f} {verdict} active {a:.3f} (tolerance {tolerance})")
-    return Decision(False, metrics, f"recall@{k} regressed: {c:.3f} < active {a:.3f} - tolerance {tolerance}")
+    if c - a > min_improvement + 1e-12:
+        return Decision(True, metrics, f"recall@{k} {c:.3f} improves on active {a:.3f} (needed > +{min_improvement})")
+    if c + 1e-12 < a:
+        return Decision(False, metrics, f"recall@{k} regressed: {c:.3f} < active {a:.3f}")
+    return Decision(False, metrics, f"recall@{k} {c:.3f} does not beat active {a:.3f} by more than {min_improvement}")
 
 
 def generation_gate(candidate_loss: float, active_loss: float, *, min_improvement: float = 0.0) -> Decision:

@@ -128,3 +128,21 @@ def test_embedding_cycle_registers_then_rejects_a_regression(tmp_path: Path, tim
     assert again.decision.metrics["candidate_recall_at_k"] < again.decision.metrics["active_recall_at_k"]
     assert [v.version for v in reg.list("embedding")] == [out.version.version]
     assert reg.active("embedding") == out.version
+
+
+def test_the_embedding_gate_promotes_only_a_candidate_that_beats_the_served_model() -> None:
+    """Issue 28: a night that does not beat the served model changes nothing. A candidate that only
+    matches would swap the served model for an equal one and cost a migrate of every vector."""
+    from memoryctl_lora.evaluate import embedding_gate_from_metrics
+
+    def gate(candidate: float, active: float, min_improvement: float = 0.0) -> tuple[bool, str]:
+        decision = embedding_gate_from_metrics(
+            {"recall_at_k": candidate}, {"recall_at_k": active}, k=1, min_improvement=min_improvement
+        )
+        return decision.promote, decision.reason
+
+    assert gate(0.781, 0.688) == (True, "recall@1 0.781 improves on active 0.688 (needed > +0.0)")
+    assert gate(0.781, 0.781) == (False, "recall@1 0.781 does not beat active 0.781 by more than 0.0")
+    assert gate(0.688, 0.781)[0] is False and "regressed" in gate(0.688, 0.781)[1]
+    assert gate(0.75, 0.72, min_improvement=0.05)[0] is False  # better, but within the noise floor
+    assert gate(0.80, 0.72, min_improvement=0.05)[0] is True

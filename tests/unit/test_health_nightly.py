@@ -35,7 +35,7 @@ def test_each_step_shows_its_status_reason_and_figures() -> None:
                 "rejected",
                 _cycle(
                     "rejected",
-                    "recall@1 regressed: 0.500 < active 0.600 - tolerance 0.0",
+                    "recall@1 regressed: 0.500 < active 0.600",
                     {"k": 1, "candidate_recall_at_k": 0.5, "active_recall_at_k": 0.6, "candidate_mrr": None},
                 ),
                 30.0,
