@@ -9,7 +9,8 @@ not serving (memoryctl/ops/embedding_version.py) and ``migrate`` moves over.
 Each slot is an instance of the vLLM unit (``vllm@embed-a`` on 8001, ``vllm@embed-b`` on 8002)
 whose model is a link, ``/var/lib/memoryctl-embedding/embed-<x>.model``, served under the linked
 directory's name (a drop-in's ``ExecStart``: ``--served-model-name "$(basename "$(readlink
-LINK)")"``), so what a slot answers to is the version it loaded. The night repoints a link and
+LINK)")"``; the base model under the configured embedding model's name, :func:`base_served_name`),
+so what a slot answers to is the version it loaded. The night repoints a link and
 restarts its unit (a sudoers rule for exactly those restarts); the deploy creates a link only
 where there is none, so a second run never undoes a night.
 
@@ -53,8 +54,6 @@ STANDIN_BASE = "all-MiniLM-L6-v2"
 STANDIN_BASE_PATH = (
     "import memoryctl_lora.train_embedding as t; print(t.minilm_model_dir())"  # run by the nightly's venv
 )
-# The gate's and training's settings the tests' nights use (tests/integration/test_nightly.py);
-# production trains with memoryctl-lora's defaults unless components.nightly.embedding_lora says.
 SLOTS = {"embed-a": 8001, "embed-b": 8002}
 SERVED_NAME = re.compile(r"[A-Za-z0-9._/+-]+")
 # Each slot's share of the GPU (--gpu-memory-utilization) unless components.vllm.embed_slot_gpu_memory_
@@ -116,6 +115,8 @@ def nightly_settings() -> dict[str, Any]:
         "embedding_slots": [
             {"url": f"http://{gpu}:{port}", "link": link(slot), "unit": f"vllm@{slot}"} for slot, port in SLOTS.items()
         ],
+        # Production trains with memoryctl-lora's defaults unless components.nightly.embedding_lora says
+        # (inventory/local.yaml: the seeded settings of the tests' nights).
         "embedding_lora": dict(nightly.settings().get("embedding_lora", {})),
     }
 

@@ -546,10 +546,18 @@ def test_memoryctl_cron_runs_as_cron_every_ten_minutes_for_reconcile() -> None:
         assert subprocess.run(["visudo", "-cqf", str(path)], check=False).returncode == 0
 
 
+def admin_key(tmp_path: Path) -> dict[str, Any]:
+    """``base.admin_keys`` naming a key written here: inventory/local.yaml names the one `scripts/cluster
+    up` generates, which a fresh clone's `-m "not deploy"` run does not have (whole-node plans need it)."""
+    key = tmp_path / "admin_ed25519.pub"
+    key.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGVvcGVyYXRvcmtleWZvcnRlc3Rpbmdvbmx5MTIzNDU2 test@plan\n")
+    return {"base": {"admin_keys": [str(key)]}}
+
+
 def test_the_night_runs_from_the_gpu_nodes_cron_with_the_registry_vllm_loads_from(tmp_path: Path) -> None:
     from deploy.roles import everything
 
-    p = plan(everything, "node3")
+    p = plan(everything, "node3", components=admin_key(tmp_path))
     cron = p.upload("/etc/cron.d/memoryctl")
     (job,) = [line for line in cron.splitlines() if "/bin/memoryctl " in line]
     assert job.startswith(
@@ -580,7 +588,7 @@ def test_the_night_runs_from_the_gpu_nodes_cron_with_the_registry_vllm_loads_fro
     assert "--upgrade --no-deps memoryctl-lora " in lora.commands[0]  # the closure as built, unresolved
     assert any("import torch, peft, transformers, memoryctl_lora.train_generation" in c for c in lora.commands)
     # The db node no longer runs the night, and says where it runs.
-    db = plan(everything, "node1").upload("/etc/memoryctl/memoryctl.toml")
+    db = plan(everything, "node1", components=admin_key(tmp_path)).upload("/etc/memoryctl/memoryctl.toml")
     assert "nightly" not in tomllib.loads(db) and "runs on the gpu node" in db
 
 
@@ -591,7 +599,7 @@ def test_two_embedding_slots_serve_a_link_the_night_repoints(tmp_path: Path) -> 
     from deploy.roles import everything
     from memoryctl import config
 
-    p = plan(everything, "node3")
+    p = plan(everything, "node3", components=admin_key(tmp_path))
     assert not any("/etc/vllm/embed.args" in op.name for op in p.ops)  # no single vllm@embed
     models = "/var/lib/memoryctl-embedding/models"
     base = p.op(f"The base embedding model in {models}")
@@ -637,7 +645,8 @@ def test_two_embedding_slots_serve_a_link_the_night_repoints(tmp_path: Path) -> 
         assert subprocess.run(["visudo", "-cqf", str(path)], check=False).returncode == 0
     # Production names its own weights; while they are missing (a fresh node) the deploy stops, saying
     # so, before it changes anything on the node.
-    missing = plan(everything, "node3", components={"nightly": {"embedding_base_model": "/srv/models/BAAI--bge-m3"}})
+    stated = {"nightly": {"embedding_base_model": "/srv/models/BAAI--bge-m3"}}
+    missing = plan(everything, "node3", components={**admin_key(tmp_path), **stated})
     assert [op.name for op in missing.ops] == ["Stop: no embedding base model"]
     assert "docs/nightly.md" in missing.op("Stop: no embedding base model").commands[0]
     assert "is not a directory" in missing.op("Stop: no embedding base model").commands[0]
