@@ -11,7 +11,9 @@ answer degraded until it is restarted.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
+from collections.abc import Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -45,6 +47,7 @@ class Stack:
         self._cypher: CypherReader | None = None
         self._tried: set[str] = set()
         self._failed_at: dict[str, float] = {}  # when opening a secondary store last failed
+        self._open_lock = {"vector": threading.Lock(), "graph": threading.Lock()}
         # Logical store names in reports: the embedded graph is SQL tables, not Neo4j.
         self.store_names = {
             "vector": names.QDRANT,
@@ -122,30 +125,61 @@ class Stack:
             with contextlib.suppress(Exception):
                 store.close()
 
+    @contextlib.contextmanager
+    def _opening(self, kind: str) -> Iterator[bool]:
+        """Whether this thread is to open ``kind`` now: it is due (``_should_open``) and no other
+        thread is opening it. One opener at a time: in ``memoryctl serve`` the requests that came
+        in while a store was down all found it due at once, and when one of their attempts failed
+        after another had succeeded, the failure put None back and the success then cleared the
+        failure's time, so the store was never tried again (the service answered "unavailable"
+        for Qdrant until restarted: a fresh cluster's deploy test, 2026-12-03). A thread that
+        finds another one opening answers with what there is now (degraded), as while it is down,
+        instead of waiting for that attempt's timeouts; but the first opening of a store is waited
+        for (parallel query legs or health probes of a process that just started would otherwise
+        call a store that was never down "unavailable")."""
+        first = kind not in self._tried
+        if not self._should_open(kind) or not self._open_lock[kind].acquire(blocking=first):
+            yield False
+            return
+        try:
+            yield self._should_open(kind)  # the attempt that held the lock may just have finished
+        finally:
+            self._open_lock[kind].release()
+
     def vectors(self) -> VectorStore | None:
-        if self._should_open("vector"):
-            try:
-                self._vectors = self._open_vectors()
-                self._vectors.ensure_collection(self.embedder.info)
-            except MemoryctlError as exc:
-                self._discard(self._vectors)
-                self._vectors = None
-                self._opened("vector", exc)
-            else:
-                self._opened("vector", None)
+        with self._opening("vector") as due:
+            if due:
+                store: VectorStore | None = None
+                try:
+                    store = self._open_vectors()
+                    store.ensure_collection(self.embedder.info)
+                except MemoryctlError as exc:
+                    self._discard(store)
+                    self._opened("vector", exc)
+                except BaseException:
+                    self._discard(store)  # a bug or an interrupt: no leaked client, and raised
+                    raise
+                else:
+                    self._vectors = store
+                    self._opened("vector", None)
         return self._vectors
 
     def graph(self) -> GraphStore | None:
-        if self._should_open("graph"):
-            try:
-                self._graph = self._open_graph()
-                self._graph.ensure_schema()
-            except MemoryctlError as exc:
-                self._discard(self._graph)
-                self._graph = None
-                self._opened("graph", exc)
-            else:
-                self._opened("graph", None)
+        with self._opening("graph") as due:
+            if due:
+                store: GraphStore | None = None
+                try:
+                    store = self._open_graph()
+                    store.ensure_schema()
+                except MemoryctlError as exc:
+                    self._discard(store)
+                    self._opened("graph", exc)
+                except BaseException:
+                    self._discard(store)  # a bug or an interrupt: no leaked client, and raised
+                    raise
+                else:
+                    self._graph = store
+                    self._opened("graph", None)
         return self._graph
 
     def _open_vectors(self) -> VectorStore:
