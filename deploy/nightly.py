@@ -15,6 +15,8 @@ overlapping wherever they are started.
   ``[nightly]``: the adapter registry ``/var/lib/memoryctl-adapters`` (group ``vllm``: vLLM reads what
   it loads), the generation base model's directory, ``pause_units`` (``vllm@generate``: on the
   GEX44 the training has no room beside it) and a sudoers rule for exactly their stop and start.
+- ``memoryctl-adapter-serve``: a oneshot every start of ``vllm@generate`` pulls in, loading the
+  active generation adapter again (vLLM forgets adapters loaded at run time when it restarts).
 - The generation base model: ``components.nightly.generation_base_model``, the directory of the
   weights the served model is (the operator's; docs/nightly.md). On a node without a GPU
   (``standin``) a tiny randomly initialised Qwen2 is built there once (``build_tiny_qwen2``, the
@@ -32,7 +34,7 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.files import File
-from pyinfra.operations import apt, files, pip, server
+from pyinfra.operations import apt, files, pip, server, systemd
 
 from deploy import versions, vllm
 from deploy.common import component, has_role, inventory, service_account, sudoers, template
@@ -44,6 +46,9 @@ ADAPTERS_DIR = "/var/lib/memoryctl-adapters"
 MODELS_DIR = "/var/lib/memoryctl/models"
 TINY_BASE = f"{MODELS_DIR}/tiny-qwen2"
 SCHEDULE = "15 2 * * *"
+GENERATION_UNIT = "vllm@generate"
+# Loads the active generation adapter again whenever vllm@generate starts (vLLM forgets it).
+ADAPTER_SERVE_UNIT = "memoryctl-adapter-serve"
 # What the tests' nights train with (tests/integration/test_nightly.py); production sets its own
 # steps. The gate's noise floor: a candidate must lower the held-out loss by more than 0.01 nats
 # to replace the served adapter (measured on the local nodes' tiny model: a first night 5.75 ->
@@ -80,7 +85,7 @@ def memoryctl_settings() -> dict[str, Any]:
     """The ``[nightly]`` table of the gpu node's memoryctl.toml."""
     from deploy import embedding_slots
 
-    pause = list(settings().get("pause_units", ["vllm@generate"]))
+    pause = list(settings().get("pause_units", [GENERATION_UNIT]))
     return {
         "adapters_dir": ADAPTERS_DIR,
         "generation_base_model": generation_base_model(),
@@ -169,6 +174,19 @@ def nightly() -> None:
         mode="644",
     )
     template("memoryctl/logrotate.j2", "/etc/logrotate.d/memoryctl", log_dir=mctl.LOG_DIR, run_as=mctl.USER, mode="644")
+    adapter_unit = template(
+        "memoryctl/memoryctl-adapter-serve.service.j2",
+        f"/etc/systemd/system/{ADAPTER_SERVE_UNIT}.service",
+        vllm_unit=GENERATION_UNIT,
+        run_as=mctl.USER,
+        venv=mctl.VENV,
+        config_path=mctl.CONFIG,
+        timeout_s=int(memoryctl_settings()["vllm_ready_s"]) + 120,
+        mode="644",
+    )
+    systemd.daemon_reload(name=f"Reload systemd units ({ADAPTER_SERVE_UNIT})", _if=adapter_unit.did_change)
+    # Enabled, not started: it runs when vllm@generate starts (its WantedBy), not at the deploy.
+    systemd.service(name=f"{ADAPTER_SERVE_UNIT} enabled", service=ADAPTER_SERVE_UNIT, running=None, enabled=True)
     sudoers(
         "memoryctl/sudoers-nightly.j2",
         "/etc/sudoers.d/memoryctl-nightly",

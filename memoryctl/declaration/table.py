@@ -343,6 +343,13 @@ OPERATIONS: dict[str, Operation] = {
                     "Load the active generation adapter into vLLM if it does not list it (a restart forgets it).",
                     default=False,
                 ),
+                Param(
+                    "wait",
+                    "boolean",
+                    "With --serve-active: first wait until vLLM answers, up to [nightly] vllm_ready_s (for the"
+                    " memoryctl-adapter-serve unit, which runs it as vllm@generate starts).",
+                    default=False,
+                ),
             ),
             _maintenance("adapters"),
             writes=True,

@@ -6,9 +6,10 @@ them through the service (the embedded profile's single owner of the stores) or 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from memoryctl.errors import ExitCode, InputError, UsageError
+from memoryctl.errors import ExitCode, InputError, MemoryctlError, UsageError
 from memoryctl.operations.memories import only_agent
 from memoryctl.operations.reply import Reply
 
@@ -123,6 +124,8 @@ def adapters(client: MemoryClient, call: Call) -> Reply:
     )
 
     kind = call.params["kind"]
+    if call.params["wait"] and not call.params["serve_active"]:
+        raise InputError("--wait is for --serve-active", hint="memoryctl adapters generation --serve-active --wait")
     warnings = []
     if call.params["rollback"] and adapter_kind(kind) == "embedding":
         open_registry(client.settings)  # the registry is here (memoryctl-lora installed), or the hint
@@ -130,8 +133,28 @@ def adapters(client: MemoryClient, call: Call) -> Reply:
     elif call.params["rollback"]:
         warnings.append(rollback_adapter(client.stack, kind))
     if call.params["serve_active"]:
-        warnings.append(serve_active_adapter(client.settings, kind))
+        warnings.append(
+            serve_active_adapter(client.settings, kind, wait=call.params["wait"], night_running=night_running(client))
+        )
     return Reply(list_adapters(client.settings, kind), warnings=warnings)
+
+
+def night_running(client: MemoryClient) -> Callable[[], bool]:
+    """Whether a ``memoryctl nightly`` holds its advisory lock now. PostgreSQL not answering counts
+    as no night: a night cannot run without it (its lock is there), and at a boot with the database
+    node still down the active adapter should be served all the same."""
+
+    def check() -> bool:
+        from memoryctl.ops.nightly import LOCK
+        from memoryctl.ops.pgstate import OpsState
+
+        try:
+            with OpsState(client.stack.pool).exclusive(LOCK) as got:
+                return not got
+        except MemoryctlError:
+            return False
+
+    return check
 
 
 def backup_status(client: MemoryClient, call: Call) -> Reply:

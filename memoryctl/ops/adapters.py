@@ -9,14 +9,15 @@ an import (tests/unit/test_import_graph.py keeps the imports here and lazy).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from memoryctl.adapter_files import LORA_INSTALL_HINT
 from memoryctl.config import Settings
-from memoryctl.errors import ConfigError, InputError, MemoryctlError
+from memoryctl.errors import ConfigError, InputError, MemoryctlError, StoreUnavailable
 from memoryctl.ops.needs import Stores
-from memoryctl.vllm import VLLMClient
+from memoryctl.vllm import STORE, VLLMClient
 
 if TYPE_CHECKING:
     from memoryctl_lora.registry import AdapterRegistry, AdapterVersion
@@ -161,22 +162,51 @@ def follow_active_embedding(stack: Stores, *, reason: str) -> dict[str, Any]:
     }
 
 
-def serve_active_adapter(settings: Settings, kind: str) -> str:
+def serve_active_adapter(
+    settings: Settings, kind: str, *, wait: bool = False, night_running: Callable[[], bool] = lambda: False
+) -> str:
     """Load the active generation adapter into vLLM when ``/v1/models`` does not list it: vLLM forgets
-    every adapter loaded at run time when it restarts (a reboot, a crash, the nightly's GPU pause),
-    and requests then name the base model. Meant for the vLLM unit's ``ExecStartPost`` and for
-    operators; idempotent. The embedding model is served through ``migrate``, never loaded here."""
+    every adapter loaded at run time when it restarts (a reboot, a crash, a restart by hand), and
+    requests then name the base model. Run with ``wait`` by the gpu node's ``memoryctl-adapter-serve``
+    unit at every start of ``vllm@generate`` (deploy/nightly.py), and by operators; idempotent.
+
+    Nothing to load (no active adapter: a fresh node) returns before any wait, so the unit never
+    fails for want of a vLLM it has nothing to give. While a night runs (``night_running``: its
+    advisory lock is held) it does nothing: the night's GPU pause starts vLLM and restores the
+    adapter itself, and a load from here could put back the version the night is replacing after
+    the night unloaded it. The embedding model is served through ``migrate``, never loaded here."""
     if adapter_kind(kind) != "generation":
         raise InputError(
             "--serve-active is for the generation adapter",
             hint="the embedding model is a migrated model version: `memoryctl health` shows it",
         )
     registry = open_registry(settings)
+    if registry.active("generation") is None:
+        return "no generation adapter is active: vLLM serves the base model"
     from memoryctl_lora.cycle import serve_active_generation
     from memoryctl_lora.serving import AdapterServing
 
     with vllm_client(settings) as client:
+        if wait:
+            ready_within(client, settings.nightly.vllm_ready_s)
+        if night_running():
+            return "a night is running: it serves the adapter itself when it gives vLLM back"
         done = serve_active_generation(registry, AdapterServing(client), path_on_server=server_path(settings))
     if done["active"] is None:
         return "no generation adapter is active: vLLM serves the base model"
     return f"{'loaded' if done['loaded'] else 'already served'}: {done['active']}"
+
+
+def ready_within(client: VLLMClient, deadline_s: float) -> None:
+    """Wait for vLLM to answer ``/health``; an error saying where to look when it does not."""
+    from memoryctl.ops.gpu_pause import PauseFailed, wait_until_ready
+
+    try:
+        wait_until_ready(client, deadline_s)
+    except PauseFailed:
+        raise StoreUnavailable(
+            STORE,
+            f"vLLM at {client.url} did not answer /health within {deadline_s:.0f} s",
+            hint="is it running? `systemctl status vllm@generate`, `journalctl -u vllm@generate`;"
+            " [nightly] vllm_ready_s is how long it may take to start",
+        ) from None

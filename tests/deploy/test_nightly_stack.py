@@ -12,7 +12,8 @@ GEX44 has no room for both), trains the generation adapter on the CPU (Debian's 
 Qwen2 stands for the served model's weights), gates it on held-out loss, registers it and
 hot-loads it into the running vLLM STAND-IN through vLLM's runtime LoRA API; the stand-in then
 answers differently when a request names the adapter. A second night with new turns is gated
-against the served adapter; ``memoryctl adapters generation --rollback`` goes back.
+against the served adapter; a restart of ``vllm@generate`` outside a night loads the active adapter
+again (the ``memoryctl-adapter-serve`` unit); ``memoryctl adapters generation --rollback`` goes back.
 
 Each night is started by cron itself: the installed line, as written, scheduled every minute
 until a run record of ``nightly`` triggered by cron appears.
@@ -188,6 +189,20 @@ def served() -> set[str]:
     return {card["id"] for card in vllm("/v1/models")["data"]}
 
 
+def adapter_unit(state: str) -> str | None:
+    """``systemctl show`` of the unit that loads the active adapter when vllm@generate starts, once
+    it shows ``state`` (a oneshot shows Result=success while it still runs)."""
+    unit = node(GPU).check_output("systemctl show -p Result -p ActiveState memoryctl-adapter-serve")
+    return unit if state in unit.splitlines() else None
+
+
+def listed() -> set[str]:
+    """What ``/v1/models`` lists, nothing while vLLM is (re)starting and does not answer."""
+    key = "$(sed -n 's/^VLLM_API_KEY=//p' /etc/vllm/vllm.env)"
+    out = node(GPU).run(f'curl -sf -m 10 -H "Authorization: Bearer {key}" http://{MESH[GPU]}:8000/v1/models')
+    return {card["id"] for card in json.loads(out.stdout)["data"]} if out.rc == 0 else set()
+
+
 def answer(model: str) -> str:
     body = {"model": model, "messages": [{"role": "user", "content": "who decided the rollback?"}]}
     return str(vllm("/v1/chat/completions", body)["choices"][0]["message"]["content"])
@@ -242,6 +257,9 @@ def test_nights_from_the_gpu_nodes_cron_train_gate_hot_load_and_roll_back(import
     assert [hit["id"] for hit in found.json()["hits"]][:1] == [recalls[0]["id"]], found.stdout[-1500:]
     assert s1["reembed"]["status"] == "ok" and s1["reconcile"]["status"] == "ok", s1
 
+    # The night's GPU pauses started vllm@generate, and with it the unit: it left the night alone.
+    assert "Result=success" in wait_for("the unit finished", lambda: adapter_unit("ActiveState=inactive"), 60, 1)
+
     turns2 = seed_dialogue("n2", range(16, 26))
     seed_useful_recalls(round_=1)  # the same feedback again: nothing new to learn
     second = night_from_cron("second")
@@ -263,6 +281,16 @@ def test_nights_from_the_gpu_nodes_cron_train_gate_hot_load_and_roll_back(import
     assert gm["candidate_recall_at_k"] <= gm["active_recall_at_k"] + gm["min_improvement"], gm
     assert embedding_model() == f"http:{version}"
     assert {card["id"] for card in vllm("/v1/models", port=8002)["data"]} == {version}
+
+    # vLLM restarted outside a night (a reboot, a crash, by hand) forgets the adapter; the unit every
+    # start of vllm@generate pulls in (memoryctl-adapter-serve, deploy/nightly.py) loads it again.
+    restarted = time.monotonic()
+    node(GPU).check_output("systemctl restart vllm@generate")
+    wait_for("the active adapter served again after vllm@generate restarted", lambda: adapter in listed(), 180)
+    reloaded_s = round(time.monotonic() - restarted, 1)
+    unit = wait_for("memoryctl-adapter-serve finished", lambda: adapter_unit("ActiveState=inactive"), 60, 1)
+    assert "Result=success" in unit, unit
+    assert answer(adapter) == after and answer(base) == before["answer"]
 
     back = memoryctl("adapters", "embedding", "--rollback", on=GPU)
     assert back.returncode == 0, back.stdout[-1500:] + back.stderr[-1500:]
@@ -291,6 +319,7 @@ def test_nights_from_the_gpu_nodes_cron_train_gate_hot_load_and_roll_back(import
             "embedding_rollback": back.stdout[-1500:],
             "embedding_versions": {"before": base_model, "after_first": f"http:{version}"},
             "served_after_rollback": sorted(served()),
+            "adapter_served_again_after_restart_s": reloaded_s,
             "health": health,
         },
     )

@@ -21,7 +21,8 @@ import pytest
 from memoryctl.client import MemoryClient
 from memoryctl.model import Memory
 from memoryctl.ops.gpu_pause import wait_until_ready
-from memoryctl.ops.nightly import Nightly
+from memoryctl.ops.nightly import LOCK, Nightly
+from memoryctl.ops.pgstate import OpsState
 from memoryctl.vllm import VLLMClient
 from tests.conftest import cluster_settings, write_cluster_config
 
@@ -64,7 +65,11 @@ def _journal(units: Path) -> list[list[str]]:
 
 
 def test_the_gpu_is_freed_for_training_and_a_failed_night_serves_what_was_served(
-    pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pg_dsn: str,
+    neo4j_clean: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from memoryctl.cli.main import _invoke
     from memoryctl_lora.train_generation import build_tiny_qwen2
@@ -180,6 +185,47 @@ def test_the_gpu_is_freed_for_training_and_a_failed_night_serves_what_was_served
             assert [a.id for a in vllm.models().adapters] == [served]
         assert _invoke(["adapters", "generation", "--serve-active"]) == 0  # idempotent
         assert _invoke(["adapters", "embedding", "--serve-active"]) != 0  # migrated, not loaded
+        assert _invoke(["adapters", "generation", "--wait"]) != 0  # only with --serve-active
+        assert "--wait is for --serve-active" in capsys.readouterr().err
+
+        # The gpu node's memoryctl-adapter-serve unit runs this as vllm@generate starts (deploy/nightly.py):
+        # it waits for vLLM to answer, up to [nightly] vllm_ready_s, then loads the adapter.
+        subprocess.run([*ctl, "stop", UNIT], check=True, timeout=60)
+        short = write_cluster_config(
+            tmp_path / "short.toml",
+            pg_dsn,
+            neo4j_clean,
+            tmp_path / "qdrant",
+            vllm={"url": url},
+            nightly={**nightly, "vllm_ready_s": 1.0},
+        )
+        monkeypatch.setenv("MEMORYCTL_CONFIG", str(short))
+        assert _invoke(["adapters", "generation", "--serve-active", "--wait"]) != 0  # vLLM stays down
+        assert "did not answer /health within 1 s" in capsys.readouterr().err
+        # Nothing active (a fresh node): nothing to wait for, so vLLM being down is no failure.
+        none_active = write_cluster_config(
+            tmp_path / "none.toml",
+            pg_dsn,
+            neo4j_clean,
+            tmp_path / "qdrant",
+            vllm={"url": url},
+            nightly={**nightly, "vllm_ready_s": 1.0, "adapters_dir": str(tmp_path / "no-adapters")},
+        )
+        monkeypatch.setenv("MEMORYCTL_CONFIG", str(none_active))
+        assert _invoke(["adapters", "generation", "--serve-active", "--wait"]) == 0
+        assert "no generation adapter is active" in capsys.readouterr().err
+        monkeypatch.setenv("MEMORYCTL_CONFIG", str(cfg))
+        subprocess.run([*ctl, "start", UNIT], check=True, timeout=60)
+        # A night holds its lock: its own GPU pause restores the adapter, so the unit leaves it be.
+        with OpsState(client.stack.pool).exclusive(LOCK) as got:
+            assert got
+            assert _invoke(["adapters", "generation", "--serve-active", "--wait"]) == 0
+            assert "a night is running" in capsys.readouterr().err
+            with VLLMClient(url) as vllm:
+                assert vllm.models().adapters == ()
+        assert _invoke(["adapters", "generation", "--serve-active", "--wait"]) == 0
+        with VLLMClient(url) as vllm:
+            assert [a.id for a in vllm.models().adapters] == [served]
     finally:
         subprocess.run([*ctl, "stop", UNIT], check=False, timeout=60)
         client.close()

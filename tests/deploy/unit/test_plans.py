@@ -592,6 +592,29 @@ def test_the_night_runs_from_the_gpu_nodes_cron_with_the_registry_vllm_loads_fro
     assert "nightly" not in tomllib.loads(db) and "runs on the gpu node" in db
 
 
+def test_every_start_of_vllm_generate_loads_the_active_adapter_again(tmp_path: Path) -> None:
+    """vLLM forgets runtime-loaded adapters when it restarts: a oneshot every start of vllm@generate
+    pulls in (WantedBy) loads the registry's active one again, waiting for vLLM first; enabled at
+    the deploy, never started by it."""
+    from deploy.roles import everything
+
+    p = plan(everything, "node3", components=admin_key(tmp_path))
+    unit = p.upload("/etc/systemd/system/memoryctl-adapter-serve.service").splitlines()
+    assert "WantedBy=vllm@generate.service" in unit
+    assert "After=vllm@generate.service" in unit and "BindsTo=vllm@generate.service" in unit
+    assert "Type=oneshot" in unit and "User=memoryctl" in unit
+    assert "Environment=MEMORYCTL_CONFIG=/etc/memoryctl/memoryctl.toml" in unit
+    assert "ExecStart=/opt/memoryctl/venv/bin/memoryctl adapters generation --serve-active --wait" in unit
+    ready_s = tomllib.loads(p.upload("/etc/memoryctl/memoryctl.toml"))["nightly"]["vllm_ready_s"]
+    assert f"TimeoutStartSec={int(ready_s) + 120}" in unit  # outlasts the command's own wait
+    enabled = p.op("memoryctl-adapter-serve enabled")
+    assert any("systemctl enable memoryctl-adapter-serve" in c for c in enabled.commands), enabled.commands
+    assert not any("start" in c.split() for c in enabled.commands)
+    assert "memoryctl-adapter-serve.service" not in " ".join(
+        plan(everything, "node1", components=admin_key(tmp_path)).names()
+    )  # only where the night runs
+
+
 def test_two_embedding_slots_serve_a_link_the_night_repoints(tmp_path: Path) -> None:
     """Issue 28 item 3: the night's embedding step puts a merged version on the idle slot; the
     deploy gives it two slots serving links under the linked directory's name, the base model,
