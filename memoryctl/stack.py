@@ -13,9 +13,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from memoryctl.config import Neo4jSettings, PostgresSettings, QdrantSettings, Settings
 from memoryctl.errors import MemoryctlError, StoreUnavailable
@@ -34,6 +34,12 @@ if TYPE_CHECKING:
 
 
 REOPEN_AFTER_S = 15.0
+
+S = TypeVar("S", "VectorStore", "GraphStore")
+
+
+def _ensure_schema(store: GraphStore) -> None:
+    store.ensure_schema()
 
 
 class Stack:
@@ -146,41 +152,39 @@ class Stack:
         finally:
             self._open_lock[kind].release()
 
+    def _attempt(self, kind: str, open_store: Callable[[], S], ready: Callable[[S], None]) -> S | None:
+        """One opening of ``kind`` (the caller holds its turn from ``_opening``): the store once
+        ``ready`` accepted it, else None with the failure recorded; anything but a MemoryctlError (a
+        bug, an interrupt) closes the half-opened client and propagates."""
+        store: S | None = None
+        try:
+            store = open_store()
+            ready(store)
+        except MemoryctlError as exc:
+            self._discard(store)
+            self._opened(kind, exc)
+            return None
+        except BaseException:
+            self._discard(store)
+            raise
+        return store
+
     def vectors(self) -> VectorStore | None:
         with self._opening("vector") as due:
-            if due:
-                store: VectorStore | None = None
-                try:
-                    store = self._open_vectors()
-                    store.ensure_collection(self.embedder.info)
-                except MemoryctlError as exc:
-                    self._discard(store)
-                    self._opened("vector", exc)
-                except BaseException:
-                    self._discard(store)  # a bug or an interrupt: no leaked client, and raised
-                    raise
-                else:
-                    self._vectors = store
-                    self._opened("vector", None)
+            if due and (store := self._attempt("vector", self._open_vectors, self._ensure_collection)) is not None:
+                self._vectors = store
+                self._opened("vector", None)
         return self._vectors
 
     def graph(self) -> GraphStore | None:
         with self._opening("graph") as due:
-            if due:
-                store: GraphStore | None = None
-                try:
-                    store = self._open_graph()
-                    store.ensure_schema()
-                except MemoryctlError as exc:
-                    self._discard(store)
-                    self._opened("graph", exc)
-                except BaseException:
-                    self._discard(store)  # a bug or an interrupt: no leaked client, and raised
-                    raise
-                else:
-                    self._graph = store
-                    self._opened("graph", None)
+            if due and (store := self._attempt("graph", self._open_graph, _ensure_schema)) is not None:
+                self._graph = store
+                self._opened("graph", None)
         return self._graph
+
+    def _ensure_collection(self, store: VectorStore) -> None:
+        store.ensure_collection(self.embedder.info)
 
     def _open_vectors(self) -> VectorStore:
         s = self.settings

@@ -6,6 +6,7 @@ answer degraded until someone restarts it (found by the deploy test that reboots
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,18 @@ class Graph:
 
     def close(self) -> None:
         self.closed = True
+
+
+class SlowGraph(Graph):
+    """A graph whose opening takes a while: its schema check says it started, then waits."""
+
+    def __init__(self, started: threading.Event, go_on: threading.Event) -> None:
+        super().__init__()
+        self.started, self.go_on = started, go_on
+
+    def ensure_schema(self) -> None:
+        self.started.set()
+        assert self.go_on.wait(10)
 
 
 def test_a_graph_store_that_was_down_is_opened_again_after_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,25 +75,18 @@ def test_one_thread_opens_a_store_and_a_failing_attempt_never_undoes_a_successfu
     while another failed, the failure put None back (closing the new store) and the success then
     cleared the failure's time: the store was never tried again ("unavailable" until a restart).
     Now one thread opens it; the others answer with what there is meanwhile."""
-    import threading
-
     stack = Stack(load_settings(Path("/dev/null"), profile="cluster"))
     now = [1000.0]
     monkeypatch.setattr(memoryctl.stack.time, "monotonic", lambda: now[0])
     attempts: list[str] = []
     in_schema, go_on = threading.Event(), threading.Event()
 
-    class SlowGraph(Graph):
-        def ensure_schema(self) -> None:
-            in_schema.set()
-            assert go_on.wait(10)
-
     def open_graph() -> Graph:
         attempts.append(threading.current_thread().name)
         if len(attempts) == 1:
             raise StoreUnavailable("neo4j", "Couldn't connect to 10.77.0.2:7687")  # down at the start
         if len(attempts) == 2:
-            return SlowGraph()  # up again: this attempt is slow but succeeds
+            return SlowGraph(in_schema, go_on)  # up again: this attempt is slow but succeeds
         raise StoreUnavailable("neo4j", "a second opener failing meanwhile")
 
     monkeypatch.setattr(stack, "_open_graph", open_graph)
@@ -104,20 +110,13 @@ def test_one_thread_opens_a_store_and_a_failing_attempt_never_undoes_a_successfu
 def test_the_first_opening_is_waited_for_by_a_second_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     """Parallel query legs of a process that just started: the second caller waits for the first
     opening instead of calling a store that was never down unavailable."""
-    import threading
-
     stack = Stack(load_settings(Path("/dev/null"), profile="cluster"))
     attempts: list[str] = []
     in_schema, go_on = threading.Event(), threading.Event()
 
-    class SlowGraph(Graph):
-        def ensure_schema(self) -> None:
-            in_schema.set()
-            assert go_on.wait(10)
-
     def open_graph() -> Graph:
         attempts.append(threading.current_thread().name)
-        return SlowGraph()
+        return SlowGraph(in_schema, go_on)
 
     monkeypatch.setattr(stack, "_open_graph", open_graph)
     got: dict[str, Any] = {}
