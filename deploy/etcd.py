@@ -1,17 +1,26 @@
-"""etcd on every node, the consensus store Patroni keeps the PostgreSQL leader lock in (docs/ha.md).
+"""etcd, the consensus store Patroni keeps the PostgreSQL leader lock in (docs/ha.md).
 
 Only deployed when PostgreSQL is replicated (``components.postgres.members`` names two or more
-nodes, :func:`deploy.patroni.enabled`). Three members, one per node, so the cluster keeps a quorum
-with any one node lost; the third node holds no PostgreSQL, only its vote.
+nodes, :func:`deploy.patroni.enabled`), on the nodes ``components.etcd.members`` declares (default:
+the inventory's first three): three members keep a quorum with any one node lost; a node added
+later (a Qdrant peer, an agent host) is not a member unless declared.
+
+**Membership is declared state** (docs/operations.md, "Replace a node"), reconciled through etcd's
+own runtime reconfiguration (``/usr/local/sbin/memoryctl-etcd-membership``): a member without data
+of its own joins a cluster that exists (its dead predecessor under the same peer URL removed,
+``member add``, started with ``initial-cluster-state=existing``), one node at a time; members the
+inventory dropped are removed (``member remove``) and their etcd stopped. A new cluster's members
+still start in the same step (a member reports itself ready only once a quorum has formed).
+**Restarts roll**: a changed configuration restarts one member at a time, each waited for
+(``etcdctl endpoint health``) before the next, so the cluster never loses its quorum and Patroni
+never its leader lock.
 
 - Debian's ``etcd-server`` (3.5 on Debian 13), its own data directory (``/var/lib/etcd/memoryctl``:
   the package's first start with its defaults, a one-member "default" cluster, never meets ours).
 - Peer (2380) and client (2379) traffic on the mesh address only, both TLS with client
   certificates from the controller's CA (:mod:`deploy.pki`, ``<secrets>/etcd``): a peer or client
   without a certificate of that CA is refused, the firewall admits the mesh subnet only.
-- Started after ``wg-quick@wg0`` (it binds the mesh address). The three start in the same step of
-  the run (pyinfra runs one step on every node at once), which a new cluster needs: a member
-  reports itself ready only once a quorum has formed.
+- Started after ``wg-quick@wg0`` (it binds the mesh address).
 - Election timing a little slower than etcd's defaults (heartbeat 250 ms, election 2.5 s): the
   defaults assume an idle machine; a node busy with a JVM start or a training night must not
   cost the cluster its leader.
@@ -23,32 +32,53 @@ from typing import Any
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import apt, files, systemd
+from pyinfra.api.command import StringCommand
+from pyinfra.facts.files import Directory
+from pyinfra.facts.systemd import SystemdStatus
+from pyinfra.operations import apt, files, server, systemd
 
-from deploy.common import START_RETRIES, after_mesh, inventory, keep_running, secrets, template
+from deploy.common import START_RETRIES, after_mesh, inventory, secrets, template
 from deploy.pki import CertificateAuthority
 
 CLIENT_PORT = 2379
 PEER_PORT = 2380
 PKI_DIR = "/etc/etcd/pki"
 DATA_DIR = "/var/lib/etcd/memoryctl"
+JOIN_ENV = "/var/lib/etcd/memoryctl-join.env"
+MEMBERSHIP = "/usr/local/sbin/memoryctl-etcd-membership"
 HEARTBEAT_MS = 250
 ELECTION_MS = 2500
 
 
-def mesh_ports() -> list[int]:
+def members() -> list[str]:
+    return inventory().etcd_members()
+
+
+def is_member() -> bool:
     from deploy import patroni
 
-    return [CLIENT_PORT, PEER_PORT] if patroni.enabled() else []
+    return patroni.enabled() and host.name in members()
 
 
-def client_urls() -> list[str]:
+def mesh_ports() -> list[int]:
+    return [CLIENT_PORT, PEER_PORT] if is_member() else []
+
+
+def _mesh(name: str) -> str:
+    return str(inventory().nodes[name]["mesh"])
+
+
+def client_urls(names: list[str] | None = None) -> list[str]:
     """Every member's client URL (what Patroni and operators connect to)."""
-    return [f"https://{node['mesh']}:{CLIENT_PORT}" for node in inventory().nodes.values()]
+    return [f"https://{_mesh(name)}:{CLIENT_PORT}" for name in (members() if names is None else names)]
+
+
+def peer_url(name: str) -> str:
+    return f"https://{_mesh(name)}:{PEER_PORT}"
 
 
 def initial_cluster() -> str:
-    return ",".join(f"{name}=https://{node['mesh']}:{PEER_PORT}" for name, node in inventory().nodes.items())
+    return ",".join(f"{name}={peer_url(name)}" for name in members())
 
 
 def certificate_files(directory: str, owner: str) -> list[Any]:
@@ -62,9 +92,16 @@ def certificate_files(directory: str, owner: str) -> list[Any]:
     ]
 
 
+def has_data() -> bool:
+    """Whether this member has run before with its data (a fresh or recreated node has none)."""
+    return host.get_fact(Directory, path=f"{DATA_DIR}/member") is not None
+
+
 @deploy("etcd")
 def etcd() -> None:
-    pki = certificate_files(PKI_DIR, "etcd") if _user_exists("etcd") else None
+    """A declared member: installed, configured, joined (or started with a new cluster), rolled."""
+    apt.packages(name="etcd", packages=["etcd-server", "etcd-client"], no_recommends=True)
+    pki = certificate_files(PKI_DIR, "etcd")
     config = template(
         "etcd/etcd.default.j2",
         "/etc/default/etcd",
@@ -80,17 +117,99 @@ def etcd() -> None:
         election_ms=ELECTION_MS,
         mode="644",
     )
-    dropin = after_mesh("etcd", "etcd")
-    systemd.daemon_reload(name="Reload systemd units (etcd drop-in)", _if=dropin.did_change)
-    apt.packages(name="etcd", packages=["etcd-server", "etcd-client"], no_recommends=True)
-    if pki is None:  # the package created the etcd user just now: its files follow in this run
-        pki = certificate_files(PKI_DIR, "etcd")
+    membership_script()
+    dropins = [
+        after_mesh("etcd", "etcd"),
+        template("etcd/join.conf.j2", "/etc/systemd/system/etcd.service.d/join.conf", join_env=JOIN_ENV, mode="644"),
+    ]
+    systemd.daemon_reload(
+        name="Reload systemd units (etcd drop-ins)", _if=lambda: any(op.did_change() for op in dropins)
+    )
     files.directory(name=f"Directory {DATA_DIR}", path=DATA_DIR, user="etcd", group="etcd", mode="700")
-    keep_running("etcd", [config, dropin, *pki], package_starts_it=True)
-    systemd.service(name="etcd enabled", service="etcd", enabled=True, **START_RETRIES)
+    changes = [config, *dropins, *pki]
+    if has_data():
+        # A running cluster: one member at a time, each healthy again before the next.
+        server.shell(
+            name="Restart etcd, one member at a time (each healthy before the next)",
+            commands=["systemctl reset-failed etcd.service", "systemctl restart etcd.service", _wait_healthy()],
+            _if=lambda: any(op.did_change() for op in changes),
+            _serial=True,
+            **START_RETRIES,
+        )
+    else:
+        # No data: join the cluster that exists, one node at a time (etcd adds one member at a time:
+        # two added at once would need both to start before the quorum holds again) ...
+        server.shell(
+            name="Join the etcd cluster when it exists (member add; one node at a time)",
+            commands=[f"{MEMBERSHIP} join"],
+            _serial=True,
+        )
+        # ... or, when none answered, start a new cluster: every member in this same step.
+        server.shell(
+            name="Start etcd with a new cluster (every member in the same step)",
+            commands=[
+                f"[ -d {DATA_DIR}/member ] || {{ systemctl reset-failed etcd.service;"
+                " systemctl restart etcd.service; }"
+            ],
+            **START_RETRIES,
+        )
+    systemd.service(name="etcd running and enabled", service="etcd", running=True, enabled=True, **START_RETRIES)
 
 
-def _user_exists(name: str) -> bool:
-    from pyinfra.facts.server import Users
+def membership_script() -> Any:
+    return template(
+        "etcd/membership.py.j2",
+        MEMBERSHIP,
+        member=host.name,
+        peer_url=peer_url(host.name),
+        client_url=f"https://{host.data.mesh_address}:{CLIENT_PORT}",
+        other_client_urls=client_urls([name for name in members() if name != host.name]),
+        declared_peer_urls=[peer_url(name) for name in members()],
+        declared_client_urls=client_urls(),
+        data_dir=DATA_DIR,
+        join_env=JOIN_ENV,
+        pki_dir=PKI_DIR,
+        mode="755",
+    )
 
-    return name in host.get_fact(Users)
+
+def _wait_healthy(seconds: int = 120) -> str:
+    tls = f"--cacert={PKI_DIR}/ca.crt --cert={PKI_DIR}/node.crt --key={PKI_DIR}/node.key"
+    local = f"https://{host.data.mesh_address}:{CLIENT_PORT}"
+    return (
+        f"for i in $(seq {seconds}); do etcdctl --endpoints={local} {tls} --dial-timeout=1s endpoint health"
+        f" >/dev/null 2>&1 && exit 0; sleep 1; done; echo 'etcd on {host.name} not healthy {seconds} s after its"
+        " restart: journalctl -u etcd' >&2; exit 1"
+    )
+
+
+def prune_members() -> None:
+    """Members the inventory no longer declares removed from etcd (on the first declared member,
+    once every member has had its turn); decided when the step runs, so a run with nothing to remove
+    changes nothing."""
+    if host.name != members()[0]:
+        return
+    server.shell(
+        name="Remove etcd members the inventory no longer declares (member remove)",
+        commands=[f"{MEMBERSHIP} prune"],
+        _if=lambda: _exits_zero(f"{MEMBERSHIP} prune --check"),
+    )
+
+
+def stop_former_member() -> None:
+    """A node that is no longer a declared member: its etcd (removed from the cluster by
+    :func:`prune_members`) stopped and disabled, its data moved aside."""
+    if host.name in members() or not host.get_fact(SystemdStatus).get("etcd.service", False):
+        return
+    server.shell(
+        name="Stop etcd: this node is no longer a declared member",
+        commands=[
+            "systemctl disable --now etcd.service",
+            f"[ ! -d {DATA_DIR} ] || mv {DATA_DIR} {DATA_DIR}.removed-$(date +%Y%m%d%H%M%S)",
+        ],
+    )
+
+
+def _exits_zero(command: str) -> bool:
+    ok, _ = host.run_shell_command(StringCommand(command))
+    return bool(ok)

@@ -207,3 +207,20 @@ class PatroniDynamicConfig(FactBase[dict[str, Any] | None]):
         except ValueError:
             return None
         return found if isinstance(found, dict) else None
+
+
+class PatroniCluster(FactBase[dict[str, Any] | None]):
+    """Patroni's view of its cluster (``GET /cluster`` of this member's REST API: members with their
+    role and state); None when Patroni does not answer."""
+
+    def default(self) -> None:
+        return None
+
+    def requires_command(self, *args: Any, **kwargs: Any) -> str:
+        return "curl"
+
+    def command(self, address: str, port: int) -> str:
+        return f"curl -sf -m 5 http://{address}:{int(port)}/cluster || true"
+
+    def process(self, output: list[str]) -> dict[str, Any] | None:
+        return PatroniDynamicConfig().process(output)

@@ -19,14 +19,24 @@ from __future__ import annotations
 
 from io import StringIO
 
-from pyinfra import host
-from pyinfra.api import deploy
+from pyinfra import host, state
+from pyinfra.api import Host, deploy
+from pyinfra.api.command import StringCommand
 from pyinfra.facts.files import Directory
 from pyinfra.operations import apt, files, server, systemd
 
 from deploy import versions
 from deploy.artefacts import ArtefactSourceError, install_archive, resolve
-from deploy.common import after_mesh, component, keep_running, secrets, service_account, template, with_secret_file
+from deploy.common import (
+    after_mesh,
+    component,
+    inventory,
+    keep_running,
+    secrets,
+    service_account,
+    template,
+    with_secret_file,
+)
 from deploy.osrelease import release
 
 PREFIX = "/opt/neo4j"
@@ -93,7 +103,7 @@ def neo4j() -> None:
     dropin = after_mesh("neo4j", "Neo4j")
     systemd.daemon_reload(name="Reload systemd units (neo4j)", _if=lambda: unit.did_change() or dropin.did_change())
     conf = template("neo4j/neo4j.conf.j2", f"{CONF_DIR}/neo4j.conf", user="root", group="neo4j", mode="640", **context)
-    if not host.get_fact(Directory, path=f"{HOME}/data/databases/system"):
+    if not has_store(host):
         # Only before the first start does the password take effect (the system database records it).
         with_secret_file(
             "Initial neo4j password (the system database does not exist yet)",
@@ -102,3 +112,30 @@ def neo4j() -> None:
             user="neo4j",
         )
     keep_running("neo4j", [conf, dropin, link, unit])
+
+
+def has_store(node: Host) -> bool:
+    """Whether ``node``'s Neo4j has started before (its system database exists): a node installed
+    or recreated blank in this run has none."""
+    return node.get_fact(Directory, path=f"{HOME}/data/databases/system") is not None
+
+
+def rebuild_where_blank() -> None:
+    """On the ``db`` node (memoryctl's): the graph rebuilt from PostgreSQL when an ``index`` node's
+    Neo4j starts blank in this run (a replaced node, docs/operations.md) and PostgreSQL holds
+    memories; decided when the step runs, after memoryctl is installed. A brand-new stack (no
+    memories yet) and every later run change nothing. Writes go on meanwhile: the rebuild is
+    idempotent and the outbox delivers what is written during it."""
+    index = [state.inventory.get_host(name) for name in inventory().group("index")]
+    if not component("neo4j").get("enabled", True) or all(has_store(node) for node in index):
+        return
+    has_memories = "sudo -u postgres psql -d memoryctl -XAtc 'SELECT 1 FROM memories LIMIT 1' 2>/dev/null | grep -q 1"
+    server.shell(
+        name="Rebuild the graph from PostgreSQL (an index node's Neo4j started blank)",
+        commands=[
+            # The JVM of a new Neo4j may still be starting: rebuild retries until the graph answers.
+            "cd /var/lib/memoryctl && for i in $(seq 30); do sudo -u memoryctl memoryctl rebuild graph && exit 0;"
+            " sleep 10; done; exit 1"
+        ],
+        _if=lambda: host.run_shell_command(StringCommand(has_memories))[0],
+    )

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyinfra import host
+from pyinfra import host, state
 from pyinfra.api import deploy
 from pyinfra.facts.files import File
 from pyinfra.facts.server import Users
@@ -45,7 +45,7 @@ from pyinfra.operations import apt, files, server, systemd
 
 from deploy import etcd
 from deploy.common import after_mesh, component, inventory, secrets, template
-from deploy.facts import PatroniDynamicConfig
+from deploy.facts import PatroniCluster, PatroniDynamicConfig
 
 REST_PORT = 8008
 PKI_DIR = "/etc/patroni/pki"
@@ -86,6 +86,12 @@ def members() -> list[str]:
         )
     if len(set(stated)) != len(stated):
         raise PatroniSettingsError(f"postgres.members names a node twice: {stated}")
+    outside = [name for name in stated if name not in inv.etcd_members()] if len(stated) > 1 else []
+    if outside:
+        raise PatroniSettingsError(
+            f"postgres.members {outside} must be etcd members too (components.etcd.members): a primary moves"
+            " etcd's leader off its own node (etcd-leader-away), which needs an etcd member there"
+        )
     return stated
 
 
@@ -103,6 +109,28 @@ def is_standby_member() -> bool:
 
 def mesh_ports() -> list[int]:
     return [5432, REST_PORT] if is_member() else []
+
+
+def leader() -> str | None:
+    """The member that leads the running cluster, as the other members' Patroni says (asked of each
+    member node while the run is planned; a node being installed or recreated does not answer);
+    None when no member answers with a leader (a new cluster, or Patroni down everywhere)."""
+    for name in members():
+        if name == host.name:
+            continue
+        node = state.inventory.get_host(name)
+        view = node.get_fact(PatroniCluster, address=inventory().nodes[name]["mesh"], port=REST_PORT)
+        for member in (view or {}).get("members", []):
+            if member.get("role") == "leader" and member.get("state") == "running":
+                return str(member["name"])
+    return None
+
+
+def joins_as_replica() -> bool:
+    """The ``db`` node (the first member) recreated blank, or installed, while another member leads:
+    it is cloned from the leader like any standby (its own fresh cluster would hold another system
+    identifier, which Patroni refuses), never initialised with a database of its own."""
+    return is_member() and host.name == members()[0] and not handed_over() and leader() not in (None, host.name)
 
 
 def handed_over() -> bool:
@@ -135,7 +163,7 @@ def config(version: int) -> Any:
         mesh_address=host.data.mesh_address,
         rest_port=REST_PORT,
         rest_password=rest_password(),
-        etcd_hosts=[f"{inventory().nodes[name]['mesh']}:{etcd.CLIENT_PORT}" for name in inventory().nodes],
+        etcd_hosts=[f"{inventory().nodes[name]['mesh']}:{etcd.CLIENT_PORT}" for name in etcd.members()],
         pki_dir=PKI_DIR,
         dcs=DCS,
         version=version,
@@ -325,11 +353,10 @@ def _leader() -> str:
 
 
 def _etcdctl() -> str:
-    """etcdctl against this node's etcd member, with this node's certificate (root reads it)."""
-    pki = etcd.PKI_DIR
+    """etcdctl against the etcd members, with this member's Patroni certificate (root reads it)."""
     return (
-        f"etcdctl --endpoints=https://{host.data.mesh_address}:{etcd.CLIENT_PORT} --cacert={pki}/ca.crt"
-        f" --cert={pki}/node.crt --key={pki}/node.key"
+        f"etcdctl --endpoints={','.join(etcd.client_urls())} --cacert={PKI_DIR}/ca.crt"
+        f" --cert={PKI_DIR}/node.crt --key={PKI_DIR}/node.key"
     )
 
 

@@ -156,6 +156,14 @@ def postgresql() -> None:
         )
         patroni.take_over(version, patroni.prepare(version))
         return
+    elsewhere = patroni.leader() if under_patroni else None
+    if elsewhere not in (None, host.name) and (outdated or (timescale and "timescaledb" not in extensions)):
+        # Database-level steps write: on a standby they fail half-way through the run.
+        raise PostgresSettingsError(
+            f"{host.name} is a standby and {elsewhere} leads the PostgreSQL cluster: the TimescaleDB extension"
+            f" must be created or updated on the leader. Switch over first (on any member: `patronictl -c"
+            f" {patroni.CONFIG} switchover --leader {elsewhere} --candidate {host.name}`), then deploy again"
+        )
     role_and_database(password=secrets().token("postgres/memoryctl"))
     if MONITOR not in host.get_fact(PostgresRoleMemberships, **AS_POSTGRES).get(ROLE, []):
         # Read-only views of settings and statistics: memoryctl checks that TimescaleDB is preloaded

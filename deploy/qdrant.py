@@ -1,10 +1,18 @@
 """Qdrant from its release archive, one peer per node of ``components.qdrant.peers``, over the mesh.
 
 With more than one peer they form one cluster (Raft consensus, p2p port 6335 on the mesh address
-only, firewalled to the mesh): the first ``index`` node bootstraps it (``--uri``), the others join
-it (``--bootstrap``; ignored once a peer has its own Raft state, so restarts are plain). Collections
-are sharded and replicated by memoryctl when it creates them (``[qdrant] shard_number`` /
-``replication_factor`` in memoryctl.toml), so losing one node loses no data and no answers.
+only, firewalled to the mesh): the first ``index`` node bootstraps a new one (``--uri``), the others
+join it (``--bootstrap``; ignored once a peer has its own Raft state, so restarts are plain).
+Collections are sharded and replicated by memoryctl when it creates them (``[qdrant] shard_number``
+/ ``replication_factor`` in memoryctl.toml), so losing one node loses no data and no answers.
+
+**The peers are declared state** (docs/operations.md, "Replace a node", "Add a node"): a peer
+without Raft state of its own joins the cluster that exists through any answering peer, after the
+lost peer registered under its URI is removed from the consensus (``memoryctl-qdrant-start``, the
+unit's ExecStart: Qdrant's node-failure-recovery procedure); then, once every peer runs, one peer
+places the replicas (``memoryctl-qdrant-replicas``): shards re-replicated up to each collection's
+replication factor, replicas moved off peers the inventory dropped (which are then removed from
+the cluster and stopped), and the declared peers evened out per collection within one replica.
 
 The archive (``source: {url, sha256}``) is unpacked into ``/opt/qdrant/<version>`` (keyed on that
 directory's marker, see :mod:`deploy.artefacts`). Its glibc floor is checked twice: at plan time
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.api.command import StringCommand
 from pyinfra.facts.systemd import SystemdStatus
 from pyinfra.operations import apt, files, server, systemd
 
@@ -37,6 +46,8 @@ CONFIG = "/etc/qdrant/config.yaml"
 DATA_DIR = "/var/lib/qdrant"
 UNIT = "/etc/systemd/system/qdrant.service"
 WAIT_ACTIVE = "/usr/local/sbin/memoryctl-qdrant-wait-active"
+START = "/usr/local/sbin/memoryctl-qdrant-start"
+REPLICAS = "/usr/local/sbin/memoryctl-qdrant-replicas"
 P2P_PORT = 6335
 # Run in the unpacked directory before it is marked installed: the binary's newest GLIBC_x.y
 # symbol version must not be newer than the node's glibc (none at all: a static musl binary).
@@ -73,7 +84,8 @@ def unit_context(version: str) -> dict[str, object]:
     """Template variables shared by the config and the unit."""
     all_peers = peers()
     cluster_mode = len(all_peers) > 1
-    first = inventory().nodes[all_peers[0]]["mesh"]
+    nodes = inventory().nodes
+    first = nodes[all_peers[0]]["mesh"]
     return {
         "mesh_address": host.data.mesh_address,
         "interface": host.data.mesh.get("interface", "wg0"),
@@ -84,6 +96,12 @@ def unit_context(version: str) -> dict[str, object]:
         "cluster_mode": cluster_mode,
         "p2p_port": P2P_PORT,
         "bootstrap": f"http://{first}:{P2P_PORT}" if cluster_mode and host.name != all_peers[0] else None,
+        "start": START,
+        "other_peers": [
+            [f"http://{nodes[name]['mesh']}:6333", f"http://{nodes[name]['mesh']}:{P2P_PORT}"]
+            for name in all_peers
+            if name != host.name
+        ],
         "log_level": str(component("qdrant").get("log_level", "INFO")),
     }
 
@@ -115,6 +133,16 @@ def qdrant() -> None:
     template(
         "qdrant/wait-active.py.j2", WAIT_ACTIVE, config_path=CONFIG, mesh_address=host.data.mesh_address, mode="755"
     )
+    if context["cluster_mode"]:
+        template("qdrant/start.py.j2", START, mode="755", **context)
+        template(
+            "qdrant/replicas.py.j2",
+            REPLICAS,
+            config_path=CONFIG,
+            mesh_address=host.data.mesh_address,
+            declared_uris=[f"http://{inventory().nodes[name]['mesh']}:{P2P_PORT}" for name in peers()],
+            mode="755",
+        )
     systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
     running = host.get_fact(SystemdStatus).get("qdrant.service", False)
     systemd.service(name="qdrant running and enabled", service="qdrant", running=True, enabled=True, **START_RETRIES)
@@ -125,3 +153,31 @@ def qdrant() -> None:
             _if=lambda: config.did_change() or unit.did_change(),
             _serial=True,
         )
+
+
+def place_replicas() -> None:
+    """Shard replicas as the declared peers need them, on the peer memoryctl talks to, once every
+    peer runs (called after a barrier); decided when the step runs (``--check``), so a run with
+    every replica placed changes nothing."""
+    if len(peers()) < 2 or host.name != _placing_peer():
+        return
+    server.shell(
+        name="Qdrant: shard replicas on the declared peers (re-replicate, drain, even out)",
+        commands=[f"{REPLICAS} --timeout 1800"],
+        _if=lambda: host.run_shell_command(StringCommand(f"{REPLICAS} --check"))[0],
+    )
+
+
+def _placing_peer() -> str:
+    endpoint = inventory().qdrant_endpoint()
+    return next(name for name in peers() if inventory().nodes[name]["mesh"] == endpoint)
+
+
+def stop_former_peer() -> None:
+    """A node that is no longer a declared peer: its Qdrant (drained and removed from the cluster by
+    :func:`place_replicas`) stopped and disabled; its data stays where it was."""
+    if host.name in peers() or not host.get_fact(SystemdStatus).get("qdrant.service", False):
+        return
+    systemd.service(
+        name="Stop qdrant: this node is no longer a declared peer", service="qdrant", running=False, enabled=False
+    )

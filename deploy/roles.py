@@ -5,7 +5,7 @@ services (roles are inventory groups, see inventory/*.yaml):
 
 - ``db``: PostgreSQL (+ TimescaleDB) and memoryctl with its cron jobs; with
   ``components.postgres.members`` naming two or more nodes, PostgreSQL is a Patroni cluster of those
-  nodes (etcd on every node, deploy/patroni.py) whose first member is the ``db`` node,
+  nodes (etcd on ``components.etcd.members``, deploy/patroni.py) whose first member is the ``db`` node,
 - ``index``: Neo4j and the Qdrant peer that bootstraps the Qdrant cluster,
 - ``gpu``: vLLM (generation with LoRA, embeddings) and the nightly LoRA cycle from its cron
   (deploy/nightly.py: memoryctl with its training distribution, the adapter registry),
@@ -20,18 +20,16 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from deploy import embedding_slots, nightly, patroni
+from deploy import embedding_slots, etcd, nightly, patroni, qdrant
 from deploy.backup import backup
 from deploy.base import base
 from deploy.common import barrier, has_role, inventory
-from deploy.etcd import etcd
 from deploy.firewall import firewall
 from deploy.memoryctl import memoryctl
 from deploy.monitoring import monitoring
-from deploy.neo4j import neo4j
+from deploy.neo4j import neo4j, rebuild_where_blank
 from deploy.osrelease import release
 from deploy.postgres import postgresql, standby_member, standby_start
-from deploy.qdrant import qdrant
 from deploy.vllm import vllm
 from deploy.wireguard import wireguard
 
@@ -44,17 +42,27 @@ def everything() -> None:
     wireguard()
     firewall()
     if host.name in inventory().qdrant_peers():
-        qdrant()
+        qdrant.qdrant()
+    if len(inventory().qdrant_peers()) > 1:
+        barrier("every Qdrant peer runs")
+        qdrant.place_replicas()
+        qdrant.stop_former_peer()
+    if etcd.is_member():
+        etcd.etcd()
     if patroni.enabled():
-        etcd()
-    if patroni.is_standby_member():
+        barrier("every etcd member runs")
+        etcd.prune_members()
+        etcd.stop_former_member()
+    # The db node recreated blank while another member leads joins as a standby (cloned).
+    joins_as_replica = patroni.joins_as_replica()
+    if patroni.is_standby_member() or joins_as_replica:
         standby_member()
-    if has_role("db"):
+    elif has_role("db"):
         postgresql()
     if patroni.enabled():
         # The first member leads before any other member's Patroni starts (deploy/patroni.py).
         barrier("the PostgreSQL primary runs under Patroni")
-    if patroni.is_standby_member():
+    if patroni.is_standby_member() or joins_as_replica:
         standby_start()
     if has_role("index"):
         neo4j()
@@ -62,6 +70,7 @@ def everything() -> None:
         vllm(embed=not (embedding_slots.enabled() and nightly.on_this_host()))
     if has_role("db"):
         memoryctl()
+        rebuild_where_blank()
     if nightly.on_this_host():
         nightly.nightly()
         if embedding_slots.enabled():

@@ -93,6 +93,28 @@ class ClusterInventory:
         strangers = set(self.qdrant_peers()) - set(self.nodes)
         if strangers:
             raise InventoryError(f"{path}: components.qdrant.peers names unknown nodes {sorted(strangers)}")
+        self.etcd_members()  # refused now, before anything is planned
+
+    def etcd_members(self) -> list[str]:
+        """Nodes running an etcd member: ``components.etcd.members``, else the first three nodes (the
+        first one when there are fewer than three: etcd needs an odd count, and two members would
+        make either node's loss stop the cluster).
+
+        Only used when PostgreSQL is replicated (deploy/etcd.py). A node added later is no member
+        unless declared: etcd stays three members as the cluster grows.
+        """
+        stated = (self.components.get("etcd") or {}).get("members")
+        names = list(self.nodes)
+        members = list(stated) if stated else (names[:3] if len(names) >= 3 else names[:1])
+        unknown = sorted(set(members) - set(self.nodes))
+        if unknown:
+            raise InventoryError(f"{self.path}: components.etcd.members names unknown nodes {unknown}")
+        if len(set(members)) != len(members) or len(members) % 2 == 0:
+            raise InventoryError(
+                f"{self.path}: components.etcd.members must name an odd number of distinct nodes (3 keeps a"
+                f" quorum with any one lost), not {members}"
+            )
+        return members
 
     def group(self, role: str) -> list[str]:
         return [name for name, node in self.nodes.items() if role in node.get("roles", [])]

@@ -166,17 +166,28 @@ def imported(deployed: Deployed, dataset: e2e_data.DataSet) -> e2e_data.DataSet:
 # Whichever test first asks for the deployed stack pays for two whole deploys (about 6 and 1
 # minutes on an idle machine, twice that on a busy one): more than the suite's per-test timeout.
 DEPLOY_TIMEOUT = 1800
+# After every other deploy test, in this order: the conversion to the Patroni cluster and its
+# drills, then the drills that change the cluster's shape (they need the converted cluster).
+RUN_LAST = ("tests/deploy/test_ha.py", "tests/deploy/test_reshape.py")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The cluster-shape drills marked `drill` run on demand (`scripts/test --drills`): deselected,
+    # not skipped, so CI's run says how many it left out.
+    if os.environ.get("MEMORYCTL_DRILLS") != "1":
+        drills = [item for item in items if item.get_closest_marker("drill")]
+        if drills:
+            config.hook.pytest_deselected(items=drills)
+            items[:] = [item for item in items if item not in drills]
     # The Patroni conversion and its drills come right after every other test of the deployed stack
-    # (they run on the single server), before whatever the session runs next.
-    ha = [item for item in items if item.nodeid.startswith("tests/deploy/test_ha.py")]
-    if ha:
-        rest = [item for item in items if item not in ha]
+    # (they run on the single server), then the cluster-shape drills on the converted cluster, before
+    # whatever the session runs next.
+    last = [item for module in RUN_LAST for item in items if item.nodeid.startswith(module)]
+    if last:
+        rest = [item for item in items if item not in last]
         on_nodes = [i for i, item in enumerate(rest) if item.nodeid.startswith("tests/deploy/test_")]
         at = on_nodes[-1] + 1 if on_nodes else len(rest)
-        items[:] = rest[:at] + ha + rest[at:]
+        items[:] = rest[:at] + last + rest[at:]
     for item in items:
         if "deployed" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.timeout(DEPLOY_TIMEOUT))

@@ -161,6 +161,8 @@ def check_nothing_lost(label: str, rows: list[tuple[float, str, int, float]]) ->
     return figures
 
 
+# The conversion's result, once per session (the fixture is module-scoped, and test_reshape.py uses it too).
+CONVERTED: dict[str, Any] = {}
 SEED = "SELECT count(*), md5(string_agg(id::text || text, ',' ORDER BY id)) FROM memories"
 
 
@@ -173,6 +175,10 @@ def fingerprint() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def ha(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return convert(request)
+
+
+def convert(request: pytest.FixtureRequest) -> dict[str, Any]:
     """The single server (with the end-to-end data set and whatever the other tests wrote) converted
     in place to the inventory's Patroni cluster; then a second run that must change nothing.
 
@@ -181,6 +187,8 @@ def ha(request: pytest.FixtureRequest) -> dict[str, Any]:
     """
     if os.environ.get("MEMORYCTL_DEPLOY_REUSE") == "1":
         return {}
+    if CONVERTED:  # test_reshape.py's drills, after these, on the cluster this module converted
+        return CONVERTED
     request.getfixturevalue("imported")
     memoryctl("sync")
     before = fingerprint()
@@ -197,7 +205,8 @@ def ha(request: pytest.FixtureRequest) -> dict[str, Any]:
     }
     record("ha_conversion", figures)
     assert again.returncode == 0 and again.changed_operations() == [], figures["second_run"]
-    return {"before": before, "after": after}
+    CONVERTED.update(before=before, after=after)
+    return CONVERTED
 
 
 def test_conversion_kept_the_single_servers_data(ha: dict[str, Any]) -> None:

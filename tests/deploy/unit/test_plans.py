@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import os
 import shlex
 import shutil
@@ -295,15 +296,23 @@ def test_qdrant_peer_from_the_standin_binds_to_the_mesh(node: str, secrets_dir: 
         f"rm -f {archive}",
     ]
     config = yaml.safe_load(p.upload("/etc/qdrant/config.yaml"))
-    mesh = {"node1": "10.77.0.1", "node2": "10.77.0.2", "node3": "10.77.0.3"}[node]
+    mesh_of = {"node1": "10.77.0.1", "node2": "10.77.0.2", "node3": "10.77.0.3"}
+    mesh = mesh_of[node]
     assert config["service"]["host"] == mesh and config["log_level"] == "INFO"
     assert config["service"]["api_key"] == (secrets_dir / "qdrant" / "api_key").read_text().strip()
     assert config["cluster"] == {"enabled": True, "p2p": {"port": 6335}, "consensus": {"tick_period_ms": 100}}
     unit = p.upload("/etc/systemd/system/qdrant.service")
     start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
-    expected = f"ExecStart=/opt/qdrant/{QDRANT}/qdrant --config-path /etc/qdrant/config.yaml --uri http://{mesh}:6335"
-    # The index node bootstraps the cluster; the others join it through it.
-    assert start == expected + ("" if node == "node2" else " --bootstrap http://10.77.0.2:6335")
+    assert start == "ExecStart=/usr/local/sbin/memoryctl-qdrant-start"
+    launcher = p.upload("/usr/local/sbin/memoryctl-qdrant-start")
+    assert f'BINARY = "/opt/qdrant/{QDRANT}/qdrant"' in launcher and f'URI = "http://{mesh}:6335"' in launcher
+    # A new cluster: the index node bootstraps it, the others join it through it; a peer without
+    # Raft state of its own asks the other declared peers first (a replaced node joins those).
+    bootstrap = "null" if node == "node2" else '"http://10.77.0.2:6335"'
+    assert f"DEFAULT_BOOTSTRAP = {bootstrap}" in launcher
+    others = next(line for line in launcher.splitlines() if line.startswith("OTHERS = "))
+    listed = json.loads(others.split(" = ", 1)[1].split("  #")[0])
+    assert sorted(listed) == [[f"http://{m}:6333", f"http://{m}:6335"] for n, m in sorted(mesh_of.items()) if n != node]
     assert "Restart qdrant" not in " ".join(p.names())  # not running yet: its first start reads the files
 
 
@@ -483,7 +492,7 @@ def _verify_unit(tmp_path: Path, name: str, content: str, executables: list[str]
 @pytest.mark.parametrize("node", ["node1", "node2"])
 def test_qdrant_unit_verifies(node: str, tmp_path: Path) -> None:
     unit = plan(qdrant, node).upload("/etc/systemd/system/qdrant.service")
-    _verify_unit(tmp_path, "qdrant.service", unit, [f"/opt/qdrant/{QDRANT}/qdrant"])
+    _verify_unit(tmp_path, "qdrant.service", unit, ["/usr/local/sbin/memoryctl-qdrant-start"])
 
 
 def test_vllm_unit_verifies(tmp_path: Path) -> None:
