@@ -146,6 +146,12 @@ def qdrant() -> None:
     systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
     running = host.get_fact(SystemdStatus).get("qdrant.service", False)
     systemd.service(name="qdrant running and enabled", service="qdrant", running=True, enabled=True, **START_RETRIES)
+    if not running:
+        # A unit that starts is not a peer that works (Type=simple; the launcher may also refuse):
+        # the run fails here, naming the journal, rather than reporting success.
+        server.shell(
+            name="Wait until this peer answers as a cluster member", commands=[f"{WAIT_ACTIVE} --joined --timeout 300"]
+        )
     if running:
         server.shell(
             name="Restart qdrant, one peer at a time (every replica Active before the next)",
