@@ -359,8 +359,11 @@ def test_point_in_time_restore_on_the_cluster(ha: dict[str, Any]) -> None:
         wait_for("node1 leads", lambda: leader() == "node1", timeout=120, interval=0.5)
     scope = node("node1").check_output("sed -n 's/^scope: //p' /etc/patroni/config.yml").strip()
     repo = "sudo -u postgres pgbackrest --stanza=memoryctl"
-    sh(DB, "systemctl stop cron memoryctl-serve")  # no writers while we look
+    marker = "/etc/memoryctl/maintenance"  # docs/ha.md: set first, so no deploy starts Patroni meanwhile
     try:
+        for member in ("node1", "node2"):
+            node(member).check_output(f"mkdir -p /etc/memoryctl && echo 'point-in-time restore drill' > {marker}")
+        sh(DB, "systemctl stop cron memoryctl-serve")  # no writers while we look
         running = "SELECT count(*) FROM maintenance_runs WHERE status = 'running'"
         wait_for("no maintenance run in progress", lambda: psql(running) == "0", timeout=300, interval=2)
         _, backup_s = timed(lambda: sh(OPS, f"{repo} --type=incr backup"))  # from the standby
@@ -398,8 +401,10 @@ def test_point_in_time_restore_on_the_cluster(ha: dict[str, Any]) -> None:
         events["standby_in_sync"] = time.time()
         assert present(replayed | lost) == replayed, "the writes between the backup and T, and none after T"
         assert content() == expected
-    finally:  # the db node's writers come back whatever happened
+    finally:  # the db node's writers come back and the marker goes, whatever happened
         sh(DB, "systemctl start cron memoryctl-serve")
+        for member in ("node1", "node2"):
+            node(member).check_output(f"rm -f {marker}")
     found = memoryctl("reconcile", "--json").json()
     assert found["drift"] >= len(lost), found
     repaired = memoryctl("reconcile", "--repair", "--json")
