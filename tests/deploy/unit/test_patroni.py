@@ -3,6 +3,7 @@ node gets, in which order, and what a second run leaves alone. The drills: tests
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 import yaml
 from pyinfra.api.host import Host
 
+from deploy.common import render
 from deploy.patroni import PatroniSettingsError, members
 from deploy.patroni_settings import PostmasterSettingsError, dcs_parameters, differences, needs_restart
 from deploy.roles import everything
@@ -308,3 +310,25 @@ def test_members_keep_etcds_leader_off_the_primary_from_a_callback_and_a_timer(s
     third = plan(everything, "node3")
     with pytest.raises(AssertionError, match="no upload"):  # etcd only: no PostgreSQL there to keep apart from
         third.upload("/usr/local/sbin/memoryctl-etcd-leader-away")
+
+
+def test_the_clusters_packages_are_never_upgraded_unattended() -> None:
+    """Debian's patroni postinst restarts Patroni (a failover on the primary's node) and a
+    PostgreSQL update replaces binaries under a running server: they are upgraded in a roll."""
+    rendered = render("base/50unattended-upgrades-memoryctl.j2")
+    block = rendered.split("Unattended-Upgrade::Package-Blacklist {", 1)[1].split("};", 1)[0]
+    patterns = re.findall(r'"([^"]+)";', block)
+    held = lambda package: any(re.match(pattern, package) for pattern in patterns)  # noqa: E731  as unattended-upgrades matches
+    for package in (
+        "patroni",
+        "etcd-server",
+        "etcd-client",
+        "postgresql-17",
+        "postgresql-client-17",
+        "postgresql-common",
+        "timescaledb-2-postgresql-17",
+        "timescaledb-2-loader-postgresql-17",
+    ):
+        assert held(package), package
+    for package in ("patroni-doc", "prometheus-postgres-exporter", "libpq5", "openssl", "etcd-serverx"):
+        assert not held(package), package
