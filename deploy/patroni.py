@@ -279,7 +279,6 @@ def cluster_settings() -> None:
     inventory that raises ``max_connections``) would never reach a running cluster. Patroni applies
     an edit on every member within a loop; a postmaster option leaves each member
     ``pending_restart``, which :func:`rolling_restart` then clears, one member at a time."""
-    _settings_edits.pop(host.name, None)
     current = host.get_fact(PatroniDynamicConfig, address=host.data.mesh_address, port=REST_PORT)
     if current is None:
         return  # Patroni not answering yet: the cluster is formed from bootstrap.dcs, as declared
@@ -463,8 +462,9 @@ def rolling_restart() -> None:
     The leader is restarted in place, not switched over (docs/ha.md, "Settings Patroni owns"):
     a lowered value reaches a replica only after the primary runs with it (a replica's shared
     memory may not be smaller than its primary's, so Patroni starts it with the primary's value
-    and leaves it pending), which a switchover would never give; hence the replicas' second pass.
+    and leaves it pending), which a switchover alone would not give; hence the replicas' second pass.
     """
+    edit, needs_restart = _settings_edits.pop(host.name, (None, False))
     commands: list[str] = []
     conditions: dict[str, Any] = {}
     if is_member() and host.name == members()[0] and not held_back("restarting members pending a restart"):
@@ -478,7 +478,6 @@ def rolling_restart() -> None:
             mode="755",
         )
         pending = [m["name"] for m in (cluster_view() or {}).get("members", []) if m.get("pending_restart")]
-        edit, needs_restart = _settings_edits.get(host.name, (None, False))
         if pending or needs_restart:
             # An edit reaches every member within a loop; then each reports pending_restart.
             commands = [f"{RESTART_PENDING} --settle {DCS['ttl']}" if needs_restart else RESTART_PENDING]

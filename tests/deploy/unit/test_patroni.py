@@ -3,7 +3,12 @@ node gets, in which order, and what a second run leaves alone. The drills: tests
 
 from __future__ import annotations
 
+import http.server
+import json
+import os
 import re
+import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -332,3 +337,70 @@ def test_the_clusters_packages_are_never_upgraded_unattended() -> None:
         assert held(package), package
     for package in ("patroni-doc", "prometheus-postgres-exporter", "libpq5", "openssl", "etcd-serverx"):
         assert not held(package), package
+
+
+FAKE_PATRONICTL = """#!/usr/bin/python3
+import json, sys
+state_file, log_file = sys.argv[0] + ".state", sys.argv[0] + ".log"
+name = sys.argv[sys.argv.index("restart") + 2]
+members = json.load(open(state_file))
+with open(log_file, "a") as log:
+    log.write(name + "\\n")
+leader = next(m for m in members if m["role"] == "leader")
+for m in members:
+    if m["name"] == name:
+        # A replica restarted before its primary keeps the primary's larger value (Patroni), when lowered.
+        m["pending_restart"] = m is not leader and LOWERED and leader["pending_restart"]
+json.dump(members, open(state_file, "w"))
+"""
+
+
+@pytest.mark.parametrize(("lowered", "restarts"), [(False, ["node2", "node1"]), (True, ["node2", "node1", "node2"])])
+def test_the_restart_script_rolls_replicas_then_the_leader_then_replicas_still_pending(
+    tmp_path: Path, lowered: bool, restarts: list[str]
+) -> None:
+    """The roll against a stand-in Patroni (GET /cluster from a file) and a stand-in patronictl."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    patronictl = bin_dir / "patronictl"
+    patronictl.write_text(FAKE_PATRONICTL.replace("LOWERED", str(lowered)))
+    patronictl.chmod(0o755)
+    state = Path(f"{patronictl}.state")
+    state.write_text(
+        json.dumps(
+            [
+                {"name": "node1", "role": "leader", "state": "running", "pending_restart": True},
+                {"name": "node2", "role": "sync_standby", "state": "streaming", "pending_restart": True},
+            ]
+        )
+    )
+
+    class Cluster(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"members": json.loads(state.read_text())}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Cluster)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        script = tmp_path / "restart-pending"
+        script.write_text(
+            render(
+                "patroni/restart-pending.py.j2",
+                cluster_urls=[f"http://127.0.0.1:{server.server_port}/cluster"],
+                config="/etc/patroni/config.yml",
+                scope="memoryctl-local",
+                wait_s=5,
+            )
+        )
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+        run = subprocess.run(["python3", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert Path(f"{patronictl}.log").read_text().split() == restarts
