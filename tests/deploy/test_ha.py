@@ -32,6 +32,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,6 +42,7 @@ from tests.deploy import e2e_data
 from tests.deploy.cluster import BASE_OVERLAYS, CLUSTER, MESH, REPO, memoryctl, node, put, run_deploy, wait_for
 from tests.deploy.conftest import SINGLE_SERVER, record
 from tests.deploy.test_monitoring import DB, OPS, psql, sh, timed
+from tests.deploy.test_upgrades import overlay
 
 pytestmark = pytest.mark.deploy
 MEMBERS = ("node1", "node2")
@@ -212,6 +214,41 @@ def test_the_cluster_leads_from_the_db_node_with_a_synchronous_standby(ha: dict[
     health = memoryctl("health", "--json")
     assert health.returncode == 0, health.stdout + health.stderr
     record("ha_cluster", cluster_view())
+
+
+def test_max_connections_from_the_inventory_is_rolled_onto_every_member(ha: dict[str, Any], tmp_path: Path) -> None:
+    """docs/ha.md "Settings Patroni owns": a raised ``max_connections`` reaches etcd through
+    ``patronictl edit-config`` and both members through the roll (the standby first); the run
+    after changes nothing; the inventory's own value back (a lowered one: primary, then standby)."""
+    wait_for("node2 streams in sync", lambda: streaming_sync("node2"), timeout=300)
+
+    def shown() -> dict[str, str]:
+        return {m: node(m).check_output("sudo -u postgres psql -XAtc 'SHOW max_connections'").strip() for m in MEMBERS}
+
+    before = shown()
+    raised = int(before["node1"]) + 10
+    logs = REPO / ".cache"
+    bigger = overlay(tmp_path, {"postgres": {"max_connections": raised}})
+    rolled = run_deploy(logs / "deploy-max-connections.log", overlay=bigger)
+    after = shown()
+    again = run_deploy(logs / "deploy-max-connections-again.log", overlay=bigger)
+    back = run_deploy(logs / "deploy-max-connections-back.log")
+    record(
+        "ha_max_connections",
+        {
+            "before": before,
+            "after": after,
+            "rolled": rolled.figures(),
+            "second_run": {**again.figures(), "changed_operations": again.changed_operations()},
+            "back": {**back.figures(), "shown": shown()},
+            "leader": leader(),
+        },
+    )
+    assert rolled.returncode == 0 and rolled.errors == 0, rolled.output[-4000:]
+    assert after == {m: str(raised) for m in MEMBERS}, after
+    assert again.returncode == 0 and again.changed_operations() == [], again.changed_operations()
+    assert back.returncode == 0 and shown() == before
+    assert leader() == "node1"  # restarted in place: no switchover
 
 
 def test_a_planned_switchover_fails_no_request(ha: dict[str, Any]) -> None:
