@@ -475,6 +475,7 @@ def rolling_restart() -> None:
             config=CONFIG,
             scope=scope(),
             wait_s=RESTART_WAIT_S,
+            loop_s=2 * LOOP_WAIT + 1,
             mode="755",
         )
         pending = [m["name"] for m in (cluster_view() or {}).get("members", []) if m.get("pending_restart")]

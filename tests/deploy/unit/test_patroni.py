@@ -396,6 +396,7 @@ def test_the_restart_script_rolls_replicas_then_the_leader_then_replicas_still_p
                 config="/etc/patroni/config.yml",
                 scope="memoryctl-local",
                 wait_s=5,
+                loop_s=0.1,
             )
         )
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
