@@ -229,7 +229,9 @@ def test_max_connections_from_the_inventory_is_rolled_onto_every_member(ha: dict
     raised = int(before["node1"]) + 10
     logs = REPO / ".cache"
     bigger = overlay(tmp_path, {"postgres": {"max_connections": raised}})
-    rolled = run_deploy(logs / "deploy-max-connections.log", overlay=bigger)
+    with writers("max-connections", 300) as rows:  # the roll comes at the end of the run
+        rolled = run_deploy(logs / "deploy-max-connections.log", overlay=bigger)
+    writes = check_nothing_lost("max-connections", rows)
     after = shown()
     again = run_deploy(logs / "deploy-max-connections-again.log", overlay=bigger)
     back = run_deploy(logs / "deploy-max-connections-back.log")
@@ -239,6 +241,8 @@ def test_max_connections_from_the_inventory_is_rolled_onto_every_member(ha: dict
             "before": before,
             "after": after,
             "rolled": rolled.figures(),
+            "writes": writes,  # a failed request: the primary's restart in place (docs/ha.md)
+            "failed_requests": [row for row in rows if row[2] not in (0, 3)],
             "second_run": {**again.figures(), "changed_operations": again.changed_operations()},
             "back": {**back.figures(), "shown": shown()},
             "leader": leader(),
