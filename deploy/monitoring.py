@@ -1,8 +1,9 @@
 """Monitoring: Prometheus and Alertmanager on one node, exporters everywhere, all on the mesh.
 
 - Every node: ``prometheus-node-exporter`` (Debian) on its mesh address, with the textfile
-  collector; a cron job writes each WireGuard peer's latest handshake there (node_exporter has no
-  WireGuard collector).
+  collector; cron jobs write each WireGuard peer's latest handshake there (node_exporter has no
+  WireGuard collector), and whether a server runs a replaced executable or the node waits for a
+  reboot (an upgrade under a running PostgreSQL, etcd, Patroni or Qdrant; ``/run/reboot-required``).
 - The ``db`` node: ``prometheus-postgres-exporter`` (peer-authenticated as a ``prometheus`` role in
   ``pg_monitor``), and memoryctl's own metrics through the textfile collector: ``memoryctl health
   --prometheus`` every minute and ``memoryctl backup status --prometheus`` every five. A textfile
@@ -37,6 +38,10 @@ PROMETHEUS_PORT = 9090
 ALERTMANAGER_PORT = 9093
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 WIREGUARD_SCRIPT = "/usr/local/sbin/memoryctl-wireguard-metrics"
+RESTART_SCRIPT = "/usr/local/sbin/memoryctl-restart-metrics"
+# Servers whose replaced executable shows as memoryctl_restart_pending{service}: by systemd unit
+# (PostgreSQL's postmaster is found by name: under Patroni it is not a unit's main process).
+RESTART_WATCHED = {"patroni": "patroni.service", "etcd": "etcd.service", "qdrant": "qdrant.service"}
 RULES_DIR = "/etc/prometheus/rules"
 QDRANT_KEY_FILE = "/etc/prometheus/qdrant-api-key"
 # memoryctl's textfile jobs on the db node: file name, command, schedule.
@@ -154,10 +159,18 @@ def exporters() -> None:
         mode="755",
     )
     template(
+        "node-exporter/restart-metrics.j2",
+        RESTART_SCRIPT,
+        textfile_dir=TEXTFILE_DIR,
+        units=RESTART_WATCHED,
+        mode="755",
+    )
+    template(
         "node-exporter/cron.j2",
         "/etc/cron.d/memoryctl-metrics",
         textfile_dir=TEXTFILE_DIR,
         wireguard_script=WIREGUARD_SCRIPT,
+        restart_script=RESTART_SCRIPT,
         memoryctl_jobs=MEMORYCTL_JOBS if db else [],
         run_as="memoryctl",
         config_path="/etc/memoryctl/memoryctl.toml",

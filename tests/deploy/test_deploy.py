@@ -131,6 +131,9 @@ def test_unattended_security_upgrades_are_on(deployed: Deployed, name: str) -> N
     pattern = "Unattended-Upgrade::Origins-Pattern:: "
     origins = [line.removeprefix(pattern) for line in upgrades.splitlines() if line.startswith(pattern)]
     assert origins == ['"origin=Debian,codename=${distro_codename}-security,label=Debian-Security";']
+    held = "Unattended-Upgrade::Package-Blacklist:: "
+    blacklist = {line.removeprefix(held) for line in upgrades.splitlines() if line.startswith(held)}
+    assert {'"patroni$";', '"etcd-server$";', '"postgresql-";', '"timescaledb-";'} <= blacklist  # docs/ha.md
 
 
 def test_unattended_upgrade_runs_with_security_origins_only(deployed: Deployed) -> None:

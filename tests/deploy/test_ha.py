@@ -32,6 +32,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,6 +42,7 @@ from tests.deploy import e2e_data
 from tests.deploy.cluster import BASE_OVERLAYS, CLUSTER, MESH, REPO, memoryctl, node, put, run_deploy, wait_for
 from tests.deploy.conftest import SINGLE_SERVER, record
 from tests.deploy.test_monitoring import DB, OPS, psql, sh, timed
+from tests.deploy.test_upgrades import overlay
 
 pytestmark = pytest.mark.deploy
 MEMBERS = ("node1", "node2")
@@ -223,6 +225,45 @@ def test_the_cluster_leads_from_the_db_node_with_a_synchronous_standby(ha: dict[
     record("ha_cluster", cluster_view())
 
 
+def test_max_connections_from_the_inventory_is_rolled_onto_every_member(ha: dict[str, Any], tmp_path: Path) -> None:
+    """docs/ha.md "Settings Patroni owns": a raised ``max_connections`` reaches etcd through
+    ``patronictl edit-config`` and both members through the roll (the standby first); the run
+    after changes nothing; the inventory's own value back (a lowered one: primary, then standby)."""
+    wait_for("node2 streams in sync", lambda: streaming_sync("node2"), timeout=300)
+
+    def shown() -> dict[str, str]:
+        return {m: node(m).check_output("sudo -u postgres psql -XAtc 'SHOW max_connections'").strip() for m in MEMBERS}
+
+    before = shown()
+    raised = int(before["node1"]) + 10
+    logs = REPO / ".cache"
+    bigger = overlay(tmp_path, {"postgres": {"max_connections": raised}})
+    with writers("max-connections", 300) as rows:  # the roll comes at the end of the run
+        rolled = run_deploy(logs / "deploy-max-connections.log", overlay=bigger)
+    writes = check_nothing_lost("max-connections", rows)
+    after = shown()
+    again = run_deploy(logs / "deploy-max-connections-again.log", overlay=bigger)
+    back = run_deploy(logs / "deploy-max-connections-back.log")
+    record(
+        "ha_max_connections",
+        {
+            "before": before,
+            "after": after,
+            "rolled": rolled.figures(),
+            "writes": writes,  # a failed request: the primary's restart in place (docs/ha.md)
+            "failed_requests": [row for row in rows if row[2] not in (0, 3)],
+            "second_run": {**again.figures(), "changed_operations": again.changed_operations()},
+            "back": {**back.figures(), "shown": shown()},
+            "leader": leader(),
+        },
+    )
+    assert rolled.returncode == 0 and rolled.errors == 0, rolled.output[-4000:]
+    assert after == {m: str(raised) for m in MEMBERS}, after
+    assert again.returncode == 0 and again.changed_operations() == [], again.changed_operations()
+    assert back.returncode == 0 and shown() == before
+    assert leader() == "node1"  # restarted in place: no switchover
+
+
 def test_a_planned_switchover_fails_no_request(ha: dict[str, Any]) -> None:
     wait_for("node2 streams in sync", lambda: streaming_sync("node2"), timeout=300)
     events: dict[str, float] = {}
@@ -368,8 +409,11 @@ def test_point_in_time_restore_on_the_cluster(ha: dict[str, Any]) -> None:
         wait_for("node1 leads", lambda: leader() == "node1", timeout=120, interval=0.5)
     scope = node("node1").check_output("sed -n 's/^scope: //p' /etc/patroni/config.yml").strip()
     repo = "sudo -u postgres pgbackrest --stanza=memoryctl"
-    sh(DB, "systemctl stop cron memoryctl-serve")  # no writers while we look
+    marker = "/etc/memoryctl/maintenance"  # docs/ha.md: set first, so no deploy starts Patroni meanwhile
     try:
+        for member in ("node1", "node2"):
+            node(member).check_output(f"mkdir -p /etc/memoryctl && echo 'point-in-time restore drill' > {marker}")
+        sh(DB, "systemctl stop cron memoryctl-serve")  # no writers while we look
         running = "SELECT count(*) FROM maintenance_runs WHERE status = 'running'"
         wait_for("no maintenance run in progress", lambda: psql(running) == "0", timeout=300, interval=2)
         _, backup_s = timed(lambda: sh(OPS, f"{repo} --type=incr backup"))  # from the standby
@@ -407,8 +451,10 @@ def test_point_in_time_restore_on_the_cluster(ha: dict[str, Any]) -> None:
         events["standby_in_sync"] = time.time()
         assert present(replayed | lost) == replayed, "the writes between the backup and T, and none after T"
         assert content() == expected
-    finally:  # the db node's writers come back whatever happened
+    finally:  # the db node's writers come back and the marker goes, whatever happened
         sh(DB, "systemctl start cron memoryctl-serve")
+        for member in ("node1", "node2"):
+            node(member).check_output(f"rm -f {marker}")
     found = memoryctl("reconcile", "--json").json()
     assert found["drift"] >= len(lost), found
     repaired = memoryctl("reconcile", "--repair", "--json")

@@ -93,7 +93,7 @@ def test_prometheus_scrapes_every_target_over_the_mesh(tmp_path: Path) -> None:
         [promtool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "25 rules found" in result.stdout
+    assert "28 rules found" in result.stdout
 
 
 def test_alertmanager_sends_nothing_until_a_receiver_is_configured(tmp_path: Path) -> None:
@@ -153,5 +153,44 @@ def test_wireguard_metrics_script_names_peers(tmp_path: Path) -> None:
     out = (textfile / "wireguard.prom").read_text()
     assert 'wireguard_latest_handshake_seconds{interface="wg0",peer="node2"} 1700000000' in out
     assert 'wireguard_latest_handshake_seconds{interface="wg0",peer="node3"} 0' in out
+    lint = subprocess.run([promtool, "check", "metrics"], input=out, capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_restart_metrics_show_replaced_executables_and_a_pending_reboot(tmp_path: Path) -> None:
+    """The script against stand-in ``systemctl``/``pgrep`` and a stand-in /proc: PostgreSQL's binary
+    replaced under its postmaster (the kernel's " (deleted)"), etcd's not, Qdrant not running here."""
+    promtool = _tool("promtool")
+    p = plan(monitoring, "node2")
+    assert "* * * * * root /usr/local/sbin/memoryctl-restart-metrics" in p.upload("/etc/cron.d/memoryctl-metrics")
+    textfile, proc, bin_dir = tmp_path / "textfile", tmp_path / "proc", tmp_path / "bin"
+    for directory in (textfile, bin_dir):
+        directory.mkdir()
+    for pid, exe in (("101", "/usr/lib/postgresql/17/bin/postgres (deleted)"), ("202", "/usr/bin/etcd")):
+        (proc / pid).mkdir(parents=True)
+        (proc / pid / "exe").symlink_to(exe)
+    (tmp_path / "reboot-required").touch()
+    script = tmp_path / "restart-metrics"
+    script.write_text(
+        p.upload("/usr/local/sbin/memoryctl-restart-metrics")
+        .replace("/var/lib/prometheus/node-exporter", str(textfile))
+        .replace("proc=/proc", f"proc={proc}")
+        .replace("reboot_flag=/run/reboot-required", f"reboot_flag={tmp_path / 'reboot-required'}")
+    )
+    main_pids = 'case "$5" in etcd.service) echo 202 ;; patroni.service) echo 303 ;; *) echo 0 ;; esac'
+    (bin_dir / "systemctl").write_text(f"#!/bin/sh\n{main_pids}\n")
+    (bin_dir / "pgrep").write_text("#!/bin/sh\necho 101\n")
+    for tool in ("systemctl", "pgrep"):
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    subprocess.run(["sh", str(script)], check=True, env=env)
+    out = (textfile / "restart.prom").read_text()
+    samples = [line for line in out.splitlines() if not line.startswith("#")]
+    assert samples == [
+        'memoryctl_restart_pending{service="patroni"} 0',  # running, its /proc entry gone: not replaced
+        'memoryctl_restart_pending{service="etcd"} 0',
+        'memoryctl_restart_pending{service="postgresql"} 1',
+        "memoryctl_reboot_required 1",
+    ]
     lint = subprocess.run([promtool, "check", "metrics"], input=out, capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr
