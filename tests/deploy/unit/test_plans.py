@@ -308,7 +308,7 @@ def test_qdrant_peer_from_the_standin_binds_to_the_mesh(node: str, secrets_dir: 
     assert f'BINARY = "/opt/qdrant/{QDRANT}/qdrant"' in launcher and f'URI = "http://{mesh}:6335"' in launcher
     # A new cluster: the index node bootstraps it, the others join it through it; a peer without
     # Raft state of its own asks the other declared peers first (a replaced node joins those).
-    bootstrap = "null" if node == "node2" else '"http://10.77.0.2:6335"'
+    bootstrap = "None" if node == "node2" else '"http://10.77.0.2:6335"'
     assert f"DEFAULT_BOOTSTRAP = {bootstrap}" in launcher
     others = next(line for line in launcher.splitlines() if line.startswith("OTHERS = "))
     listed = json.loads(others.split(" = ", 1)[1].split("  #")[0])
