@@ -102,9 +102,12 @@ class DiskFullError(MemoryctlError):
 
 
 def _mb(n: int) -> str:
-    """Whole MB, but never "0" for a few bytes short: ``0.4`` reads as "nearly nothing", honestly."""
+    """MB with the digits that tell a small free space from a small need apart ("0.07 MB free,
+    needs about 0.15 MB", not "0.1 ... 0.1"): whole MB from 10 MB on, one decimal below, two below 1."""
     mb = n / 1_000_000
-    return f"{mb:.0f}" if mb >= 1 or mb == 0 else f"{mb:.1f}"
+    if mb >= 10 or mb == 0:
+        return f"{mb:.0f}"
+    return f"{mb:.1f}" if mb >= 1 else f"{mb:.2f}"
 
 
 class StoreError(MemoryctlError):
