@@ -272,7 +272,7 @@ def test_wal_metrics_where_postgres_archives(tmp_path: Path) -> None:
         )
     )
     subprocess.run(["sh", str(path)], check=True)
-    out = (textfile / "wal.prom").read_text()
+    out = (textfile / "memoryctl-wal.prom").read_text()
     assert "memoryctl_wal_archive_queue_bytes 4196\n" in out  # the .ready segment and history file
     assert f"memoryctl_wal_archive_queue_max_bytes {20 * 1024**3}\n" in out  # 20 % of the fixtures' 100 GiB
     assert "memoryctl_pg_wal_bytes " in out
