@@ -17,6 +17,7 @@ import itertools
 import json
 import shlex
 import time
+import urllib.parse
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -76,8 +77,18 @@ def test_backups_are_taken_and_monitored(imported: e2e_data.DataSet) -> None:
         if "--prometheus" in line and not line.startswith("#"):
             user, command = line.split(None, 6)[5:]
             sh(DB, f"sudo -u {user} sh -c {shlex.quote(command)}")
-    for metric in ("memoryctl_healthy", "memoryctl_backup_last_success_timestamp_seconds"):
+    sh(DB, "/usr/local/sbin/memoryctl-wal-metrics")  # the archive queue (issue 40), as cron runs it each minute
+    for metric in (
+        "memoryctl_healthy",
+        "memoryctl_backup_last_success_timestamp_seconds",
+        "memoryctl_wal_archive_queue_max_bytes",
+    ):
         wait_for(f"{metric} in Prometheus", lambda m=metric: prometheus(f"/api/v1/query?query={m}")["result"], 60)
+    # The queue limit Prometheus sees is the one pgBackRest enforces on the db node.
+    limit = sh(DB, "sed -n 's/^archive-push-queue-max=//p' /etc/pgbackrest.conf").strip()
+    query = urllib.parse.quote(f'memoryctl_wal_archive_queue_max_bytes{{node="{DB}"}}')
+    (series,) = prometheus(f"/api/v1/query?query={query}")["result"]
+    assert int(limit) > 0 and series["value"][1] == limit, (limit, series)
     record("daytwo_targets", {"up": len(targets), "jobs": jobs})
 
 
