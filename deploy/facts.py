@@ -111,6 +111,24 @@ class CudaDevice(FactBase[str | None]):
         return output[-1] if output else None
 
 
+class FilesystemSize(FactBase[int | None]):
+    """The size in bytes of the filesystem that holds ``path`` (or would: the nearest existing parent,
+    so it answers before the directory is created); None when ``df`` does not answer.
+
+    Sizes derived from it (pgBackRest's archive queue limit) follow the disk, not its free space,
+    so they stay the same from run to run while data comes and goes."""
+
+    def command(self, path: str) -> str:
+        p = shlex.quote(path)
+        return f'p={p}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -B1 --output=size "$p" | tail -n 1 || true'
+
+    def process(self, output: list[str]) -> int | None:
+        try:
+            return int(output[-1].strip())
+        except (IndexError, ValueError):
+            return None
+
+
 class PgbackrestStanza(FactBase[dict[str, Any] | None]):
     """What pgBackRest's ``info`` says of a stanza: ``{"status": code, "backups": n}``; None when
     pgBackRest is not installed or does not answer. Status codes are pgBackRest's own: 0 ok,
