@@ -102,7 +102,8 @@ def local_cluster() -> Iterator[None]:
     missing = _missing_tools()
     if missing:
         pytest.fail(f"host tools missing for the local nodes: {missing} (see .ci/apt-packages.txt)")
-    keep = os.environ.get("MEMORYCTL_CLUSTER_KEEP") == "1"
+    # MEMORYCTL_DEPLOY_REUSE=1 means the nodes as they are: kept, as with MEMORYCTL_CLUSTER_KEEP=1
+    keep = "1" in (os.environ.get("MEMORYCTL_CLUSTER_KEEP"), os.environ.get("MEMORYCTL_DEPLOY_REUSE"))
     if keep and cluster("status").returncode == 0:
         record("cluster_up", {"reused": "MEMORYCTL_CLUSTER_KEEP=1"})
     else:
