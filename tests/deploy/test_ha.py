@@ -37,6 +37,9 @@ from typing import Any
 import pytest
 
 from deploy.osrelease import DEFAULT, RELEASES
+from memoryctl.errors import ExitCode
+from memoryctl.health_pg import NO_SYNC_STANDBY
+from memoryctl.stores import names
 from tests.deploy import e2e_data
 from tests.deploy.cluster import BASE_OVERLAYS, CLUSTER, MESH, REPO, memoryctl, node, put, run_deploy, wait_for
 from tests.deploy.conftest import SINGLE_SERVER, record
@@ -305,8 +308,12 @@ def test_the_standby_lost_writes_continue_and_health_says_so(ha: dict[str, Any])
             pass
         figures = check_nothing_lost("standby-lost", rows)
         assert all(row[2] in (0, 3) for row in rows), figures
-        health = memoryctl("health", "--json")
+        health = memoryctl("health", "--json", "--deadline", "15")  # 15 s: a hang guard on a busy machine
         record("ha_standby_lost", {**figures, "health_rc": health.returncode, "health": health.stdout[-2000:]})
+        # Degraded (exit 3), not healthy: the postgres component names the missing synchronous standby
+        postgres = health.json()["components"][names.POSTGRES]
+        assert health.returncode == ExitCode.PARTIAL and postgres["status"] == "degraded", health.stdout[-3000:]
+        assert any(NO_SYNC_STANDBY in problem for problem in postgres["cluster"]["problems"]), postgres
     finally:
         node(standby).check_output("systemctl start patroni")
     wait_for(f"{standby} is the synchronous standby again", lambda: streaming_sync(standby), timeout=300)
