@@ -1,8 +1,8 @@
 """Deploy tests: three local nodes (``scripts/cluster``), two pyinfra runs, then verification.
 
-The session fixture ``deployed`` brings the cluster up (unless it already is: ``scripts/cluster up``
-also starts the controller's stand-ins, ``scripts/standin``), deploys from scratch and kills that
-run half-way (right after TimescaleDB's repository was added), deploys again (that run must
+The session fixture ``local_cluster`` brings the cluster up (``scripts/cluster up`` also starts the
+controller's stand-ins, ``scripts/standin``); ``deployed`` deploys from scratch and kills that run
+half-way (right after TimescaleDB's repository was added), deploys again (that run must
 converge), deploys a third time (that run must change nothing). The tests on the nodes run as one
 block, test_ha.py and test_reshape.py last (``RUN_LAST``), and the nodes go down as soon as its
 last test has run, whatever its outcome (and when ``up`` fails), their journals saved first to
