@@ -38,6 +38,9 @@ from typing import Any
 import pytest
 
 from deploy.osrelease import DEFAULT, RELEASES
+from memoryctl.errors import ExitCode
+from memoryctl.health_pg import NO_SYNC_STANDBY
+from memoryctl.stores import names
 from tests.deploy import e2e_data
 from tests.deploy.cluster import BASE_OVERLAYS, CLUSTER, MESH, REPO, memoryctl, node, put, run_deploy, wait_for
 from tests.deploy.conftest import SINGLE_SERVER, record
@@ -49,6 +52,7 @@ MEMBERS = ("node1", "node2")
 WRITER = "/usr/local/sbin/memoryctl-ha-writer"
 PATRONICTL = "patronictl -c /etc/patroni/config.yml"
 PG_VERSION = RELEASES[DEFAULT].postgres
+WRITES_BACK_WITHIN_S = 30  # issue 26's target for a hard primary loss: a product promise, asserted
 # One memory every 0.5 s through the service; each line: start (epoch s), id, exit code, seconds.
 WRITER_SCRIPT = """#!/bin/sh
 label=$1; seconds=$2; log=/var/lib/memoryctl/ha-$label.log
@@ -329,10 +333,12 @@ def test_the_primary_loses_its_power_writes_come_back_and_it_rejoins(ha: dict[st
     # Patroni's part: the standby leads within the lock's ttl (20 s), a loop (3 s) and its probe
     # of the lost member. The first write back then waits at most [write] delivery_budget_s (3 s)
     # for the lost index node's Neo4j and Qdrant replica (exit 3: stored, delivery pending), and
-    # the writes after it not at all (the breaker). The figures are the report's (docs/ha.md);
-    # the bounds only say that the leader changes and writes do come back.
-    assert leader_change < 30, (leader_change, figures)
-    assert outage is not None and outage < 90, (outage, figures)
+    # the writes after it not at all (the breaker). The leader change is a figure (the report,
+    # docs/ha.md); the leader did change (wait_for above) and writes came back.
+    assert outage is not None, figures
+    # The one timing asserted: issue 26's product promise, writes back within 30 s of a hard primary
+    # loss. Measured 23.6 s locally and 25.7 s in the loaded fresh-clone CI rehearsal: a 4.3 s margin.
+    assert outage < WRITES_BACK_WITHIN_S, (outage, figures)
 
     started = time.time()
     boot = subprocess.run([str(CLUSTER), "start", "node2"], cwd=REPO, capture_output=True, text=True)
@@ -355,8 +361,12 @@ def test_the_standby_lost_writes_continue_and_health_says_so(ha: dict[str, Any])
             pass
         figures = check_nothing_lost("standby-lost", rows)
         assert all(row[2] in (0, 3) for row in rows), figures
-        health = memoryctl("health", "--json")
+        health = memoryctl("health", "--json", "--deadline", "15")  # 15 s: a hang guard on a busy machine
         record("ha_standby_lost", {**figures, "health_rc": health.returncode, "health": health.stdout[-2000:]})
+        # Degraded (exit 3), not healthy: the postgres component names the missing synchronous standby
+        postgres = health.json()["components"][names.POSTGRES]
+        assert health.returncode == ExitCode.PARTIAL and postgres["status"] == "degraded", health.stdout[-3000:]
+        assert any(NO_SYNC_STANDBY in problem for problem in postgres["cluster"]["problems"]), postgres
     finally:
         node(standby).check_output("systemctl start patroni")
     wait_for(f"{standby} is the synchronous standby again", lambda: streaming_sync(standby), timeout=300)
