@@ -41,7 +41,7 @@ from deploy.common import (
     sudoers,
     template,
 )
-from deploy.facts import PgbackrestStanza, PostgresSetting
+from deploy.facts import FilesystemSize, PgbackrestStanza, PostgresSetting
 from deploy.opsnode import ops_node
 from deploy.osrelease import release
 from deploy.pki import CertificateAuthority
@@ -57,6 +57,11 @@ RSYNC_USER = "memoryctl"
 SNAPSHOT_DIR = "/var/backups/memoryctl/qdrant"
 REPO_PATH = "/var/lib/pgbackrest"
 DEFAULT_SCHEDULE = {"full": "30 1 * * 0", "diff": "30 1 * * 1-6", "qdrant": "45 1 * * *"}
+# The archive queue limit's default: this share of the disk that holds pg_wal (docs/backup.md).
+ARCHIVE_QUEUE_SHARE = 0.2
+GIB = 1024**3
+SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2}
+SIZE_UNITS.update({"g": GIB, "gb": GIB, "gib": GIB, "t": 1024**4, "tb": 1024**4, "tib": 1024**4})
 
 
 class BackupSettingsError(ValueError):
@@ -114,6 +119,41 @@ def repository() -> dict[str, Any]:
     }
 
 
+def pg_data() -> str:
+    return f"/var/lib/postgresql/{major()}/main"
+
+
+def parse_size(value: Any, setting: str) -> int:
+    """Bytes from an int or a size as pgBackRest writes it (``8GiB``, ``512MB``: powers of 1024)."""
+    text = str(value).strip().lower().replace(" ", "")
+    number = text.rstrip("kmgtib")
+    unit = text[len(number) :]
+    if not number.isdigit() or unit not in SIZE_UNITS:
+        raise BackupSettingsError(f"{setting}: {value!r} is not a size (bytes, or e.g. 8GiB, 512MiB)")
+    return int(number) * SIZE_UNITS[unit]
+
+
+def archive_push_queue_max() -> int:
+    """How much un-archived WAL pgBackRest lets pile up in pg_wal before it drops it (bytes).
+
+    With the repository away, PostgreSQL keeps every WAL segment it could not archive; without a
+    limit pg_wal grows until the disk is full and PostgreSQL stops. Past the limit pgBackRest
+    reports the queued WAL archived and drops it: PostgreSQL keeps running, point-in-time recovery
+    past that gap is lost until the next backup (docs/backup.md). ``components.backup.
+    archive_push_queue_max`` sets it; by default 20 % of the filesystem that holds pg_wal, read on
+    the node at plan time (its size, not its free space: the value stays put from run to run), in
+    whole GiB, at least 1 GiB.
+    """
+    setting = "components.backup.archive_push_queue_max"
+    stated = component("backup").get("archive_push_queue_max")
+    if stated is not None:
+        return parse_size(stated, setting)
+    size = host.get_fact(FilesystemSize, path=f"{pg_data()}/pg_wal")
+    if size is None:
+        raise BackupSettingsError(f"{setting}: the size of {pg_data()}'s filesystem could not be read; set it")
+    return max(1, int(size * ARCHIVE_QUEUE_SHARE) // GIB) * GIB
+
+
 def memoryctl_settings() -> dict[str, Any] | None:
     """The ``[backup]`` section of memoryctl.toml (the db node reads backups through these)."""
     if not enabled():
@@ -162,7 +202,7 @@ def _config(side: str, peers: list[str], **extra: Any) -> Any:
         tls_dir=TLS_DIR,
         peer_names=peers,
         peer_addresses=[inventory().nodes[peer]["mesh"] for peer in peers],
-        pg_data=f"/var/lib/postgresql/{major()}/main",
+        pg_data=pg_data(),
         process_max=int(component("backup").get("process_max", 2)),
         user="postgres",
         group="postgres",
@@ -209,7 +249,7 @@ def database_side() -> None:
     node = backup_node()
     install_pgbackrest()
     changes = _tls_files(node)
-    changes.append(_config("database", [node]))
+    changes.append(_config("database", [node], archive_push_queue_max=archive_push_queue_max()))
     _server(changes)
     archiving = template(
         "pgbackrest/archiving.conf.j2",

@@ -111,6 +111,24 @@ class CudaDevice(FactBase[str | None]):
         return output[-1] if output else None
 
 
+class FilesystemSize(FactBase[int | None]):
+    """The size in bytes of the filesystem that holds ``path`` (or would: the nearest existing parent,
+    so it answers before the directory is created); None when ``df`` does not answer.
+
+    Sizes derived from it (pgBackRest's archive queue limit) follow the disk, not its free space,
+    so they stay the same from run to run while data comes and goes."""
+
+    def command(self, path: str) -> str:
+        p = shlex.quote(path)
+        return f'p={p}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -B1 --output=size "$p" | tail -n 1 || true'
+
+    def process(self, output: list[str]) -> int | None:
+        try:
+            return int(output[-1].strip())
+        except (IndexError, ValueError):
+            return None
+
+
 class PgbackrestStanza(FactBase[dict[str, Any] | None]):
     """What pgBackRest's ``info`` says of a stanza: ``{"status": code, "backups": n}``; None when
     pgBackRest is not installed or does not answer. Status codes are pgBackRest's own: 0 ok,
@@ -210,8 +228,10 @@ class PatroniDynamicConfig(FactBase[dict[str, Any] | None]):
 
 
 class PatroniCluster(FactBase[dict[str, Any] | None]):
-    """Patroni's view of its cluster (``GET /cluster`` of this member's REST API: members with their
-    role and state); None when Patroni does not answer."""
+    """Patroni's view of the whole cluster (``GET /cluster``: every member's role, state and
+    ``pending_restart``, and ``"pause": true`` while paused), from the first of ``addresses`` whose
+    Patroni answers: a member whose own Patroni is stopped still sees the others' pause. None when
+    no member answers."""
 
     def default(self) -> None:
         return None
@@ -219,8 +239,31 @@ class PatroniCluster(FactBase[dict[str, Any] | None]):
     def requires_command(self, *args: Any, **kwargs: Any) -> str:
         return "curl"
 
-    def command(self, address: str, port: int) -> str:
-        return f"curl -sf -m 5 http://{address}:{int(port)}/cluster || true"
+    def command(self, addresses: list[str], port: int) -> str:
+        urls = " ".join(shlex.quote(f"http://{address}:{int(port)}/cluster") for address in addresses)
+        return f"for url in {urls}; do curl -sf -m 3 $url && exit 0; done; true"
 
     def process(self, output: list[str]) -> dict[str, Any] | None:
-        return PatroniDynamicConfig().process(output)
+        text = "\n".join(output).strip()
+        try:
+            found = json.loads(text) if text else None
+        except ValueError:
+            return None
+        return found if isinstance(found, dict) else None
+
+
+class MaintenanceMarker(FactBase[str | None]):
+    """What an operator wrote into the maintenance marker file (its reason and name; empty when
+    nothing was written), or None when the file is not there (docs/ha.md, "Maintenance")."""
+
+    def default(self) -> None:
+        return None
+
+    def command(self, path: str) -> str:
+        quoted = shlex.quote(path)
+        return f"if [ -f {quoted} ]; then echo set; head -c 300 {quoted}; echo; fi"
+
+    def process(self, output: list[str]) -> str | None:
+        if not output or output[0] != "set":
+            return None
+        return " ".join(line.strip() for line in output[1:] if line.strip())

@@ -2,10 +2,16 @@
 
 The node's service ports follow its roles, so every service is reachable over ``wg0`` from the
 mesh subnet and from nowhere else (the services also bind to the mesh address themselves).
+WireGuard's UDP port answers only the other nodes' public addresses: WireGuard already drops
+unauthenticated packets, but an open port still costs a handshake computation per packet and tells a
+scanner a mesh is there. SSH stays open to all (the operator's address is not the inventory's).
 A changed ruleset is checked with ``nft -c`` before it is loaded atomically with ``nft -f``.
 """
 
 from __future__ import annotations
+
+import ipaddress
+import socket
 
 from pyinfra import host
 from pyinfra.api import deploy
@@ -22,6 +28,37 @@ ROLE_PORTS = {
     "gpu": [8000, 8001],  # vLLM generation, vLLM embeddings
 }
 QDRANT_PORTS = [6333, 6334, 6335]  # Qdrant http, grpc, cluster p2p
+
+
+class FirewallSettingsError(ValueError):
+    """A node's ``public`` address that the firewall cannot admit by address."""
+
+
+def peer_addresses() -> dict[int, list[str]]:
+    """The other nodes' public addresses by IP version (4, 6): the sources WireGuard accepts.
+
+    A hostname is resolved on the controller at plan time (nftables would resolve it once at load
+    time anyway, and a name that does not resolve is better refused before anything runs).
+    """
+    by_version: dict[int, set[str]] = {4: set(), 6: set()}
+    for name, node in inventory().nodes.items():
+        if name == host.name:
+            continue
+        public = str(node["public"])
+        try:
+            addresses = [ipaddress.ip_address(public)]
+        except ValueError:
+            try:
+                infos = socket.getaddrinfo(public, None, proto=socket.IPPROTO_UDP)
+            except OSError as exc:
+                raise FirewallSettingsError(
+                    f"nodes.{name}.public: {public!r} does not resolve on the controller ({exc}); "
+                    "the firewall admits WireGuard from peers' addresses: give an IP address"
+                ) from None
+            addresses = [ipaddress.ip_address(info[4][0]) for info in infos]
+        for address in addresses:
+            by_version[address.version].add(str(address))
+    return {version: sorted(found, key=ipaddress.ip_address) for version, found in by_version.items()}
 
 
 def mesh_ports() -> list[int]:
@@ -50,6 +87,7 @@ def firewall() -> None:
         mesh_ports=mesh_ports(),
         ssh_port=settings.get("ssh_port", 22),
         wireguard_port=mesh.get("port", 51820),
+        wireguard_peers=peer_addresses(),
         mode="755",
     )
     server.shell(name="Check the ruleset", commands=["nft -c -f /etc/nftables.conf"], _if=rules.did_change)

@@ -1,8 +1,10 @@
 """Monitoring: Prometheus and Alertmanager on one node, exporters everywhere, all on the mesh.
 
 - Every node: ``prometheus-node-exporter`` (Debian) on its mesh address, with the textfile
-  collector; a cron job writes each WireGuard peer's latest handshake there (node_exporter has no
-  WireGuard collector).
+  collector; cron jobs write each WireGuard peer's latest handshake there (node_exporter has no
+  WireGuard collector), whether a server runs a replaced executable or the node waits for a
+  reboot (an upgrade under a running PostgreSQL, etcd, Patroni or Qdrant; ``/run/reboot-required``),
+  and, where PostgreSQL archives WAL, the archive queue's bytes and limit.
 - The ``db`` node: ``prometheus-postgres-exporter`` (peer-authenticated as a ``prometheus`` role in
   ``pg_monitor``), and memoryctl's own metrics through the textfile collector: ``memoryctl health
   --prometheus`` every minute and ``memoryctl backup status --prometheus`` every five. A textfile
@@ -10,8 +12,19 @@
   delays one file instead of failing the scrape (a stale file has its own alert).
 - Every Qdrant peer: its ``/metrics``, scraped with the API key.
 - The monitoring node (:mod:`deploy.opsnode`): ``prometheus`` and ``prometheus-alertmanager`` from
-  Debian, the rules in ``templates/prometheus/memoryctl.rules.yml``, and one Alertmanager receiver
-  that sends nothing until the inventory configures it (``components.monitoring.receiver``).
+  Debian, the rules in ``templates/prometheus/memoryctl.rules.yml``, and two Alertmanager
+  receivers: ``operator`` (``components.monitoring.receiver``: email, webhook or both), which gets
+  every alert, and ``heartbeat`` (``components.monitoring.heartbeat``), which gets only the
+  always-firing ``Watchdog``: an outside service that pages when those pings stop is the one
+  witness of a dead Prometheus, Alertmanager or monitoring node. A cluster other than ``local``
+  without either stops at plan time: an alert nobody receives is no alert.
+
+Receiver secrets (SMTP password, bearer token, a URL carrying a token) live in the controller's
+secret store; the inventory names the file (``auth_password_secret: alertmanager/smtp_password``),
+never the value. Where Alertmanager reads a setting from a file (``auth_password_file``,
+``credentials_file``, ``password_file``) the secret is uploaded as that file (0640 root:prometheus);
+a URL has no such setting in Debian's Alertmanager, so ``url_secret`` is rendered into
+alertmanager.yml, itself 0640 root:prometheus.
 
 Ports (mesh only, firewalled to ``wg0``): 9100 node_exporter, 9187 postgres_exporter, 9090
 Prometheus, 9093 Alertmanager.
@@ -19,6 +32,8 @@ Prometheus, 9093 Alertmanager.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from io import StringIO
 from typing import Any
 
 import yaml
@@ -26,10 +41,11 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
-from deploy import patroni
+from deploy import backup, patroni
 from deploy.common import TEMPLATES, after_mesh, component, has_role, inventory, keep_running, secrets, template
 from deploy.facts import PostgresRoleNames
 from deploy.opsnode import ops_node
+from wireguard.keys import SecretDir
 
 NODE_EXPORTER_PORT = 9100
 POSTGRES_EXPORTER_PORT = 9187
@@ -37,8 +53,29 @@ PROMETHEUS_PORT = 9090
 ALERTMANAGER_PORT = 9093
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 WIREGUARD_SCRIPT = "/usr/local/sbin/memoryctl-wireguard-metrics"
+RESTART_SCRIPT = "/usr/local/sbin/memoryctl-restart-metrics"
+# Servers whose replaced executable shows as memoryctl_restart_pending{service}: by systemd unit
+# (PostgreSQL's postmaster is found by name: under Patroni it is not a unit's main process).
+RESTART_WATCHED = {"patroni": "patroni.service", "etcd": "etcd.service", "qdrant": "qdrant.service"}
+WAL_SCRIPT = "/usr/local/sbin/memoryctl-wal-metrics"
 RULES_DIR = "/etc/prometheus/rules"
 QDRANT_KEY_FILE = "/etc/prometheus/qdrant-api-key"
+RECEIVER_SECRETS_DIR = "/etc/prometheus/alertmanager-secrets"
+# A receiver setting given as ``<setting>_secret: <name in the secret store>`` -> the Alertmanager
+# setting that reads it from a file. ``url`` has no file form in Debian's Alertmanager: inlined.
+SECRET_FILE_SETTINGS = {
+    "auth_password": "auth_password_file",
+    "credentials": "credentials_file",
+    "password": "password_file",
+}
+INLINE_SECRET_SETTINGS = ("url",)
+# Settings that hold a secret: refused as literal values in the inventory.
+LITERAL_SECRETS = frozenset(
+    {"auth_password", "auth_secret", "credentials", "password", "bearer_token", "api_key", "routing_key", "service_key"}
+)
+PLACEHOLDER = "REPLACE-WITH-"
+# How often the Watchdog pings the heartbeat service (docs/monitoring.md: why one minute).
+HEARTBEAT_INTERVAL = "1m"
 # memoryctl's textfile jobs on the db node: file name, command, schedule.
 MEMORYCTL_JOBS = [
     {"name": "memoryctl-health", "command": "health", "schedule": "* * * * *"},
@@ -70,14 +107,108 @@ def mesh_ports() -> list[int]:
     return sorted(ports)
 
 
-def receiver_yaml(receiver: dict[str, Any] | None) -> str:
-    """The operator's receiver settings, indented under ``- name: operator`` (empty = sends nothing)."""
-    if not receiver:
-        return "    # (none configured: nothing is sent)"
-    if "name" in receiver:
-        raise ValueError("components.monitoring.receiver: give the receiver's settings without a name")
-    dumped = yaml.safe_dump(receiver, default_flow_style=False, sort_keys=True).rstrip("\n")
-    return "\n".join(f"    {line}" for line in dumped.splitlines())
+class MonitoringSettingsError(ValueError):
+    """``components.monitoring`` that would leave alerts undelivered or put a secret in the inventory."""
+
+
+@dataclass
+class Receivers:
+    """Alertmanager's two receivers as rendered, and the secret files they read (path -> content)."""
+
+    operator: dict[str, Any]
+    heartbeat: dict[str, Any]
+    files: dict[str, str] = field(default_factory=dict)
+
+    def yaml(self) -> str:
+        """The ``receivers:`` list of alertmanager.yml."""
+        listed = [{"name": "operator", **self.operator}, {"name": "heartbeat", **self.heartbeat}]
+        return yaml.safe_dump({"receivers": listed}, default_flow_style=False, sort_keys=False).rstrip("\n")
+
+
+def _sends(receiver: dict[str, Any]) -> bool:
+    """Whether receiver settings name at least one integration (``email_configs``, ``webhook_configs`` ...)."""
+    return any(key.endswith("_configs") and value for key, value in receiver.items())
+
+
+def _secret(store: SecretDir, name: Any, where: str) -> str:
+    """A receiver secret from the controller's store: issued by a mail provider or a heartbeat service,
+    so never generated; a missing file stops the plan with its path."""
+    if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/"):
+        raise MonitoringSettingsError(f"{where}: name a file inside the secret store, e.g. alertmanager/smtp_password")
+    path = store.path / name
+    value = path.read_text().strip() if path.is_file() else ""
+    if not value:
+        raise MonitoringSettingsError(
+            f"{where}: put the secret into {path} (mode 0600): it is issued by the receiving service, "
+            "so the deploy cannot generate it (docs/monitoring.md)"
+        )
+    return value
+
+
+def _resolve(value: Any, where: str, store: SecretDir, files: dict[str, str]) -> Any:
+    """Receiver settings with ``<setting>_secret`` references resolved, literal secrets and
+    ``REPLACE-WITH-`` placeholders refused (``where`` names the setting in errors)."""
+    if isinstance(value, list):
+        return [_resolve(item, f"{where}[{i}]", store, files) for i, item in enumerate(value)]
+    if isinstance(value, str) and value.startswith(PLACEHOLDER):
+        raise MonitoringSettingsError(f"{where}: {value!r} is a placeholder of the example inventory: fill it in")
+    if not isinstance(value, dict):
+        return value
+    resolved: dict[str, Any] = {}
+    for key, item in value.items():
+        here = f"{where}.{key}"
+        if key in LITERAL_SECRETS:
+            raise MonitoringSettingsError(
+                f"{here}: a secret does not belong in the inventory; put it into a file of the secret store "
+                f"and name that file with {key}_secret (docs/monitoring.md)"
+            )
+        setting = key.removesuffix("_secret")
+        if setting == key:
+            resolved[key] = _resolve(item, here, store, files)
+        elif setting in SECRET_FILE_SETTINGS:
+            path = f"{RECEIVER_SECRETS_DIR}/{str(item).replace('/', '-')}"
+            files[path] = _secret(store, item, here)
+            resolved[SECRET_FILE_SETTINGS[setting]] = path
+        elif setting in INLINE_SECRET_SETTINGS:
+            resolved[setting] = _secret(store, item, here)
+        else:
+            known = sorted([*SECRET_FILE_SETTINGS, *INLINE_SECRET_SETTINGS])
+            raise MonitoringSettingsError(f"{here}: no secret form for {setting!r}; known: {known}")
+    return resolved
+
+
+def receivers(settings: dict[str, Any], cluster: str, store: SecretDir) -> Receivers:
+    """The operator's and the heartbeat's receiver from ``components.monitoring``, checked at plan time.
+
+    Off the local nodes both are required: without the operator's, alerts fire into the void; without
+    the heartbeat, a dead monitoring node is silent. The local nodes may go without (the deploy tests
+    run a webhook for both)."""
+    files: dict[str, str] = {}
+    where = "components.monitoring.receiver"
+    operator = _resolve(settings.get("receiver") or {}, where, store, files)
+    if "name" in operator:
+        raise MonitoringSettingsError(f"{where}: give the receiver's settings without a name")
+    if cluster != "local" and not _sends(operator):
+        raise MonitoringSettingsError(
+            f"{where}: cluster {cluster!r} has no receiver, so no alert would reach anyone; configure "
+            "email_configs (SMTP), webhook_configs, or both (docs/monitoring.md)"
+        )
+    where = "components.monitoring.heartbeat"
+    heartbeat = _resolve(settings.get("heartbeat") or {}, where, store, files)
+    unknown = set(heartbeat) - {"url"}
+    if unknown:
+        raise MonitoringSettingsError(f"{where}: unknown settings {sorted(unknown)}; give url_secret (or url)")
+    if cluster != "local" and not heartbeat.get("url"):
+        raise MonitoringSettingsError(
+            f"{where}.url_secret: cluster {cluster!r} has no dead-man's switch, so a dead monitoring node "
+            "would be silent; name the secret file holding a heartbeat service's ping URL (docs/monitoring.md)"
+        )
+    pings = {"webhook_configs": [{"url": heartbeat["url"], "send_resolved": False}]} if heartbeat else {}
+    return Receivers(operator, pings, files)
+
+
+def monitoring_receivers() -> Receivers:
+    return receivers(component("monitoring"), inventory().name, secrets().dir)
 
 
 @deploy("Monitoring")
@@ -85,11 +216,12 @@ def monitoring() -> None:
     if not enabled():
         host.noop("monitoring: disabled in the inventory")
         return
+    routes = monitoring_receivers()  # checked on every node: a plan without a receiver stops anywhere
     exporters()
     if has_role("db"):
         postgres_exporter()
     if host.name == monitor_node():
-        prometheus()
+        prometheus(routes)
 
 
 def _defaults_file(src: str, dest: str, service: str, changes: list[Any], **context: Any) -> None:
@@ -153,11 +285,31 @@ def exporters() -> None:
         peers={keys.pair(name).public: name for name in inventory().nodes if name != host.name},
         mode="755",
     )
+    # Where PostgreSQL archives WAL (the db node, a standby member once promoted): its archive queue.
+    archives = backup.enabled() and (db or patroni.is_standby_member())
+    if archives:
+        template(
+            "node-exporter/wal-metrics.j2",
+            WAL_SCRIPT,
+            textfile_dir=TEXTFILE_DIR,
+            pg_wal=f"{backup.pg_data()}/pg_wal",
+            queue_max=backup.archive_push_queue_max(),
+            mode="755",
+        )
+    template(
+        "node-exporter/restart-metrics.j2",
+        RESTART_SCRIPT,
+        textfile_dir=TEXTFILE_DIR,
+        units=RESTART_WATCHED,
+        mode="755",
+    )
     template(
         "node-exporter/cron.j2",
         "/etc/cron.d/memoryctl-metrics",
         textfile_dir=TEXTFILE_DIR,
         wireguard_script=WIREGUARD_SCRIPT,
+        restart_script=RESTART_SCRIPT,
+        wal_script=WAL_SCRIPT if archives else None,
         memoryctl_jobs=MEMORYCTL_JOBS if db else [],
         run_as="memoryctl",
         config_path="/etc/memoryctl/memoryctl.toml",
@@ -191,7 +343,7 @@ def postgres_exporter() -> None:
     )
 
 
-def prometheus() -> None:
+def prometheus(routes: Receivers) -> None:
     settings = component("monitoring")
     cluster = inventory()
     apt.packages(
@@ -244,10 +396,31 @@ def prometheus() -> None:
         [rules, key],
         retention=settings.get("retention", "30d"),
     )
+    files.directory(
+        name=f"Directory {RECEIVER_SECRETS_DIR} (receiver secrets)",
+        path=RECEIVER_SECRETS_DIR,
+        user="root",
+        group="prometheus",
+        mode="750",
+    )
+    secret_files = [
+        # No trailing newline: Alertmanager sent a password file's newline with the password until
+        # prometheus/alertmanager#3680 (issue #3710), and a token with a newline is no token either.
+        files.put(
+            name=f"Receiver secret {path}",
+            src=StringIO(content),
+            dest=path,
+            user="root",
+            group="prometheus",
+            mode="640",
+        )
+        for path, content in sorted(routes.files.items())
+    ]
     alertmanager = template(
         "alertmanager/alertmanager.yml.j2",
         "/etc/prometheus/alertmanager.yml",
-        receiver=receiver_yaml(settings.get("receiver")),
+        receivers=routes.yaml(),
+        heartbeat_interval=settings.get("heartbeat_interval", HEARTBEAT_INTERVAL),
         # How long Alertmanager gathers a group's first alerts, waits between notifications of a
         # group (also what a resolved alert waits for) and repeats a firing one.
         group_wait=settings.get("group_wait", "30s"),
@@ -264,5 +437,5 @@ def prometheus() -> None:
         alertmanager,
         "amtool check-config /etc/prometheus/alertmanager.yml",
         ALERTMANAGER_PORT,
-        [],
+        secret_files,
     )

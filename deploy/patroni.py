@@ -34,6 +34,7 @@ stopping every write; ``maximum_lag_on_failover`` keeps a lagging standby from b
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from pyinfra import host, state
@@ -43,9 +44,9 @@ from pyinfra.facts.server import Users
 from pyinfra.facts.systemd import SystemdStatus
 from pyinfra.operations import apt, files, server, systemd
 
-from deploy import etcd
+from deploy import etcd, patroni_settings
 from deploy.common import after_mesh, component, inventory, secrets, template
-from deploy.facts import PatroniCluster, PatroniDynamicConfig
+from deploy.facts import MaintenanceMarker, PatroniCluster, PatroniDynamicConfig
 
 REST_PORT = 8008
 PKI_DIR = "/etc/patroni/pki"
@@ -119,7 +120,7 @@ def leader() -> str | None:
         if name == host.name:
             continue
         node = state.inventory.get_host(name)
-        view = node.get_fact(PatroniCluster, address=inventory().nodes[name]["mesh"], port=REST_PORT)
+        view = node.get_fact(PatroniCluster, addresses=[inventory().nodes[name]["mesh"]], port=REST_PORT)
         for member in (view or {}).get("members", []):
             if member.get("role") == "leader" and member.get("state") == "running":
                 return str(member["name"])
@@ -166,6 +167,7 @@ def config(version: int) -> Any:
         etcd_hosts=[f"{inventory().nodes[name]['mesh']}:{etcd.CLIENT_PORT}" for name in etcd.members()],
         pki_dir=PKI_DIR,
         dcs=DCS,
+        parameters=patroni_settings.dcs_parameters(component("postgres")),
         version=version,
         replication_user=REPLICATION_USER,
         replication_password=secrets().token("postgres/replicator"),
@@ -284,6 +286,8 @@ def replication_roles() -> None:
 
 def take_over(version: int, changes: list[Any]) -> None:
     """The first member: Patroni takes the running Debian cluster over (or, later, keeps it)."""
+    if held_back("starting or restarting Patroni"):
+        return
     service = f"postgresql@{version}-main"
     running = host.get_fact(SystemdStatus).get("patroni.service", False)
     if not running:
@@ -297,23 +301,36 @@ def take_over(version: int, changes: list[Any]) -> None:
 
 
 def cluster_settings() -> None:
-    """Patroni's cluster-wide timing in etcd as declared (``DCS``): ``bootstrap.dcs`` is written
-    only when the cluster is formed, so a later change (a release that tunes it) would never reach
-    a running cluster. Patroni applies an edit on every member within a loop, without a restart."""
+    """Patroni's cluster-wide settings in etcd as declared: the timing (``DCS``) and the
+    PostgreSQL parameters Patroni owns (:mod:`deploy.patroni_settings`). ``bootstrap.dcs`` is
+    written only when the cluster is formed, so a later change (a release that tunes it, an
+    inventory that raises ``max_connections``) would never reach a running cluster. Patroni applies
+    an edit on every member within a loop; a postmaster option leaves each member
+    ``pending_restart``, which :func:`rolling_restart` then clears, one member at a time."""
     current = host.get_fact(PatroniDynamicConfig, address=host.data.mesh_address, port=REST_PORT)
     if current is None:
         return  # Patroni not answering yet: the cluster is formed from bootstrap.dcs, as declared
-    differ = {key: value for key, value in DCS.items() if current.get(key) != value}
+    differ = patroni_settings.differences(declared_dcs(), current)
     if differ:
-        sets = " ".join(f"-s {key}={value}" for key, value in sorted(differ.items()))
-        server.shell(
-            name="Patroni's cluster timing as declared (patronictl edit-config)",
-            commands=[f"patronictl -c {CONFIG} edit-config {scope()} --force --quiet {sets}"],
+        sets = " ".join(f"-s {shlex.quote(f'{key}={value}')}" for key, value in sorted(differ.items()))
+        _settings_edits[host.name] = (
+            server.shell(
+                name="Patroni's cluster settings as declared (patronictl edit-config)",
+                commands=[f"patronictl -c {CONFIG} edit-config {scope()} --force --quiet {sets}"],
+            ),
+            patroni_settings.needs_restart(list(differ)),
         )
+
+
+def declared_dcs() -> dict[str, Any]:
+    """The dynamic configuration this bundle owns: the timing and ``postgresql.parameters``."""
+    return {**DCS, "postgresql": {"parameters": patroni_settings.dcs_parameters(component("postgres"))}}
 
 
 def start_standby(version: int, changes: list[Any]) -> None:
     """A standby member: its fresh Debian cluster emptied once, then Patroni clones the primary."""
+    if held_back("starting or restarting Patroni"):
+        return
     data = f"/var/lib/postgresql/{version}/main"
     service = f"postgresql@{version}-main"
     running = host.get_fact(SystemdStatus).get("patroni.service", False)
@@ -416,3 +433,84 @@ def _wait_until(name: str, condition: str, seconds: int, failure: str, **kwargs:
 @deploy("Patroni standby")
 def standby(version: int, changes: list[Any]) -> None:
     start_standby(version, changes)
+
+
+# --- Maintenance guard and rolled restarts (issue 39, items 4 and 5) ---------------------------
+
+MAINTENANCE_MARKER = "/etc/memoryctl/maintenance"
+RESTART_PENDING = "/usr/local/sbin/memoryctl-patroni-restart-pending"
+# How long a member may take to come back from its restart before the roll stops (a clone or a
+# long crash recovery is not a restart: better stop and say so than restart the next member).
+RESTART_WAIT_S = 300
+# The first member's cluster-settings edit, and whether it leaves members pending a restart.
+_settings_edits: dict[str, tuple[Any, bool]] = {}
+
+
+def rest_addresses() -> list[str]:
+    """Every member's mesh address, the first member first (their REST APIs, port ``REST_PORT``)."""
+    nodes = inventory().nodes
+    return [nodes[name]["mesh"] for name in members()]
+
+
+def cluster_view() -> dict[str, Any] | None:
+    """``GET /cluster`` from the first member whose Patroni answers (plan time)."""
+    found: dict[str, Any] | None = host.get_fact(PatroniCluster, addresses=rest_addresses(), port=REST_PORT)
+    return found
+
+
+def held_back(doing: str) -> bool:
+    """Whether this run must leave Patroni alone here, and if so a no-op that says why.
+
+    Checked at plan time, before anything starts or restarts Patroni or its PostgreSQL: a paused
+    cluster (``patronictl pause``: an operator is working on it and Patroni itself holds back) or
+    the maintenance marker on this member (docs/ha.md, "Maintenance": set by procedures that stop
+    Patroni, such as the point-in-time restore, where a started standby could take the leader lock
+    with data newer than the restore target). The rest of the run goes on.
+    """
+    marker = host.get_fact(MaintenanceMarker, path=MAINTENANCE_MARKER)
+    if marker is not None:
+        host.noop(f"maintenance marker {MAINTENANCE_MARKER} set by {marker or '(no reason written)'}: not {doing}")
+        return True
+    if (cluster_view() or {}).get("pause"):
+        host.noop(f"{scope()} is paused (patronictl pause; resume it to let the deploy act): not {doing}")
+        return True
+    return False
+
+
+def rolling_restart() -> None:
+    """Members pending a restart restarted one at a time: replicas, the leader, replicas again.
+
+    Called by every host at the same point of the run, after every member's Patroni was started
+    (deploy/roles.py): one step of the run, ordered after every host's earlier steps, whose
+    commands only the first member runs (the roll is the cluster's, not a member's). It runs when
+    Patroni reported a member ``pending_restart`` when the run began, or when this run's
+    ``edit-config`` changed a postmaster option (it waits for the members to take the edit up).
+
+    The leader is restarted in place, not switched over (docs/ha.md, "Settings Patroni owns"):
+    a lowered value reaches a replica only after the primary runs with it (a replica's shared
+    memory may not be smaller than its primary's, so Patroni starts it with the primary's value
+    and leaves it pending), which a switchover alone would not give; hence the replicas' second pass.
+    """
+    edit, needs_restart = _settings_edits.pop(host.name, (None, False))
+    commands: list[str] = []
+    conditions: dict[str, Any] = {}
+    if is_member() and host.name == members()[0] and not held_back("restarting members pending a restart"):
+        template(
+            "patroni/restart-pending.py.j2",
+            RESTART_PENDING,
+            cluster_urls=[f"http://{address}:{REST_PORT}/cluster" for address in rest_addresses()],
+            config=CONFIG,
+            scope=scope(),
+            wait_s=RESTART_WAIT_S,
+            loop_s=2 * LOOP_WAIT + 1,
+            mode="755",
+        )
+        pending = [m["name"] for m in (cluster_view() or {}).get("members", []) if m.get("pending_restart")]
+        if pending or needs_restart:
+            # An edit reaches every member within a loop; then each reports pending_restart.
+            commands = [f"{RESTART_PENDING} --settle {DCS['ttl']}" if needs_restart else RESTART_PENDING]
+        if not pending and needs_restart:
+            conditions["_if"] = edit.did_change
+    server.shell(
+        name="Restart members pending a restart, one at a time, the leader last", commands=commands, **conditions
+    )

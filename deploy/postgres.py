@@ -36,7 +36,7 @@ from pyinfra.facts.postgres import PostgresRoles
 from pyinfra.facts.server import Users
 from pyinfra.operations import apt, postgres, server, systemd
 
-from deploy import aptsources, patroni, versions
+from deploy import aptsources, patroni, patroni_settings, versions
 from deploy.common import START_RETRIES, after_mesh, component, secrets, template, with_secret_file
 from deploy.facts import PostgresAnswers, PostgresExtensions, PostgresPreloaded, PostgresRoleMemberships
 from deploy.osrelease import release
@@ -228,7 +228,8 @@ def server_files(version: int) -> tuple[Any, Any, Any]:
         "postgres/memoryctl.conf.j2",
         f"{config_dir}/conf.d/memoryctl.conf",
         mesh_address=host.data.mesh_address,
-        max_connections=settings.get("max_connections", 100),
+        # Patroni takes these from its dynamic configuration only (deploy/patroni_settings.py).
+        postmaster={} if patroni.enabled() else patroni_settings.single_server(settings),
         shared_buffers=settings.get("shared_buffers", "1GB"),
         effective_cache_size=settings.get("effective_cache_size", "3GB"),
         work_mem=settings.get("work_mem", "16MB"),
@@ -257,6 +258,8 @@ def restart(version: int, reason: str, conditions: Any, under_patroni: bool, nam
     """Restart the server: its Debian unit, or through Patroni once Patroni runs it (a standby
     and a primary alike; a primary's restart is seconds of refused connections, no failover)."""
     if under_patroni:
+        if patroni.held_back(f"restarting PostgreSQL, should it need it ({reason})"):
+            return
         server.shell(
             name=name or f"Restart PostgreSQL through Patroni ({reason})",
             commands=[f"patronictl -c {patroni.CONFIG} restart {patroni.scope()} {host.name} --force"],

@@ -64,6 +64,8 @@ def everything() -> None:
         barrier("the PostgreSQL primary runs under Patroni")
     if patroni.is_standby_member() or joins_as_replica:
         standby_start()
+    if patroni.enabled():
+        patroni.rolling_restart()  # every node calls it: the roll comes after every member started
     if has_role("index"):
         neo4j()
     if has_role("gpu"):

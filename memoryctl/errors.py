@@ -13,6 +13,7 @@ Hierarchy::
     │   └── InputError             exit 2  a record/line of user data is invalid
     │       └── ConflictError      exit 2  an id that exists under another agent (HTTP 409)
     ├── NotFoundError              exit 1  a memory id that does not exist
+    ├── DiskFullError              exit 1  a write ran out of space or quota (nothing half-written kept)
     ├── StoreError                 exit 1  a store answered with an error
     │   ├── BadRecord              exit 1  it refused one record's data (delivery sets that record aside)
     │   └── StoreUnavailable       exit 1  a store could not be reached (refused, breaker open)
@@ -76,6 +77,37 @@ class ConflictError(InputError):
 
 class NotFoundError(MemoryctlError):
     pass
+
+
+class DiskFullError(MemoryctlError):
+    """A file write ran out of space (ENOSPC) or quota (EDQUOT) on this host.
+
+    The message names the filesystem's device and the path, what is free and, when the caller
+    knows, about how much the write needed; the writer has removed what it had half-written
+    (``memoryctl.diskspace``), so a rerun after freeing space starts clean.
+    """
+
+    def __init__(self, path: str | None, device: str | None, free_bytes: int | None, needs_bytes: int | None) -> None:
+        needs = f", needs about {_mb(needs_bytes)} MB" if needs_bytes is not None else ""
+        if path is None or device is None or free_bytes is None:
+            # A write() that failed does not say which file it was writing (Python's OSError
+            # carries no filename then): the sentence without what is not known.
+            message = f"no space left on a device this command writes to{needs}"
+            hint = "see `df -h` for the full filesystem and free space there"
+        else:
+            message = f"no space left on {device} ({path}): {_mb(free_bytes)} MB free{needs}"
+            hint = f"free space on {device}, or point the command at a larger filesystem"
+        super().__init__(message, hint=f"{hint} (e.g. [backup] spool_dir for snapshot sets)")
+        self.path, self.device, self.free_bytes, self.needs_bytes = path, device, free_bytes, needs_bytes
+
+
+def _mb(n: int) -> str:
+    """MB with the digits that tell a small free space from a small need apart ("0.07 MB free,
+    needs about 0.15 MB", not "0.1 ... 0.1"): whole MB from 10 MB on, one decimal below, two below 1."""
+    mb = n / 1_000_000
+    if mb >= 10 or mb == 0:
+        return f"{mb:.0f}"
+    return f"{mb:.1f}" if mb >= 1 else f"{mb:.2f}"
 
 
 class StoreError(MemoryctlError):

@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any
 from memoryctl._version import __version__
 from memoryctl.errors import ExitCode, MemoryctlError
 from memoryctl.health_nightly import nightly_probe
-from memoryctl.health_pg import cluster_status, read_replication
+from memoryctl.health_pg import (
+    cluster_status,
+    pending_restart_note,
+    read_pending_restart,
+    read_replication,
+    server_address,
+)
 from memoryctl.metrics import health_metrics
 from memoryctl.stack import Stack
 from memoryctl.stores import names
@@ -111,6 +117,8 @@ def postgres_probe(stack: Stack) -> dict[str, Any]:
         count = conn.execute("SELECT count(*) AS n FROM memories WHERE deleted_at IS NULL").fetchone()
         jobs = timescale_jobs(conn) if ts.installed else []
         replication = read_replication(conn) if replicated else None
+        pending = read_pending_restart(conn)
+        server = server_address(conn)
     schema = schema_state(pool)
     applied = max((r["version"] for r in schema), default=0)
     path = next((r["variant"] for r in schema if r["version"] == 2), None)
@@ -124,6 +132,7 @@ def postgres_probe(stack: Stack) -> dict[str, Any]:
         "schema_path": path,
         "memories": count["n"] if count else None,
         "profile": stack.settings.profile,
+        "pending_restart": pending,
     }
     problems = timescale_problems(ts, path, jobs)
     if applied < latest_version():
@@ -133,12 +142,15 @@ def postgres_probe(stack: Stack) -> dict[str, Any]:
         res["cluster"] = cluster
         if cluster["problems"]:
             problems.insert(0, "PostgreSQL cluster: " + "; ".join(cluster["problems"]))
+    notes = [pending_restart_note(pending, server)] if pending else []
     if problems:
         res.update(status="degraded", error="; ".join(problems))
     elif path == "plain" and ts.available and not ts.preloaded:
-        res["note"] = (
+        notes.append(
             "TimescaleDB is installed but not in shared_preload_libraries: this database uses the plain tables"
         )
+    if notes:
+        res["note"] = "; ".join(notes)
     return res
 
 

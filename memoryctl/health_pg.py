@@ -7,6 +7,7 @@ the WAL being written now (the first 8 hex digits of ``pg_walfile_name(pg_curren
 changes at a promotion, before the next checkpoint would show it in ``pg_control_checkpoint()``) and
 ``pg_stat_replication``, whose columns past ``pid`` only a member of ``pg_monitor`` (through
 ``pg_read_all_stats``) or a superuser sees; the deploy grants ``pg_monitor`` to the memoryctl role.
+And, on any server, the settings pending a restart (a note: the server runs on as it was).
 
 Only asked when ``[postgres] hosts`` names two members or more: a single server shows nothing new.
 The fixed queries take no input (no SQL is built from settings or user text).
@@ -29,6 +30,27 @@ STANDBYS_SQL = (
 )
 
 
+PENDING_RESTART_SQL = "SELECT name FROM pg_settings WHERE pending_restart ORDER BY name"
+
+
+def read_pending_restart(conn: Any) -> list[str]:
+    """The settings the server on ``conn`` was given (a changed file, a Patroni ``edit-config``)
+    but applies only after a restart (``pg_settings.pending_restart``: PostgreSQL sets it on
+    reload). A single server or the primary the connection landed on: each member answers for
+    itself only (Patroni's ``patronictl list`` and the ``PostgresRestartPending`` alert cover the
+    others). ``conn`` is a psycopg connection with ``dict_row``."""
+    return [row["name"] for row in conn.execute(PENDING_RESTART_SQL)]
+
+
+def pending_restart_note(settings: Sequence[str], server: str) -> str:
+    """A note, not a problem: the server runs as before, and the deploy restarts it (through
+    Patroni: replicas first, the leader last, docs/ha.md "Rolled restart")."""
+    return (
+        f"restart pending on {server} for {', '.join(settings)}: the server runs with the old values"
+        " until restarted (the deploy does it; with Patroni: patronictl restart <scope> <member> --pending)"
+    )
+
+
 def read_replication(conn: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The server's side (``in_recovery``, ``timeline``, the sync settings) and, on a primary, its
     ``pg_stat_replication`` rows. ``conn`` is a psycopg connection with ``dict_row``."""
@@ -38,7 +60,7 @@ def read_replication(conn: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         " current_setting('synchronous_commit') AS synchronous_commit"
     ).fetchone()
     server: dict[str, Any] = dict(row or {})
-    server["connected_to"] = _address(conn.info.host, conn.info.port)
+    server["connected_to"] = server_address(conn)
     if server.get("in_recovery"):
         # pg_current_wal_lsn() raises during recovery; the replayed timeline is what a standby has
         tli = conn.execute("SELECT received_tli AS tli FROM pg_stat_wal_receiver").fetchone()
@@ -47,6 +69,11 @@ def read_replication(conn: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     wal = conn.execute("SELECT pg_walfile_name(pg_current_wal_lsn()) AS walfile").fetchone()
     server["timeline"] = int(wal["walfile"][:8], 16) if wal and wal["walfile"] else None
     return server, list(conn.execute(STANDBYS_SQL))
+
+
+def server_address(conn: Any) -> str:
+    """``host:port`` of the server ``conn`` is connected to."""
+    return _address(conn.info.host, conn.info.port)
 
 
 def _address(host: str, port: int | str) -> str:

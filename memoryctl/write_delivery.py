@@ -124,7 +124,7 @@ class WriteDelivery:
         for target in targets:
             breaker = self.breaker(target)
             if not breaker.allow():
-                ago = time.monotonic() - (breaker.opened_at or time.monotonic())
+                ago = breaker.clock() - (breaker.opened_at or breaker.clock())
                 report.failed[target] = (
                     f"not tried: its delivery failed {ago:.0f} s ago; the outbox delivers it"
                     f" (a write tries again {self.reset_s:g} s after the failure; or `memoryctl sync`)"

@@ -44,13 +44,18 @@ def merge_embedding_adapter(
     merged = load_embedding_model(adapter, base_model_dir=base, verify=True, merge=True)
     partial = out.with_name(f".{out.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)
-    _copy_contents(base, partial, ignore=shutil.ignore_patterns(*WEIGHT_FILES, "onnx", "*.onnx", ".git*"))
-    merged.model.save_pretrained(str(partial), safe_serialization=True)
-    manifest: dict[str, Any] = read_manifest(adapter)
-    about = {"base_model_dir": str(base), "adapter_dir": str(adapter), "model_id": merged.model_id}
-    (partial / MERGED_MANIFEST).write_text(json.dumps({**about, "adapter_manifest": manifest}, indent=2))
-    _readable_like(partial, out.parent)
-    os.replace(partial, out)
+    try:
+        _copy_contents(base, partial, ignore=shutil.ignore_patterns(*WEIGHT_FILES, "onnx", "*.onnx", ".git*"))
+        merged.model.save_pretrained(str(partial), safe_serialization=True)
+        manifest: dict[str, Any] = read_manifest(adapter)
+        about = {"base_model_dir": str(base), "adapter_dir": str(adapter), "model_id": merged.model_id}
+        (partial / MERGED_MANIFEST).write_text(json.dumps({**about, "adapter_manifest": manifest}, indent=2))
+        _readable_like(partial, out.parent)
+        os.replace(partial, out)
+    except BaseException:
+        # A full disk half-way (a model version is gigabytes) leaves nothing behind to fill it more.
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     return out
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from memoryctl.diskspace import atomic_file
 from memoryctl.errors import StoreError, StoreUnavailable
 
 CHUNK = 1 << 20
@@ -123,7 +124,9 @@ class QdrantSnapshots:
         try:
             with self._errors(f"download {name}"), self.client.stream("GET", f"{base}/{name}") as response:
                 response.raise_for_status()
-                with dest.open("wb") as fh:
+                # Under a temporary name, renamed when complete: a full disk leaves no partial shard.
+                size = created.get("size")
+                with atomic_file(dest, int(size) if size is not None else None) as tmp, tmp.open("wb") as fh:
                     for chunk in response.iter_bytes(CHUNK):
                         digest.update(chunk)
                         fh.write(chunk)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from memoryctl.backup.qdrant import QdrantSnapshots
 from memoryctl.backup.target import MANIFEST, BackupError, SnapshotTarget, make_target
+from memoryctl.diskspace import cleaned_up
 from memoryctl.errors import ConfigError, StoreError
 from memoryctl.ops.runs import recorded_run
 from memoryctl.stores.protocols import EmbeddingModelInfo
@@ -72,10 +73,11 @@ def backup_qdrant(stack: Stack) -> dict[str, Any]:
         started = time.perf_counter()
         name = set_name(datetime.now(UTC))
         local = spool_of(stack) / name
-        local.mkdir()
         try:
-            manifest = _snapshot_all(stack, api, local, name)
-            (local / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+            with cleaned_up(local):  # a full spool disk: the clear error, no half set left behind
+                local.mkdir()
+                manifest = _snapshot_all(stack, api, local, name)
+                (local / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
             snapshot_s = time.perf_counter() - started
             target.put(local)
         finally:

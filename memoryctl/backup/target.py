@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
-from memoryctl.errors import ConfigError, MemoryctlError
+from memoryctl.diskspace import cleaned_up, device, free_bytes, tree_bytes
+from memoryctl.errors import ConfigError, DiskFullError, MemoryctlError
 
 SET_NAME = re.compile(r"^\d{8}T\d{6}Z$")
 MANIFEST = "manifest.json"
@@ -71,16 +72,18 @@ class DirectoryTarget:
 
     def put(self, local: Path) -> None:
         dest = self.path / local.name
-        dest.mkdir(parents=True, exist_ok=True)
-        for item in sorted(local.rglob("*")):
-            if item.is_file() and item.name != MANIFEST:
-                (dest / item.relative_to(local)).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(item, dest / item.relative_to(local))
-        shutil.copyfile(local / MANIFEST, dest / MANIFEST)
+        with cleaned_up(dest, tree_bytes(local)):  # a full target: no incomplete set left there
+            dest.mkdir(parents=True, exist_ok=True)
+            for item in sorted(local.rglob("*")):
+                if item.is_file() and item.name != MANIFEST:
+                    (dest / item.relative_to(local)).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(item, dest / item.relative_to(local))
+            shutil.copyfile(local / MANIFEST, dest / MANIFEST)
 
     def fetch(self, name: str, into: Path) -> Path:
         dest = into / name
-        shutil.copytree(self.path / name, dest, dirs_exist_ok=True)
+        with cleaned_up(dest, tree_bytes(self.path / name)):
+            shutil.copytree(self.path / name, dest, dirs_exist_ok=True)
         return dest
 
     def manifest(self, name: str) -> dict[str, Any]:
@@ -136,8 +139,15 @@ class RsyncTarget:
 
     def fetch(self, name: str, into: Path) -> Path:
         dest = into / name
-        dest.mkdir(parents=True, exist_ok=True)
-        self._rsync("-r", f"{self.url}/{name}/", f"{dest}/")
+        try:
+            with cleaned_up(dest):
+                dest.mkdir(parents=True, exist_ok=True)
+                self._rsync("-r", f"{self.url}/{name}/", f"{dest}/")
+        except BackupError as exc:
+            # rsync says "No space left on device" (exit 11) when *this* side filled up.
+            if "No space left on device" in exc.message:
+                raise DiskFullError(str(dest), device(dest), free_bytes(dest), None) from exc
+            raise
         return dest
 
     def manifest(self, name: str) -> dict[str, Any]:

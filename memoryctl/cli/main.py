@@ -62,15 +62,21 @@ def guarded(command: Callable[[], int | None]) -> int | None:
     try:
         return command()
     except MemoryctlError as exc:
-        err.print(f"error: {exc.message}", markup=False, highlight=False)
-        if exc.hint:
-            err.print(f"hint: {exc.hint}", markup=False, highlight=False)
-        return int(exc.exit_code)
+        return _report(exc)
     except KeyboardInterrupt:
         err.print("interrupted", markup=False)
         return 130
     except BrokenPipeError:
         return int(ExitCode.OK)
+    except OSError as exc:
+        # A full disk anywhere a command writes (adapters, a migration's files …) is the operator's
+        # to fix, not a bug: the same message as the write sites that know their size say.
+        from memoryctl.diskspace import disk_full  # only when it happens: start-up time
+
+        full = disk_full(exc)
+        if full is None:
+            raise
+        return _report(full)
     except Exception as exc:
         kind = _click_kind(exc)
         if kind == "Exit":
@@ -82,3 +88,11 @@ def guarded(command: Callable[[], int | None]) -> int | None:
             exc.show(file=sys.stderr)  # type: ignore[attr-defined]
             return int(getattr(exc, "exit_code", ExitCode.USAGE) or ExitCode.USAGE)
         raise
+
+
+def _report(exc: MemoryctlError) -> int:
+    """A deliberate error printed as ``error: …`` / ``hint: …``; its exit code."""
+    err.print(f"error: {exc.message}", markup=False, highlight=False)
+    if exc.hint:
+        err.print(f"hint: {exc.hint}", markup=False, highlight=False)
+    return int(exc.exit_code)

@@ -177,6 +177,8 @@ def health(report: dict[str, Any], values: Mapping[str, Any]) -> None:
         if name == "postgres" and isinstance(comp.get("cluster"), dict):
             for role, line in member_lines(comp["cluster"]):  # one row per member, under postgres
                 table.add_row(f"  {role}", "", "", line)
+        if comp.get("note"):  # e.g. postgres: settings pending a restart
+            table.add_row("  note", "", "", comp["note"])
         if name == "nightly":
             for label, status, line in nightly_lines(comp):  # the last night's steps, the adapters
                 table.add_row(label, status, "", line)

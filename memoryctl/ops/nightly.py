@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryctl.config import EmbedderSettings
+from memoryctl.diskspace import disk_full, tree_bytes
 from memoryctl.errors import MemoryctlError, UsageError
 from memoryctl.ops.needs import Stores
 from memoryctl.ops.pgstate import OpsState
@@ -74,7 +75,13 @@ class NightlyReport:
 def _step(report: NightlyReport, name: str, fn: Callable[[], tuple[str, dict[str, Any]]]) -> StepOutcome:
     t0 = time.perf_counter()
     try:
-        status, detail = fn()
+        try:
+            status, detail = fn()
+        except OSError as exc:  # a full disk while training, registering, merging: said plainly
+            full = disk_full(exc)
+            if full is None:
+                raise
+            raise full from exc
     except MemoryctlError as exc:
         status, detail = "failed", {"error": exc.message, **({"hint": exc.hint} if exc.hint else {})}
     outcome = StepOutcome(name, status, detail, time.perf_counter() - t0)
@@ -215,9 +222,16 @@ class Nightly:
         from memoryctl_lora.merge import merge_embedding_adapter
 
         out_dir = versions_dir(self.settings) / served_name(version.model_id)
-        if not out_dir.exists():  # a version is written once; a retried night reuses it
+        if not out_dir.exists():  # a version is written once (whole, or not at all); a retried night reuses it
             out_dir.parent.mkdir(parents=True, exist_ok=True)
-            merge_embedding_adapter(version.path, out_dir, base_model_dir=self.ns.embedding_base_model)
+            base = self.ns.embedding_base_model
+            try:
+                merge_embedding_adapter(version.path, out_dir, base_model_dir=base)
+            except OSError as exc:  # the merged copy is about the base model's size
+                full = disk_full(exc, out_dir, tree_bytes(Path(base)) if base and Path(base).is_dir() else None)
+                if full is None:
+                    raise
+                raise full from exc
         active = effective_embedder_settings(self.stack.pool, self.settings.embedder)
         return serve_on_idle_slot(self.settings, out_dir, active.url)
 

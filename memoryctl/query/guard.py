@@ -26,13 +26,14 @@ class Breaker:
     failures: int = 0
     opened_at: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)  # tests step their own
 
     def allow(self) -> bool:
         with self._lock:
             if self.opened_at is None:
                 return True
-            if time.monotonic() - self.opened_at >= self.reset_s:
-                self.opened_at = time.monotonic()  # half-open: let this one call try
+            if self.clock() - self.opened_at >= self.reset_s:
+                self.opened_at = self.clock()  # half-open: let this one call try
                 return True
             return False
 
@@ -43,7 +44,7 @@ class Breaker:
             else:
                 self.failures += 1
                 if self.failures >= self.failures_to_open:
-                    self.opened_at = time.monotonic()
+                    self.opened_at = self.clock()
 
     @property
     def state(self) -> str:

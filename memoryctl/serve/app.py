@@ -40,6 +40,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memoryctl.declaration.declare import Operation
 from memoryctl.declaration.table import OPERATIONS
+from memoryctl.diskspace import disk_full
 from memoryctl.errors import ConflictError, ExitCode, MemoryctlError, NotFoundError, StoreError
 from memoryctl.operations.access import OPERATOR, AccessDenied, Caller, bind
 from memoryctl.operations.reply import Reply
@@ -234,9 +235,16 @@ def _endpoint(service: Service, op: Operation) -> Callable[[Request], Awaitable[
             status = status_for(exc)
             body = encode({"error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)})
         except Exception as exc:
-            log.exception("%s failed", op.path)
-            status = 500
-            body = encode({"error": f"internal error ({type(exc).__name__}); see the service's log", "exit_code": 1})
+            full = disk_full(exc) if isinstance(exc, OSError) else None
+            if full is not None:  # the operator's to fix, said as the CLI says it
+                status = status_for(full)
+                body = encode({"error": full.message, "hint": full.hint, "exit_code": int(full.exit_code)})
+            else:
+                log.exception("%s failed", op.path)
+                status = 500
+                body = encode(
+                    {"error": f"internal error ({type(exc).__name__}); see the service's log", "exit_code": 1}
+                )
         if status >= 500:
             service.count("errors")
         log.info("POST %s %d %.1f ms", op.path, status, (time.perf_counter() - t0) * 1000)

@@ -3,10 +3,12 @@ run memoryctl on the db node as cron would, and ask a node's Qdrant peer over th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -86,13 +88,18 @@ def run_deploy(log: Path, *, overlay: Path | None = None, kill_at: str | None = 
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
+            start_new_session=True,  # its own process group: killed with whatever it started
         )
-        while proc.poll() is None:
-            if kill_at is not None and f"Starting operation: {kill_at}" in log.read_text():
-                proc.kill()
-                break
-            time.sleep(0.2)
-        returncode = proc.wait()
+        try:
+            while proc.poll() is None and not (
+                kill_at is not None and f"Starting operation: {kill_at}" in log.read_text()
+            ):
+                time.sleep(0.2)
+        finally:  # killed at kill_at, and whenever the test ends first (its timeout, Ctrl-C, an error)
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            returncode = proc.wait()
     seconds = time.monotonic() - started
     output = log.read_text()
     match = _GRAND_TOTAL.search(output)
@@ -106,6 +113,40 @@ def node(name: str) -> testinfra.host.Host:
 
 def cluster(command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(CLUSTER), command], cwd=REPO, capture_output=True, text=True, check=False)
+
+
+CLUSTER_LOGS = REPO / ".cache" / "cluster-logs"
+# What a node's log holds: its whole journal, then the units that failed.
+JOURNAL = "journalctl --no-pager -o short-iso; echo; echo '--- failed units'; systemctl --failed --no-pager"
+
+
+def nodes_running() -> list[str]:
+    """The nodes ``scripts/cluster status`` does not list as stopped (booted, starting or unreachable)."""
+    rows = (line.split("\t") for line in cluster("status").stdout.splitlines())
+    return [row[0] for row in rows if len(row) == 3 and row[2] != "stopped"]
+
+
+def save_journals(names: list[str]) -> Path:
+    """Each node's journal and failed units into ``.cache/cluster-logs/<node>.log`` (over SSH; a node
+    that does not answer gets the error instead): what is left to read once ``cluster down`` has
+    deleted the nodes."""
+    CLUSTER_LOGS.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        ssh = ["ssh", "-i", str(SSH_KEY), *SSH_OPTIONS.split(), "-o", "ConnectTimeout=10", f"root@{NODES[name]}"]
+        with (CLUSTER_LOGS / f"{name}.log").open("w") as out:
+            try:
+                subprocess.run([*ssh, JOURNAL], stdout=out, stderr=subprocess.STDOUT, timeout=300, check=False)
+            except subprocess.TimeoutExpired:
+                out.write(f"\n--- {name}: the journal was not read within 300 s\n")
+    return CLUSTER_LOGS
+
+
+def take_down() -> subprocess.CompletedProcess[str]:
+    """``scripts/cluster down``, the running nodes' journals saved first (``save_journals``)."""
+    running = nodes_running()
+    if running:
+        save_journals(running)
+    return cluster("down")
 
 
 def put(name: str, content: str, remote: str, owner: str = "root") -> None:
@@ -223,3 +264,13 @@ def wait_for(what: str, check: Any, timeout: float, interval: float = 2.0) -> An
             return last
         time.sleep(interval)
     raise AssertionError(f"{what}: not reached in {timeout:.0f} s (last: {last!r})"[:2000])
+
+
+if __name__ == "__main__":
+    # `python3 -m tests.deploy.cluster down`: .ci/run's exit trap, for a session that could not take
+    # its nodes down itself (killed, or hung past the job's time).
+    if sys.argv[1:] != ["down"]:
+        raise SystemExit("usage: python3 -m tests.deploy.cluster down")
+    done = take_down()
+    print(done.stderr.strip() or done.stdout.strip(), file=sys.stderr)
+    raise SystemExit(done.returncode)

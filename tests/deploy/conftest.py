@@ -1,12 +1,16 @@
 """Deploy tests: three local nodes (``scripts/cluster``), two pyinfra runs, then verification.
 
-The session fixture ``deployed`` brings the cluster up (unless it already is: ``scripts/cluster up``
-also starts the controller's stand-ins, ``scripts/standin``), deploys from scratch and kills that
-run half-way (right after TimescaleDB's repository was added), deploys again (that run must
-converge), deploys a third time (that run must change nothing), and tears the cluster down at the
-end unless it was already up before the session or ``MEMORYCTL_CLUSTER_KEEP=1``. Those runs deploy
-PostgreSQL as a single server (tests/deploy/single-server.yaml); test_ha.py, ordered last, converts
-it to the inventory's Patroni cluster. ``imported`` then
+The session fixture ``local_cluster`` brings the cluster up (``scripts/cluster up`` also starts the
+controller's stand-ins, ``scripts/standin``); ``deployed`` deploys from scratch and kills that run
+half-way (right after TimescaleDB's repository was added), deploys again (that run must
+converge), deploys a third time (that run must change nothing). The tests on the nodes run as one
+block, test_ha.py and test_reshape.py last (``RUN_LAST``), and the nodes go down as soon as its
+last test has run, whatever its outcome (and when ``up`` fails), their journals saved first to
+``.cache/cluster-logs/<node>.log``; nothing else of the session runs beside them. A cluster left up
+by an earlier run is taken down and brought up fresh; ``MEMORYCTL_CLUSTER_KEEP=1`` reuses it and
+leaves the nodes up at the end. Those runs deploy PostgreSQL as a single server
+(tests/deploy/single-server.yaml); test_ha.py converts it to the inventory's Patroni cluster.
+``imported`` then
 initialises memoryctl on the db node and imports the end-to-end data set (tests/deploy/e2e_data.py)
 over the mesh. Timings, changed counts, figures of the end-to-end and fault tests and ``ss -ltn`` of
 every node are written to ``.cache/deploy-report.json`` and printed in the terminal summary:
@@ -30,6 +34,7 @@ import pytest
 from tests.deploy import e2e_data
 from tests.deploy.cluster import (
     BASE_OVERLAYS,
+    CLUSTER_LOGS,
     NODES,
     REPO,
     DeployRun,
@@ -38,6 +43,7 @@ from tests.deploy.cluster import (
     node,
     put,
     run_deploy,
+    take_down,
     wait_for,
 )
 
@@ -71,6 +77,24 @@ def _missing_tools() -> list[str]:
     return [tool for tool in tools if shutil.which(tool) is None]
 
 
+class _TakeDown:
+    """``take_down`` (journals, then ``cluster down``) at most once, and only when armed: by a session
+    that brought the nodes up without ``MEMORYCTL_CLUSTER_KEEP=1``, or whose ``up`` failed."""
+
+    def __init__(self) -> None:
+        self.armed = False
+
+    def __call__(self) -> None:
+        if self.armed:
+            self.armed = False
+            started = time.monotonic()
+            down = take_down()
+            record("cluster_down", {"seconds": round(time.monotonic() - started, 1), "rc": down.returncode})
+
+
+_take_down = _TakeDown()
+
+
 @pytest.fixture(scope="session")
 def local_cluster() -> Iterator[None]:
     if os.geteuid() != 0:
@@ -78,18 +102,24 @@ def local_cluster() -> Iterator[None]:
     missing = _missing_tools()
     if missing:
         pytest.fail(f"host tools missing for the local nodes: {missing} (see .ci/apt-packages.txt)")
-    already_up = cluster("status").returncode == 0
-    if not already_up:
+    # MEMORYCTL_DEPLOY_REUSE=1 means the nodes as they are: kept, as with MEMORYCTL_CLUSTER_KEEP=1
+    keep = "1" in (os.environ.get("MEMORYCTL_CLUSTER_KEEP"), os.environ.get("MEMORYCTL_DEPLOY_REUSE"))
+    if keep and cluster("status").returncode == 0:
+        record("cluster_up", {"reused": "MEMORYCTL_CLUSTER_KEEP=1"})
+    else:
+        take_down()  # whatever an earlier run left (killed, kept, half up) is never deployed over
         started = time.monotonic()
+        _take_down.armed = True
         up = cluster("up")
         if up.returncode != 0:
-            pytest.fail(f"scripts/cluster up failed:\n{up.stdout}\n{up.stderr}")
+            _take_down()
+            pytest.fail(f"scripts/cluster up failed (journals: {CLUSTER_LOGS}):\n{up.stdout}\n{up.stderr}")
+        _take_down.armed = not keep
         record(
             "cluster_up", {"seconds": round(time.monotonic() - started, 1), "log": up.stderr.strip().splitlines()[-1:]}
         )
     yield
-    if not already_up and os.environ.get("MEMORYCTL_CLUSTER_KEEP") != "1":
-        cluster("down")
+    _take_down()  # a no-op when pytest_runtest_teardown did it after the last test on the nodes
 
 
 @pytest.fixture(scope="session")
@@ -166,9 +196,16 @@ def imported(deployed: Deployed, dataset: e2e_data.DataSet) -> e2e_data.DataSet:
 # Whichever test first asks for the deployed stack pays for two whole deploys (about 6 and 1
 # minutes on an idle machine, twice that on a busy one): more than the suite's per-test timeout.
 DEPLOY_TIMEOUT = 1800
-# After every other deploy test, in this order: the conversion to the Patroni cluster and its
-# drills, then the drills that change the cluster's shape (they need the converted cluster).
+
+
+# Modules that end the block of tests on the nodes, in this order: test_ha.py converts the single
+# server to the inventory's Patroni cluster and drills it, test_reshape.py then changes the shape.
 RUN_LAST = ("tests/deploy/test_ha.py", "tests/deploy/test_reshape.py")
+
+
+def on_nodes(item: pytest.Item) -> bool:
+    """A test that needs the local nodes (marked ``deploy``, or asking for ``local_cluster``)."""
+    return item.get_closest_marker("deploy") is not None or "local_cluster" in getattr(item, "fixturenames", ())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -179,18 +216,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if drills:
             config.hook.pytest_deselected(items=drills)
             items[:] = [item for item in items if item not in drills]
-    # The Patroni conversion and its drills come right after every other test of the deployed stack
-    # (they run on the single server), then the cluster-shape drills on the converted cluster, before
-    # whatever the session runs next.
-    last = [item for module in RUN_LAST for item in items if item.nodeid.startswith(module)]
-    if last:
-        rest = [item for item in items if item not in last]
-        on_nodes = [i for i, item in enumerate(rest) if item.nodeid.startswith("tests/deploy/test_")]
-        at = on_nodes[-1] + 1 if on_nodes else len(rest)
-        items[:] = rest[:at] + last + rest[at:]
+    # The tests on the nodes run as one block, where the first of them was collected (the nodes go
+    # down right after its last test, pytest_runtest_teardown), RUN_LAST's modules at its end.
+    block = [item for item in items if on_nodes(item)]
+    if block:
+        rank = {module: n for n, module in enumerate(RUN_LAST, start=1)}
+        block.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], 0))  # stable: the rest keeps its order
+        rest = [item for item in items if not on_nodes(item)]
+        at = items.index(block[0])
+        items[:] = rest[:at] + block + rest[at:]
     for item in items:
         if "deployed" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.timeout(DEPLOY_TIMEOUT))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """The nodes go down once the last test on them is torn down (its module's fixtures may still use
+    them), failed or not: the rest of the session does not share the cores with three nodes."""
+    try:
+        return (yield)
+    finally:
+        if on_nodes(item) and (nextitem is None or not on_nodes(nextitem)):
+            _take_down()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -131,6 +131,9 @@ def test_unattended_security_upgrades_are_on(deployed: Deployed, name: str) -> N
     pattern = "Unattended-Upgrade::Origins-Pattern:: "
     origins = [line.removeprefix(pattern) for line in upgrades.splitlines() if line.startswith(pattern)]
     assert origins == ['"origin=Debian,codename=${distro_codename}-security,label=Debian-Security";']
+    held = "Unattended-Upgrade::Package-Blacklist:: "
+    blacklist = {line.removeprefix(held) for line in upgrades.splitlines() if line.startswith(held)}
+    assert {'"patroni$";', '"etcd-server$";', '"postgresql-";', '"timescaledb-";'} <= blacklist  # docs/ha.md
 
 
 def test_unattended_upgrade_runs_with_security_origins_only(deployed: Deployed) -> None:
@@ -187,7 +190,10 @@ def test_firewall_public_side_ssh_and_wireguard_only(deployed: Deployed, name: s
     ruleset = host.check_output("nft list chain inet memoryctl input")
     assert "policy drop" in ruleset
     assert 'tcp dport 22 accept comment "ssh"' in ruleset
-    assert 'udp dport 51820 accept comment "wireguard"' in ruleset
+    # WireGuard only from the other nodes' public addresses (issue 40): one line, the peers named.
+    (wireguard,) = [line for line in ruleset.splitlines() if 'comment "wireguard from the peers"' in line]
+    assert "ip saddr" in wireguard and "udp dport 51820 accept" in wireguard
+    assert all(NODES[peer] in wireguard for peer in NODES if peer != name) and NODES[name] not in wireguard
     services = [line for line in ruleset.splitlines() if "services over the mesh" in line]
     assert len(services) == 1 and 'iifname "wg0"' in services[0] and "10.77.0.0/24" in services[0]
     opened = {int(p) for p in re.findall(r"\d+", services[0].split("dport", 1)[1].split("accept")[0])}

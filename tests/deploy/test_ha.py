@@ -32,21 +32,27 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from deploy.osrelease import DEFAULT, RELEASES
+from memoryctl.errors import ExitCode
+from memoryctl.health_pg import NO_SYNC_STANDBY
+from memoryctl.stores import names
 from tests.deploy import e2e_data
 from tests.deploy.cluster import BASE_OVERLAYS, CLUSTER, MESH, REPO, memoryctl, node, put, run_deploy, wait_for
 from tests.deploy.conftest import SINGLE_SERVER, record
 from tests.deploy.test_monitoring import DB, OPS, psql, sh, timed
+from tests.deploy.test_upgrades import overlay
 
 pytestmark = pytest.mark.deploy
 MEMBERS = ("node1", "node2")
 WRITER = "/usr/local/sbin/memoryctl-ha-writer"
 PATRONICTL = "patronictl -c /etc/patroni/config.yml"
 PG_VERSION = RELEASES[DEFAULT].postgres
+WRITES_BACK_WITHIN_S = 30  # issue 26's target for a hard primary loss: a product promise, asserted
 # One memory every 0.5 s through the service; each line: start (epoch s), id, exit code, seconds.
 WRITER_SCRIPT = """#!/bin/sh
 label=$1; seconds=$2; log=/var/lib/memoryctl/ha-$label.log
@@ -223,6 +229,45 @@ def test_the_cluster_leads_from_the_db_node_with_a_synchronous_standby(ha: dict[
     record("ha_cluster", cluster_view())
 
 
+def test_max_connections_from_the_inventory_is_rolled_onto_every_member(ha: dict[str, Any], tmp_path: Path) -> None:
+    """docs/ha.md "Settings Patroni owns": a raised ``max_connections`` reaches etcd through
+    ``patronictl edit-config`` and both members through the roll (the standby first); the run
+    after changes nothing; the inventory's own value back (a lowered one: primary, then standby)."""
+    wait_for("node2 streams in sync", lambda: streaming_sync("node2"), timeout=300)
+
+    def shown() -> dict[str, str]:
+        return {m: node(m).check_output("sudo -u postgres psql -XAtc 'SHOW max_connections'").strip() for m in MEMBERS}
+
+    before = shown()
+    raised = int(before["node1"]) + 10
+    logs = REPO / ".cache"
+    bigger = overlay(tmp_path, {"postgres": {"max_connections": raised}})
+    with writers("max-connections", 300) as rows:  # the roll comes at the end of the run
+        rolled = run_deploy(logs / "deploy-max-connections.log", overlay=bigger)
+    writes = check_nothing_lost("max-connections", rows)
+    after = shown()
+    again = run_deploy(logs / "deploy-max-connections-again.log", overlay=bigger)
+    back = run_deploy(logs / "deploy-max-connections-back.log")
+    record(
+        "ha_max_connections",
+        {
+            "before": before,
+            "after": after,
+            "rolled": rolled.figures(),
+            "writes": writes,  # a failed request: the primary's restart in place (docs/ha.md)
+            "failed_requests": [row for row in rows if row[2] not in (0, 3)],
+            "second_run": {**again.figures(), "changed_operations": again.changed_operations()},
+            "back": {**back.figures(), "shown": shown()},
+            "leader": leader(),
+        },
+    )
+    assert rolled.returncode == 0 and rolled.errors == 0, rolled.output[-4000:]
+    assert after == {m: str(raised) for m in MEMBERS}, after
+    assert again.returncode == 0 and again.changed_operations() == [], again.changed_operations()
+    assert back.returncode == 0 and shown() == before
+    assert leader() == "node1"  # restarted in place: no switchover
+
+
 def test_a_planned_switchover_fails_no_request(ha: dict[str, Any]) -> None:
     wait_for("node2 streams in sync", lambda: streaming_sync("node2"), timeout=300)
     events: dict[str, float] = {}
@@ -288,10 +333,12 @@ def test_the_primary_loses_its_power_writes_come_back_and_it_rejoins(ha: dict[st
     # Patroni's part: the standby leads within the lock's ttl (20 s), a loop (3 s) and its probe
     # of the lost member. The first write back then waits at most [write] delivery_budget_s (3 s)
     # for the lost index node's Neo4j and Qdrant replica (exit 3: stored, delivery pending), and
-    # the writes after it not at all (the breaker). The figures are the report's (docs/ha.md);
-    # the bounds only say that the leader changes and writes do come back.
-    assert leader_change < 30, (leader_change, figures)
-    assert outage is not None and outage < 90, (outage, figures)
+    # the writes after it not at all (the breaker). The leader change is a figure (the report,
+    # docs/ha.md); the leader did change (wait_for above) and writes came back.
+    assert outage is not None, figures
+    # The one timing asserted: issue 26's product promise, writes back within 30 s of a hard primary
+    # loss. Measured 23.6 s locally and 25.7 s in the loaded fresh-clone CI rehearsal: a 4.3 s margin.
+    assert outage < WRITES_BACK_WITHIN_S, (outage, figures)
 
     started = time.time()
     boot = subprocess.run([str(CLUSTER), "start", "node2"], cwd=REPO, capture_output=True, text=True)
@@ -314,8 +361,12 @@ def test_the_standby_lost_writes_continue_and_health_says_so(ha: dict[str, Any])
             pass
         figures = check_nothing_lost("standby-lost", rows)
         assert all(row[2] in (0, 3) for row in rows), figures
-        health = memoryctl("health", "--json")
+        health = memoryctl("health", "--json", "--deadline", "15")  # 15 s: a hang guard on a busy machine
         record("ha_standby_lost", {**figures, "health_rc": health.returncode, "health": health.stdout[-2000:]})
+        # Degraded (exit 3), not healthy: the postgres component names the missing synchronous standby
+        postgres = health.json()["components"][names.POSTGRES]
+        assert health.returncode == ExitCode.PARTIAL and postgres["status"] == "degraded", health.stdout[-3000:]
+        assert any(NO_SYNC_STANDBY in problem for problem in postgres["cluster"]["problems"]), postgres
     finally:
         node(standby).check_output("systemctl start patroni")
     wait_for(f"{standby} is the synchronous standby again", lambda: streaming_sync(standby), timeout=300)
@@ -368,8 +419,11 @@ def test_point_in_time_restore_on_the_cluster(ha: dict[str, Any]) -> None:
         wait_for("node1 leads", lambda: leader() == "node1", timeout=120, interval=0.5)
     scope = node("node1").check_output("sed -n 's/^scope: //p' /etc/patroni/config.yml").strip()
     repo = "sudo -u postgres pgbackrest --stanza=memoryctl"
-    sh(DB, "systemctl stop cron memoryctl-serve")  # no writers while we look
+    marker = "/etc/memoryctl/maintenance"  # docs/ha.md: set first, so no deploy starts Patroni meanwhile
     try:
+        for member in ("node1", "node2"):
+            node(member).check_output(f"mkdir -p /etc/memoryctl && echo 'point-in-time restore drill' > {marker}")
+        sh(DB, "systemctl stop cron memoryctl-serve")  # no writers while we look
         running = "SELECT count(*) FROM maintenance_runs WHERE status = 'running'"
         wait_for("no maintenance run in progress", lambda: psql(running) == "0", timeout=300, interval=2)
         _, backup_s = timed(lambda: sh(OPS, f"{repo} --type=incr backup"))  # from the standby
@@ -407,8 +461,10 @@ def test_point_in_time_restore_on_the_cluster(ha: dict[str, Any]) -> None:
         events["standby_in_sync"] = time.time()
         assert present(replayed | lost) == replayed, "the writes between the backup and T, and none after T"
         assert content() == expected
-    finally:  # the db node's writers come back whatever happened
+    finally:  # the db node's writers come back and the marker goes, whatever happened
         sh(DB, "systemctl start cron memoryctl-serve")
+        for member in ("node1", "node2"):
+            node(member).check_output(f"rm -f {marker}")
     found = memoryctl("reconcile", "--json").json()
     assert found["drift"] >= len(lost), found
     repaired = memoryctl("reconcile", "--repair", "--json")

@@ -2,6 +2,8 @@
 
 - The backup side is up: pgBackRest has a backup and WAL archiving works (`memoryctl backup
   status`), every Prometheus target is up, memoryctl's own metrics arrive.
+- The dead-man's switch: the always-firing Watchdog reaches the heartbeat path of the same webhook
+  every heartbeat interval, and never the operator's receiver.
 - The alert test: Qdrant stopped on the index node → QdrantDown fires in Prometheus and reaches
   the operator: Alertmanager sends it to the receiver the inventory configures — on the local nodes
   a webhook the test runs on the monitoring node records every notification — and the test waits
@@ -11,9 +13,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 import time
+import urllib.parse
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -73,8 +77,18 @@ def test_backups_are_taken_and_monitored(imported: e2e_data.DataSet) -> None:
         if "--prometheus" in line and not line.startswith("#"):
             user, command = line.split(None, 6)[5:]
             sh(DB, f"sudo -u {user} sh -c {shlex.quote(command)}")
-    for metric in ("memoryctl_healthy", "memoryctl_backup_last_success_timestamp_seconds"):
+    sh(DB, "/usr/local/sbin/memoryctl-wal-metrics")  # the archive queue (issue 40), as cron runs it each minute
+    for metric in (
+        "memoryctl_healthy",
+        "memoryctl_backup_last_success_timestamp_seconds",
+        "memoryctl_wal_archive_queue_max_bytes",
+    ):
         wait_for(f"{metric} in Prometheus", lambda m=metric: prometheus(f"/api/v1/query?query={m}")["result"], 60)
+    # The queue limit Prometheus sees is the one pgBackRest enforces on the db node.
+    limit = sh(DB, "sed -n 's/^archive-push-queue-max=//p' /etc/pgbackrest.conf").strip()
+    query = urllib.parse.quote(f'memoryctl_wal_archive_queue_max_bytes{{node="{DB}"}}')
+    (series,) = prometheus(f"/api/v1/query?query={query}")["result"]
+    assert int(limit) > 0 and series["value"][1] == limit, (limit, series)
     record("daytwo_targets", {"up": len(targets), "jobs": jobs})
 
 
@@ -106,6 +120,24 @@ server.timeout = 1
 while time.monotonic() < deadline:
     server.handle_request()
 """
+
+
+def webhook_records() -> list[dict[str, Any]]:
+    """Every notification the test webhook received so far, in order."""
+    return [json.loads(line) for line in sh(OPS, f"cat {WEBHOOK_LOG} 2>/dev/null || true").splitlines()]
+
+
+def _names(record_: dict[str, Any]) -> set[str]:
+    return {alert["labels"]["alertname"] for alert in record_["body"]["alerts"]}
+
+
+def heartbeats() -> list[float]:
+    """When the Watchdog reached the heartbeat path (receiver ``heartbeat``), in the webhook's clock."""
+    return [
+        r["t"]
+        for r in webhook_records()
+        if r["path"] == "/heartbeat" and r["body"]["receiver"] == "heartbeat" and _names(r) == {"Watchdog"}
+    ]
 
 
 def notification(
@@ -169,6 +201,16 @@ def test_alert_qdrant_down_reaches_the_receiver_and_resolves(deployed: Any) -> N
         resolved_s = round(time.monotonic() - started, 1)
         transcript.append(f"{datetime.now(UTC):%H:%M:%S} notification: {resolved['status']} {resolved['labels']}")
         assert resolved["labels"] == sent["labels"] and resolved["endsAt"] > sent["startsAt"]
+        # The dead-man's switch: the Watchdog reaches the heartbeat path every 15-20 s (15 s repeat at
+        # a 10 s tick: inventory/local.yaml), and never the operator's receiver.
+        pings = wait_for(
+            "three Watchdog pings at /heartbeat", lambda: heartbeats() if len(heartbeats()) >= 3 else None, 90, 2
+        )
+        gaps = [round(b - a, 1) for a, b in itertools.pairwise(pings)]
+        transcript.append(f"{datetime.now(UTC):%H:%M:%S} Watchdog pings at /heartbeat, gaps {gaps} s")
+        assert all(gap < 60 for gap in gaps), gaps  # ~20 s apart; room for a slow node, not for a missed minute
+        assert not [r for r in webhook_records() if r["path"] != "/heartbeat" and _names(r) & {"Watchdog"}]
+        heartbeats_seen = heartbeats()
     finally:
         sh(INDEX, "systemctl start qdrant")
         sh(OPS, f"kill $(cat {WEBHOOK}.pid) 2>/dev/null; true")
@@ -178,6 +220,7 @@ def test_alert_qdrant_down_reaches_the_receiver_and_resolves(deployed: Any) -> N
             "fired_in_prometheus_after_s": fired_s,
             "notified_after_s": notified_s,
             "resolved_notified_after_s": resolved_s,
+            "watchdog_pings": [datetime.fromtimestamp(t, UTC).isoformat() for t in heartbeats_seen],
             "transcript": transcript,
         },
     )

@@ -132,10 +132,11 @@ def content() -> dict[str, list[str]]:
 
 
 def write(name: str, count: int) -> set[str]:
-    """``count`` new memories through memoryctl's write path (every table they touch); their ids."""
+    """``count`` new memories through memoryctl's write path (every table they touch); their ids,
+    fresh on every call (a rerun on a kept cluster writes new memories, as the drill needs)."""
     records = [
         {
-            "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"pitr/{name}/{n}")),
+            "id": str(uuid.uuid4()),
             "agent_id": e2e_data.AGENT,
             "text": f"{name}: point-in-time drill memory {n} about the observatory",
             "entities": [{"type": "project", "name": f"pitr-{name}"}],
@@ -159,32 +160,34 @@ def test_drill_postgres_point_in_time_restore(imported: e2e_data.DataSet) -> Non
     _, backup_s = timed(lambda: sh(OPS, f"{repo} --type=full backup"))
     repository_bytes = int(sh(OPS, "du -sb /var/lib/pgbackrest | cut -f1"))
     sh(DB, "systemctl stop cron memoryctl-serve")  # the procedure: no writers while we look
-    # ... including a job cron had already started (a reconcile runs up to a minute): it would
-    # finish between what we look at and the target time.
-    running = "SELECT count(*) FROM maintenance_runs WHERE status = 'running'"
-    wait_for("no maintenance run in progress", lambda: psql(running) == "0", timeout=300, interval=2)
-    replayed = write("before-t", 20)  # after the backup: only WAL replay brings these back
-    expected = content()
-    # T: the server's clock after those commits; anything that commits after this is after T.
-    target = psql("SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US+00')")
-    lost = write("after-t", 10)
-    assert present(replayed | lost) == replayed | lost
-    psql("DROP DATABASE memoryctl WITH (FORCE)", database="postgres")
-    psql("SELECT pg_switch_wal()", database="postgres")
-    wait_for(
-        "WAL archived up to the drop",
-        lambda: psql("SELECT count(*) FROM pg_ls_archive_statusdir() WHERE name LIKE '%.ready'", "postgres") == "0",
-        timeout=60,
-    )
-    started = time.monotonic()
-    sh(DB, f"systemctl stop {PG_SERVICE}")
-    sh(DB, f"{repo} --delta --type=time --target={shlex.quote(target)} --target-action=promote restore")
-    sh(DB, f"systemctl start {PG_SERVICE}")
-    wait_for("recovery finished", lambda: psql("SELECT pg_is_in_recovery()", "postgres") == "f", timeout=300)
-    restore_s = round(time.monotonic() - started, 1)
-    assert present(replayed | lost) == replayed, "the writes between the backup and T, and none after T"
-    assert content() == expected
-    sh(DB, "systemctl start cron memoryctl-serve")
+    try:
+        # ... including a job cron had already started (a reconcile runs up to a minute): it would
+        # finish between what we look at and the target time.
+        running = "SELECT count(*) FROM maintenance_runs WHERE status = 'running'"
+        wait_for("no maintenance run in progress", lambda: psql(running) == "0", timeout=300, interval=2)
+        replayed = write("before-t", 20)  # after the backup: only WAL replay brings these back
+        expected = content()
+        # T: the server's clock after those commits; anything that commits after this is after T.
+        target = psql("SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US+00')")
+        lost = write("after-t", 10)
+        assert present(replayed | lost) == replayed | lost
+        psql("DROP DATABASE memoryctl WITH (FORCE)", database="postgres")
+        psql("SELECT pg_switch_wal()", database="postgres")
+        wait_for(
+            "WAL archived up to the drop",
+            lambda: psql("SELECT count(*) FROM pg_ls_archive_statusdir() WHERE name LIKE '%.ready'", "postgres") == "0",
+            timeout=60,
+        )
+        started = time.monotonic()
+        sh(DB, f"systemctl stop {PG_SERVICE}")
+        sh(DB, f"{repo} --delta --type=time --target={shlex.quote(target)} --target-action=promote restore")
+        sh(DB, f"systemctl start {PG_SERVICE}")
+        wait_for("recovery finished", lambda: psql("SELECT pg_is_in_recovery()", "postgres") == "f", timeout=300)
+        restore_s = round(time.monotonic() - started, 1)
+        assert present(replayed | lost) == replayed, "the writes between the backup and T, and none after T"
+        assert content() == expected
+    finally:  # the server and the db node's writers come back whatever happened (later tests use them)
+        sh(DB, f"systemctl start {PG_SERVICE} cron memoryctl-serve")
     # The derived stores still hold the memories written after T: reconcile finds and drops them.
     found = memoryctl("reconcile", "--json").json()
     assert found["drift"] >= len(lost), found

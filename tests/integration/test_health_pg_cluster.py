@@ -178,6 +178,35 @@ def test_a_standby_behind_in_replay_is_reported_with_its_lag(
     )
 
 
+def test_a_setting_pending_a_restart_is_a_note_not_a_problem(
+    pair: tuple[Server, Server], stack_for: Callable[..., Stack]
+) -> None:
+    """What Patroni's edit-config (or a changed conf.d file) leaves until the restart: the server
+    runs on with the old value, so health says so and stays ok."""
+    primary, _ = pair
+    with psycopg.connect(primary.dsn, autocommit=True) as conn:
+        raised = int(conn.execute("SHOW max_connections").fetchone()[0]) + 10  # type: ignore[index]
+        conn.execute(sql.SQL("ALTER SYSTEM SET max_connections = {}").format(sql.Literal(raised)))
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        wait_until(lambda: _pending(primary) == ["max_connections"], 30)
+        component, code = _postgres(stack_for())
+    finally:
+        with psycopg.connect(primary.dsn, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET max_connections")
+            conn.execute("SELECT pg_reload_conf()")
+        wait_until(lambda: _pending(primary) == [], 30)
+    assert (component["status"], code) == ("ok", 0), component
+    assert component["pending_restart"] == ["max_connections"]
+    assert component["note"].startswith(f"restart pending on 127.0.0.1:{primary.port} for max_connections: ")
+    assert _postgres(stack_for())[0]["pending_restart"] == []
+
+
+def _pending(server: Server) -> list[str]:
+    with psycopg.connect(server.dsn) as conn:
+        return [str(row[0]) for row in conn.execute("SELECT name FROM pg_settings WHERE pending_restart")]
+
+
 def test_the_command_shows_one_line_per_member_and_the_json(pair: tuple[Server, Server], tmp_path: Path) -> None:
     primary, standby = pair
     cfg = tmp_path / "memoryctl.toml"

@@ -32,6 +32,40 @@ def test_skipped_when_too_little_data(tmp_path: Path) -> None:
     assert emb.status == "skipped" and reg.list("embedding") == []
 
 
+def test_the_generation_gate_wants_more_than_min_improvement() -> None:
+    """Issue 42 item 5: ``min_improvement`` was only ever 0 here (ignoring it passed every test).
+    Losses in binary fractions, so the boundary is exact."""
+    from memoryctl_lora.evaluate import generation_gate
+
+    assert generation_gate(1.0, 1.5, min_improvement=0.25).promote  # 0.5 better: more than the floor
+    exact = generation_gate(1.25, 1.5, min_improvement=0.25)
+    assert not exact.promote and "needed > 0.25" in exact.reason  # exactly the floor is not more
+    assert not generation_gate(1.375, 1.5, min_improvement=0.25).promote  # better, within the floor
+    assert generation_gate(1.375, 1.5).promote  # without a floor any improvement promotes
+
+
+def test_the_generation_cycle_gates_with_the_configured_min_loss_improvement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A night whose held-out loss improves by less than ``min_loss_improvement`` (the deploy sets
+    0.01: deploy/nightly.py) registers nothing. Training is
+    replaced by its measured outcome: what is under test is which floor the cycle gates with."""
+    from memoryctl_lora import train_generation
+    from memoryctl_lora._common import TrainResult
+
+    def trained(dataset: object, output_dir: Path | str, config: object, **kw: object) -> TrainResult:
+        metrics = {"heldout_loss_after": 5.745, "heldout_loss_active": 5.75}  # 0.005 better
+        return TrainResult(Path(output_dir), {"metrics": metrics})
+
+    monkeypatch.setattr(train_generation, "train_generation_adapter", trained)
+    reg = AdapterRegistry(tmp_path / "reg")
+    floor = LoraTrainingConfig.for_generation(base_model_path=str(tmp_path), min_loss_improvement=0.01)
+    out = generation_cycle(generation_rows(), registry=reg, workdir=tmp_path / "w", config=floor)
+    assert out.status == "rejected" and "needed > 0.01" in out.reason, out.to_record()
+    assert reg.list("generation") == []
+    assert out.decision is not None and out.decision.metrics["min_improvement"] == 0.01
+
+
 @pytest.mark.slow
 def test_generation_cycle_promote_second_run_and_rollback(tmp_path: Path, timings: dict[str, float]) -> None:
     from memoryctl_lora.train_generation import build_tiny_qwen2

@@ -4,7 +4,7 @@ servers and a blackholed member are in tests/integration/test_pg_vanished_member
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,66 +44,86 @@ def test_members_carry_their_own_port_and_hostaddr() -> None:
     assert members(THREE, {"host": "x"}) is None
 
 
+# Only for a race that is broken and would otherwise wait for ever: generous, never a measure.
+HANG_GUARD_S = 30.0
+
+
 class FakeConn:
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, closed: threading.Event) -> None:
         self.host = host
-        self.closed = False
+        self.closed = closed
 
     def close(self) -> None:
-        self.closed = True
+        self.closed.set()
 
 
 def _script(
-    monkeypatch: pytest.MonkeyPatch, behaviour: dict[str, tuple[float, str]]
-) -> tuple[list[tuple[str, float]], list[FakeConn]]:
-    """psycopg's connect answers per host after a delay: "ok", "read-only" or "refused"."""
-    started: list[tuple[str, float]] = []
-    t0 = time.monotonic()
-    made: list[FakeConn] = []
+    monkeypatch: pytest.MonkeyPatch, behaviour: dict[str, tuple[threading.Event | None, str]]
+) -> tuple[list[str], dict[str, threading.Event]]:
+    """psycopg's connect answers per host "ok", "read-only" or "refused": at once, or once the
+    host's event is set (a member that does not answer until the test lets it). Returns what
+    happened in order ("a tried", "a answered") and, per host, the event its connection's
+    ``close()`` sets."""
+    events: list[str] = []
+    closed = {host: threading.Event() for host in behaviour}
 
     def connect(cls: Any, conninfo: str = "", **kwargs: Any) -> FakeConn:
         host = str(psycopg.conninfo.conninfo_to_dict(conninfo)["host"])
-        started.append((host, time.monotonic() - t0))
-        delay, outcome = behaviour[host]
-        time.sleep(delay)
+        events.append(f"{host} tried")
+        gate, outcome = behaviour[host]
+        if gate is not None and not gate.wait(HANG_GUARD_S):
+            events.append(f"{host} hung")  # the race waited for a member the test never let answer
+            raise psycopg.OperationalError(f"{host}: hung")
+        events.append(f"{host} answered")
         if outcome != "ok":
             raise psycopg.OperationalError(f"{host}: {outcome}")
-        made.append(FakeConn(host))
-        return made[-1]
+        return FakeConn(host, closed[host])
 
     monkeypatch.setattr(psycopg.Connection, "connect", classmethod(connect))
-    return started, made
+    return events, closed
 
 
-def test_a_silent_member_costs_the_stagger_and_a_refusing_one_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    started, _ = _script(monkeypatch, {"a": (3.0, "timeout"), "b": (0.0, "read-only"), "c": (0.0, "ok")})
-    t0 = time.monotonic()
-    conn: Any = ClusterConnection.connect(THREE)
-    took = time.monotonic() - t0
-    assert conn.host == "c"
-    assert [h for h, _ in started] == ["a", "b", "c"]
-    assert pg_connect.CONNECT_STAGGER_S <= took < pg_connect.CONNECT_STAGGER_S + 0.2
-    assert started[2][1] - started[1][1] < 0.1  # b said no: c at once
-    # remembered: c first, and alone
-    assert attempt_order(members(THREE, {})[1])[0] == ("c", "5434", "")  # type: ignore[index]
-    started.clear()
-    assert ClusterConnection.connect(THREE).host == "c"  # type: ignore[attr-defined]
-    assert [h for h, _ in started] == ["c"]
+def test_a_silent_member_does_not_hold_up_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    """a never answers while the race runs (a vanished machine): after the stagger b is tried,
+    says no, c at once, and c wins while a's attempt still waits."""
+    silent = threading.Event()
+    events, _ = _script(monkeypatch, {"a": (silent, "timeout"), "b": (None, "read-only"), "c": (None, "ok")})
+    try:
+        conn: Any = ClusterConnection.connect(THREE)
+        assert conn.host == "c"
+        assert events == ["a tried", "b tried", "b answered", "c tried", "c answered"]
+        # remembered: c first, and alone
+        assert attempt_order(members(THREE, {})[1])[0] == ("c", "5434", "")  # type: ignore[index]
+        events.clear()
+        assert ClusterConnection.connect(THREE).host == "c"  # type: ignore[attr-defined]
+        assert events == ["c tried", "c answered"]
+    finally:
+        silent.set()  # a's attempt ends now
+
+
+def test_a_member_that_says_no_costs_no_stagger(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a stagger no test would wait out, a member that answers no hands over to the next at
+    once: the connection is made (a race that waited for the stagger would hang here)."""
+    monkeypatch.setattr(pg_connect, "CONNECT_STAGGER_S", 3600.0)
+    _script(monkeypatch, {"a": (None, "read-only"), "b": (None, "refused"), "c": (None, "ok")})
+    made: list[Any] = []
+    racer = threading.Thread(target=lambda: made.append(ClusterConnection.connect(THREE)), daemon=True)
+    racer.start()
+    racer.join(HANG_GUARD_S)
+    assert [conn.host for conn in made] == ["c"]
 
 
 def test_a_late_success_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
-    _, made = _script(monkeypatch, {"a": (0.5, "ok"), "b": (0.0, "ok"), "c": (0.0, "ok")})
+    late = threading.Event()
+    _, closed = _script(monkeypatch, {"a": (late, "ok"), "b": (None, "ok"), "c": (None, "ok")})
     conn: Any = ClusterConnection.connect(THREE)
     assert conn.host == "b"
-    deadline = time.monotonic() + 2
-    while len(made) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    late = [c for c in made if c.host == "a"]
-    assert late and late[0].closed and not conn.closed
+    late.set()  # a connects only now, after b won: its connection is closed, b's kept
+    assert closed["a"].wait(HANG_GUARD_S) and not closed["b"].is_set()
 
 
 def test_every_member_failing_is_one_error_naming_each(monkeypatch: pytest.MonkeyPatch) -> None:
-    _script(monkeypatch, {"a": (0.0, "refused"), "b": (0.0, "read-only"), "c": (0.1, "refused")})
+    _script(monkeypatch, {"a": (None, "refused"), "b": (None, "read-only"), "c": (None, "refused")})
     with pytest.raises(psycopg.OperationalError) as caught:
         ClusterConnection.connect(THREE)
     text = str(caught.value)

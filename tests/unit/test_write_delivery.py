@@ -15,6 +15,9 @@ from memoryctl.delivery import DeliveryReport
 from memoryctl.errors import StoreUnavailable
 from memoryctl.write_delivery import WriteDelivery
 
+# Only for a delivery that hangs when the code under test is broken: generous, never a measure.
+HANG_GUARD_S = 30.0
+
 
 def delivered(target: str, n: int = 1) -> DeliveryReport:
     report = DeliveryReport()
@@ -70,13 +73,58 @@ def test_the_breaker_lets_one_write_try_again_after_its_reset() -> None:
             report.failed[target] = "neo4j: unavailable"
         return report
 
-    writes = WriteDelivery(reset_s=0.05)
+    writes = WriteDelivery(reset_s=30)
+    now = [1000.0]
+    writes.breaker("graph").clock = lambda: now[0]  # the breaker's time is the test's
     assert writes.run(("graph",), own).failed == {"graph": "neo4j: unavailable"}
+    now[0] += 29.9
     assert writes.run(("graph",), own).failed["graph"].startswith("not tried")
-    time.sleep(0.1)  # past the reset: the next write is the trial
+    now[0] += 0.1  # the reset: the next write is the trial
     fail["graph"] = False
     assert writes.run(("graph",), own).failed == {}
     assert writes.run(("graph",), own).delivered["graph"] == 1  # closed again
+
+
+def test_after_the_reset_one_write_of_many_at_once_tries_the_store() -> None:
+    """Half-open is one trial: the writes that arrive while it is under way are not sent to the
+    store that failed (issue 42 item 5: dropping the breaker's re-arm passed every other test)."""
+    trial = threading.Event()
+    calls: list[str] = []
+
+    def own(target: str) -> DeliveryReport:
+        calls.append(target)
+        assert trial.wait(HANG_GUARD_S)  # the trial write is still on its way while the others arrive
+        return delivered(target)
+
+    writes = WriteDelivery(reset_s=30)
+    now = [1000.0]
+    breaker = writes.breaker("graph")
+    breaker.clock = lambda: now[0]
+    breaker.record(False)  # a failed delivery opened it
+    now[0] += 30
+    at_once = threading.Barrier(8)
+    reports: list[DeliveryReport] = []
+
+    def write() -> None:
+        at_once.wait(HANG_GUARD_S)
+        reports.append(writes.run(("graph",), own, budget_s=HANG_GUARD_S))
+
+    threads = [threading.Thread(target=write, daemon=True) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    try:
+        # seven answered while the trial still waits (or more than one write went to the store)
+        deadline = time.monotonic() + HANG_GUARD_S
+        while len(reports) < 7 and len(calls) < 2:
+            assert time.monotonic() < deadline, (calls, reports)
+            time.sleep(0.01)
+        assert calls == ["graph"]
+        assert len(reports) == 7 and all(r.failed["graph"].startswith("not tried") for r in reports), reports
+    finally:
+        trial.set()
+        for thread in threads:
+            thread.join(HANG_GUARD_S)
+    assert len(reports) == 8 and reports[-1].failed == {} and breaker.state == "closed"
 
 
 def test_losing_postgresql_after_the_commit_is_raised_to_the_write() -> None:

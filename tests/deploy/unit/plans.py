@@ -39,6 +39,7 @@ FRESH_DEBIAN: dict[str, Any] = {
     "Users": {"root": {"home": "/root", "group": "root", "groups": [], "shell": "/bin/bash"}},
     "Groups": ["root"],
     "Which": lambda command, **_: f"/usr/bin/{command}",
+    "FilesystemSize": 100 * 1024**3,  # a 100 GiB disk
 }
 
 
@@ -80,6 +81,26 @@ EXAMPLE = REPO / "inventory" / "hetzner.example.yaml"
 # the embedding model's weights the embedding slots serve and the night trains on.
 BASE_EMBEDDING = str(load_inventory(EXAMPLE).components["nightly"]["embedding_base_model"])
 OPERATOR_DOWNLOADS = {"Directory": lambda path, **_: {"mode": 755} if path == BASE_EMBEDDING else None}
+# What the example's operator fills in for alerts (docs/monitoring.md): the addresses in place of the
+# example's REPLACE-WITH- placeholders, and the secrets the example names in the secret store.
+OPERATOR_EMAIL = {
+    "to": "oncall@example.org",
+    "from": "alertmanager@example.org",
+    "smarthost": "smtp.example.org:587",
+    "auth_username": "alertmanager@example.org",
+}
+OPERATOR_SECRETS = {
+    "alertmanager/smtp_password": "smtp-password-from-the-provider",
+    "alertmanager/heartbeat_url": "https://hc-ping.example.org/0e5c9b1e-heartbeat",
+}
+
+
+def fill_receiver(doc: dict[str, Any], secrets_dir: Path) -> None:
+    """The example's receiver as an operator completes it: addresses filled in, secrets in the store."""
+    doc["components"]["monitoring"]["receiver"]["email_configs"][0].update(OPERATOR_EMAIL)
+    for name, value in OPERATOR_SECRETS.items():
+        (secrets_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (secrets_dir / name).write_text(value + "\n")
 
 
 def _state(components: dict[str, Any] | None, inventory: Path) -> State:

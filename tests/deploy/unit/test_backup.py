@@ -14,8 +14,9 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from deploy.backup import PgbackrestStanza, backup
+from deploy.backup import GIB, BackupSettingsError, PgbackrestStanza, backup, parse_size
 from deploy.common import has_role
+from deploy.facts import FilesystemSize
 from deploy.memoryctl import memoryctl
 from deploy.opsnode import OpsNodeError, ops_node
 from deploy.osrelease import RELEASES
@@ -75,6 +76,32 @@ def test_database_side_archives_wal_to_the_repository_node_over_tls() -> None:
     cron = fresh.upload("/etc/cron.d/memoryctl-backup")
     assert "memoryctl flock -n /run/lock/memoryctl-backup-qdrant.lock /usr/local/bin/memoryctl backup qdrant" in cron
     assert "stanza-create" not in " ".join(fresh.names())  # the repository side creates it
+
+
+def test_the_archive_queue_is_bounded_by_a_share_of_the_wal_disk() -> None:
+    """20 % of the filesystem under pg_wal (a 100 GiB disk in the fixtures), whole GiB, at least 1 GiB,
+    on every node that archives (the standby member too: it archives once promoted); or as stated."""
+    for node in ("node1", "node2"):
+        conf = _ini(plan(backup, node).upload("/etc/pgbackrest.conf"))
+        assert conf["global"]["archive-async"] == "y"
+        assert conf["global"]["archive-push-queue-max"] == str(20 * GIB)
+    small = plan(backup, "node1", {"FilesystemSize": 3 * GIB}).upload("/etc/pgbackrest.conf")
+    assert _ini(small)["global"]["archive-push-queue-max"] == str(GIB)
+    stated = plan(backup, "node1", components={"backup": {"archive_push_queue_max": "6GiB"}})
+    assert _ini(stated.upload("/etc/pgbackrest.conf"))["global"]["archive-push-queue-max"] == str(6 * GIB)
+    assert parse_size(512 * 1024**2, "s") == 512 * 1024**2 and parse_size("512MB", "s") == 512 * 1024**2
+    with pytest.raises(BackupSettingsError, match=r"components.backup.archive_push_queue_max: 'lots' is not a size"):
+        plan(backup, "node1", components={"backup": {"archive_push_queue_max": "lots"}})
+    with pytest.raises(BackupSettingsError, match=r"could not be read; set it"):
+        plan(backup, "node1", {"FilesystemSize": None})
+
+
+def test_filesystem_size_fact_reads_df_of_the_nearest_existing_parent(tmp_path: Path) -> None:
+    command = FilesystemSize().command(path=str(tmp_path / "not" / "yet" / "pg_wal"))
+    output = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True).stdout
+    size = FilesystemSize().process(output.splitlines())
+    assert size is not None and size > 0
+    assert FilesystemSize().process([]) is None
 
 
 def present(fresh: Plan, services: list[str], packages: list[str]) -> dict[str, Any]:

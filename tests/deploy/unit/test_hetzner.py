@@ -24,6 +24,7 @@ import yaml
 import deploy.wheelhouse
 from deploy import versions
 from deploy.artefacts import ArtefactSourceError
+from deploy.monitoring import MonitoringSettingsError, monitoring
 from deploy.osrelease import RELEASES, UnsupportedRelease
 from deploy.postgres import PostgresSettingsError, postgresql
 from deploy.qdrant import qdrant
@@ -31,7 +32,7 @@ from deploy.roles import everything
 from deploy.settings import REPO, load_inventory
 from deploy.versions import IncompatibleVersions
 from deploy.vllm import vllm
-from tests.deploy.unit.plans import DEBIAN_13, LOCAL, OPERATOR_DOWNLOADS, Plan, plan
+from tests.deploy.unit.plans import DEBIAN_13, LOCAL, OPERATOR_DOWNLOADS, Plan, fill_receiver, plan
 
 TIMESCALE_KEY = "0641009A8366FDE4444A7B62E7391C94080429FF"
 
@@ -62,8 +63,11 @@ def _example(tmp_path: Path, edit: Any = None) -> Path:
 
 
 def _fill_sha256(doc: dict[str, Any]) -> None:
+    """The sha256s an operator copies from the release pages, and the alert receiver filled in
+    (its secrets written to the secret store, ``$MEMORYCTL_SECRETS_DIR`` of the unit tests)."""
     for name in ("qdrant", "neo4j"):
         doc["components"][name]["source"]["sha256"] = RELEASE_SHA256
+    fill_receiver(doc, Path(os.environ["MEMORYCTL_SECRETS_DIR"]))
 
 
 @pytest.fixture
@@ -107,6 +111,26 @@ def test_the_placeholder_sha256_is_refused_before_anything_runs(tmp_path: Path, 
 
     with pytest.raises(ArtefactSourceError, match=r"needs its sha256"):
         plan(qdrant, "mem-index", inventory=_example(tmp_path, no_sha256))
+
+
+def test_the_example_without_a_receiver_stops_at_plan_time(tmp_path: Path, home: Path) -> None:
+    """Alerts that reach nobody are refused like a missing sha256: on every node, before anything runs."""
+
+    def no_receiver(doc: dict[str, Any]) -> None:
+        _fill_sha256(doc)
+        del doc["components"]["monitoring"]["receiver"]
+
+    for node in NODES:
+        with pytest.raises(MonitoringSettingsError, match=r"^components.monitoring.receiver: cluster 'hetzner' has no"):
+            plan(everything, node, inventory=_example(tmp_path, no_receiver), facts=OPERATOR_DOWNLOADS)
+
+    def as_shipped(doc: dict[str, Any]) -> None:
+        for name in ("qdrant", "neo4j"):
+            doc["components"][name]["source"]["sha256"] = RELEASE_SHA256
+
+    placeholder = r"receiver.email_configs\[0\].\w+: 'REPLACE-WITH-[A-Z-]+' is a placeholder"
+    with pytest.raises(MonitoringSettingsError, match=placeholder):
+        plan(monitoring, "mem-gpu", inventory=_example(tmp_path, as_shipped))
 
 
 def test_versions_come_from_one_place_and_match_the_local_nodes(plans: dict[str, Plan]) -> None:

@@ -6,14 +6,16 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from deploy.common import TEMPLATES
-from deploy.monitoring import monitoring
+from deploy.monitoring import MonitoringSettingsError, Receivers, monitoring, receivers
 from tests.deploy.unit.test_backup import plan, present
 from tests.deploy.unit.test_plans import _no_commands
+from wireguard.keys import SecretDir
 
 HERE = Path(__file__).parent
 
@@ -93,29 +95,142 @@ def test_prometheus_scrapes_every_target_over_the_mesh(tmp_path: Path) -> None:
         [promtool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "25 rules found" in result.stdout
+    assert "30 rules found" in result.stdout
 
 
-def test_alertmanager_sends_nothing_until_a_receiver_is_configured(tmp_path: Path) -> None:
+def _amtool_accepts(tmp_path: Path, name: str, text: str, secret_files: dict[str, str] | None = None) -> None:
+    """``amtool check-config`` on a rendered alertmanager.yml, its secret files placed under ``tmp_path``."""
     amtool = _tool("amtool")
-    default = plan(monitoring, "node3", components={"monitoring": {"receiver": None}}).upload(
+    for path, content in (secret_files or {}).items():
+        local = tmp_path / path.lstrip("/")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_text(content)
+        text = text.replace(path, str(local))
+    config = tmp_path / f"{name}.yml"
+    config.write_text(text)
+    result = subprocess.run([amtool, "check-config", str(config)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_local_alertmanager_sends_to_the_test_webhook_and_the_watchdog_to_the_heartbeat(tmp_path: Path) -> None:
+    text = plan(monitoring, "node3").upload("/etc/prometheus/alertmanager.yml")
+    local = yaml.safe_load(text)
+    # The local nodes' receivers: the alert test's webhook on the monitoring node, short intervals.
+    assert local["receivers"] == [
+        {"name": "operator", "webhook_configs": [{"url": "http://127.0.0.1:9099/alerts", "send_resolved": True}]},
+        {"name": "heartbeat", "webhook_configs": [{"url": "http://127.0.0.1:9099/heartbeat", "send_resolved": False}]},
+    ]
+    route = local["route"]
+    assert (route["receiver"], route["group_wait"], route["group_interval"]) == ("operator", "5s", "10s")
+    # The Watchdog goes to the heartbeat only (no `continue`), repeated every heartbeat interval.
+    (watchdog,) = route["routes"]
+    assert watchdog["receiver"] == "heartbeat" and watchdog["matchers"] == ["alertname = Watchdog"]
+    assert watchdog["continue"] is False and watchdog["repeat_interval"] == "15s"
+    assert watchdog["group_interval"] == "10s"  # shorter than the repeat: else only every other tick sends
+    _amtool_accepts(tmp_path, "local", text)
+    # amtool's routing test: the Watchdog reaches the heartbeat alone, every other alert the operator.
+    amtool = _tool("amtool")
+    for labels, receiver in (
+        ("alertname=Watchdog severity=none", "heartbeat"),
+        ("alertname=QdrantDown node=node2", "operator"),
+    ):
+        routed = subprocess.run(
+            [amtool, "config", "routes", "test", f"--config.file={tmp_path / 'local.yml'}", *labels.split()],
+            capture_output=True,
+            text=True,
+        )
+        assert routed.stdout.strip() == receiver, routed.stdout + routed.stderr
+
+
+def test_a_receiver_without_settings_sends_nothing_on_the_local_nodes(tmp_path: Path) -> None:
+    text = plan(monitoring, "node3", components={"monitoring": {"receiver": None, "heartbeat": None}}).upload(
         "/etc/prometheus/alertmanager.yml"
     )
-    local = yaml.safe_load(plan(monitoring, "node3").upload("/etc/prometheus/alertmanager.yml"))
-    # The local nodes' receiver: the alert test's webhook on the monitoring node, short intervals.
-    assert local["receivers"][0]["webhook_configs"] == [{"url": "http://127.0.0.1:9099/alerts", "send_resolved": True}]
-    assert (local["route"]["group_wait"], local["route"]["group_interval"]) == ("5s", "10s")
-    webhook = {"webhook_configs": [{"url": "https://hooks.example.org/alerts", "send_resolved": True}]}
-    configured = plan(monitoring, "node3", components={"monitoring": {"receiver": webhook}}).upload(
-        "/etc/prometheus/alertmanager.yml"
+    assert yaml.safe_load(text)["receivers"] == [{"name": "operator"}, {"name": "heartbeat"}]
+    _amtool_accepts(tmp_path, "silent", text)
+
+
+def _production(secrets_dir: Path, **monitoring_settings: Any) -> Receivers:
+    """The receivers of a cluster that is not the local one, from ``monitoring_settings``."""
+    return receivers(monitoring_settings, "hetzner", SecretDir(secrets_dir))
+
+
+def _store(secrets_dir: Path, **values: str) -> None:
+    for name, value in values.items():
+        (secrets_dir / "alertmanager").mkdir(parents=True, exist_ok=True)
+        (secrets_dir / "alertmanager" / name).write_text(value + "\n")
+
+
+HEARTBEAT = {"url_secret": "alertmanager/heartbeat_url"}
+
+
+def test_a_production_cluster_without_a_receiver_or_a_heartbeat_stops_at_plan_time(secrets_dir: Path) -> None:
+    _store(secrets_dir, heartbeat_url="https://hc-ping.example.org/abc")
+    email = {"email_configs": [{"to": "a@example.org", "from": "b@example.org", "smarthost": "smtp.example.org:587"}]}
+    for receiver in (None, {}, {"email_configs": []}):
+        with pytest.raises(MonitoringSettingsError, match=r"components.monitoring.receiver: cluster 'hetzner' has no"):
+            _production(secrets_dir, receiver=receiver, heartbeat=HEARTBEAT)
+    with pytest.raises(MonitoringSettingsError, match=r"components.monitoring.heartbeat.url_secret: .* dead-man's"):
+        _production(secrets_dir, receiver=email)
+    routes = _production(secrets_dir, receiver=email, heartbeat=HEARTBEAT)
+    assert routes.heartbeat == {"webhook_configs": [{"url": "https://hc-ping.example.org/abc", "send_resolved": False}]}
+    # The local nodes may go without (the unit plans of other tests run with the local inventory).
+    assert receivers({}, "local", SecretDir(secrets_dir)) == Receivers({}, {}, {})
+
+
+def test_receiver_secrets_come_from_the_secret_store_as_files(secrets_dir: Path, tmp_path: Path) -> None:
+    _store(secrets_dir, smtp_password="pa55", webhook_token="t0ken", heartbeat_url="https://hc-ping.example.org/abc")
+    settings = {
+        "email_configs": [
+            {"to": "a@example.org", "from": "b@example.org", "smarthost": "smtp.example.org:587",
+             "auth_username": "b@example.org", "auth_password_secret": "alertmanager/smtp_password"}
+        ],
+        "webhook_configs": [
+            {"url": "https://hooks.example.org/alerts",
+             "http_config": {"authorization": {"credentials_secret": "alertmanager/webhook_token"}}}
+        ],
+    }  # fmt: skip
+    routes = _production(secrets_dir, receiver=settings, heartbeat=HEARTBEAT)
+    password, token = (
+        "/etc/prometheus/alertmanager-secrets/alertmanager-smtp_password",
+        "/etc/prometheus/alertmanager-secrets/alertmanager-webhook_token",
     )
-    assert yaml.safe_load(default)["receivers"] == [{"name": "operator"}]
-    assert yaml.safe_load(configured)["receivers"] == [{"name": "operator", **webhook}]
-    for name, text in (("default", default), ("configured", configured)):
-        path = tmp_path / f"{name}.yml"
-        path.write_text(text)
-        result = subprocess.run([amtool, "check-config", str(path)], capture_output=True, text=True)
-        assert result.returncode == 0, result.stdout + result.stderr
+    assert routes.operator["email_configs"][0]["auth_password_file"] == password
+    assert routes.operator["webhook_configs"][0]["http_config"]["authorization"] == {"credentials_file": token}
+    assert routes.files == {password: "pa55", token: "t0ken"}  # no trailing newline: it would be sent
+    # Planned: the files 0640 root:prometheus, Alertmanager restarted when one changes, no secret in the config.
+    monitoring_settings = {"receiver": settings, "heartbeat": HEARTBEAT}
+    p = plan(monitoring, "node3", components={"monitoring": monitoring_settings})
+    put = p.op(f"Receiver secret {password}")
+    assert p.upload(password) == "pa55" and "chmod 640" in " ".join(put.commands)
+    assert "chown root:prometheus" in " ".join(put.commands)
+    text = p.upload("/etc/prometheus/alertmanager.yml")
+    assert "pa55" not in text and "t0ken" not in text and "https://hc-ping.example.org/abc" in text
+    _amtool_accepts(tmp_path, "production", text, routes.files)
+
+
+@pytest.mark.parametrize(
+    ("receiver", "message"),
+    [
+        ({"email_configs": [{"to": "REPLACE-WITH-THE-ONCALL-ADDRESS"}]},
+         r"receiver.email_configs\[0\].to: 'REPLACE-WITH-THE-ONCALL-ADDRESS' is a placeholder"),
+        ({"email_configs": [{"to": "a@example.org", "auth_password": "hunter2"}]},
+         r"email_configs\[0\].auth_password: a secret does not belong in the inventory; .*auth_password_secret"),
+        ({"webhook_configs": [{"url": "https://x", "http_config": {"authorization": {"credentials": "t"}}}]},
+         r"http_config.authorization.credentials: a secret does not belong"),
+        ({"email_configs": [{"to": "a@example.org", "auth_password_secret": "alertmanager/missing"}]},
+         r"auth_password_secret: put the secret into .*alertmanager/missing \(mode 0600\)"),
+        ({"email_configs": [{"to": "a@example.org", "auth_password_secret": "../../etc/shadow"}]},
+         r"name a file inside the secret store"),
+        ({"webhook_configs": [{"url": "https://x", "token_secret": "alertmanager/t"}]}, r"no secret form for 'token'"),
+    ],
+)  # fmt: skip
+def test_a_receiver_setting_that_would_leak_or_not_send_is_named(
+    secrets_dir: Path, receiver: dict[str, Any], message: str
+) -> None:
+    _store(secrets_dir, heartbeat_url="https://hc-ping.example.org/abc")
+    with pytest.raises(MonitoringSettingsError, match=message):
+        _production(secrets_dir, receiver=receiver, heartbeat=HEARTBEAT)
 
 
 def test_alert_rules_pass_promtool() -> None:
@@ -128,6 +243,41 @@ def test_alert_rules_pass_promtool() -> None:
     assert check.returncode == 0, check.stdout + check.stderr
     test = subprocess.run([promtool, "test", "rules", "rules_test.yml"], cwd=HERE, capture_output=True, text=True)
     assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
+
+
+def test_wal_metrics_where_postgres_archives(tmp_path: Path) -> None:
+    """The script against a pg_wal with two segments waiting (.ready) and one archived (.done); the
+    queue's limit is pgBackRest's archive-push-queue-max; promtool parses the result."""
+    promtool = _tool("promtool")
+    crons = {
+        node: plan(monitoring, node).upload("/etc/cron.d/memoryctl-metrics") for node in ("node1", "node2", "node3")
+    }
+    assert [node for node, cron in crons.items() if "root /usr/local/sbin/memoryctl-wal-metrics" in cron] == [
+        "node1",
+        "node2",  # the standby member: it archives once promoted
+    ]
+    script = plan(monitoring, "node1").upload("/usr/local/sbin/memoryctl-wal-metrics")
+    wal, textfile = tmp_path / "pg_wal", tmp_path / "textfile"
+    (wal / "archive_status").mkdir(parents=True)
+    textfile.mkdir()
+    for segment, status in (("000000010000000000000001", "done"), ("000000010000000000000002", "ready")):
+        (wal / segment).write_bytes(b"w" * 4096)
+        (wal / "archive_status" / f"{segment}.{status}").touch()
+    (wal / "00000002.history").write_bytes(b"h" * 100)
+    (wal / "archive_status" / "00000002.history.ready").touch()
+    path = tmp_path / "wal-metrics"
+    path.write_text(
+        script.replace("/var/lib/postgresql/17/main/pg_wal", str(wal)).replace(
+            "/var/lib/prometheus/node-exporter", str(textfile)
+        )
+    )
+    subprocess.run(["sh", str(path)], check=True)
+    out = (textfile / "memoryctl-wal.prom").read_text()
+    assert "memoryctl_wal_archive_queue_bytes 4196\n" in out  # the .ready segment and history file
+    assert f"memoryctl_wal_archive_queue_max_bytes {20 * 1024**3}\n" in out  # 20 % of the fixtures' 100 GiB
+    assert "memoryctl_pg_wal_bytes " in out
+    lint = subprocess.run([promtool, "check", "metrics"], input=out, capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
 def test_wireguard_metrics_script_names_peers(tmp_path: Path) -> None:
@@ -153,5 +303,44 @@ def test_wireguard_metrics_script_names_peers(tmp_path: Path) -> None:
     out = (textfile / "wireguard.prom").read_text()
     assert 'wireguard_latest_handshake_seconds{interface="wg0",peer="node2"} 1700000000' in out
     assert 'wireguard_latest_handshake_seconds{interface="wg0",peer="node3"} 0' in out
+    lint = subprocess.run([promtool, "check", "metrics"], input=out, capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_restart_metrics_show_replaced_executables_and_a_pending_reboot(tmp_path: Path) -> None:
+    """The script against stand-in ``systemctl``/``pgrep`` and a stand-in /proc: PostgreSQL's binary
+    replaced under its postmaster (the kernel's " (deleted)"), etcd's not, Qdrant not running here."""
+    promtool = _tool("promtool")
+    p = plan(monitoring, "node2")
+    assert "* * * * * root /usr/local/sbin/memoryctl-restart-metrics" in p.upload("/etc/cron.d/memoryctl-metrics")
+    textfile, proc, bin_dir = tmp_path / "textfile", tmp_path / "proc", tmp_path / "bin"
+    for directory in (textfile, bin_dir):
+        directory.mkdir()
+    for pid, exe in (("101", "/usr/lib/postgresql/17/bin/postgres (deleted)"), ("202", "/usr/bin/etcd")):
+        (proc / pid).mkdir(parents=True)
+        (proc / pid / "exe").symlink_to(exe)
+    (tmp_path / "reboot-required").touch()
+    script = tmp_path / "restart-metrics"
+    script.write_text(
+        p.upload("/usr/local/sbin/memoryctl-restart-metrics")
+        .replace("/var/lib/prometheus/node-exporter", str(textfile))
+        .replace("proc=/proc", f"proc={proc}")
+        .replace("reboot_flag=/run/reboot-required", f"reboot_flag={tmp_path / 'reboot-required'}")
+    )
+    main_pids = 'case "$5" in etcd.service) echo 202 ;; patroni.service) echo 303 ;; *) echo 0 ;; esac'
+    (bin_dir / "systemctl").write_text(f"#!/bin/sh\n{main_pids}\n")
+    (bin_dir / "pgrep").write_text("#!/bin/sh\necho 101\n")
+    for tool in ("systemctl", "pgrep"):
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    subprocess.run(["sh", str(script)], check=True, env=env)
+    out = (textfile / "restart.prom").read_text()
+    samples = [line for line in out.splitlines() if not line.startswith("#")]
+    assert samples == [
+        'memoryctl_restart_pending{service="patroni"} 0',  # running, its /proc entry gone: not replaced
+        'memoryctl_restart_pending{service="etcd"} 0',
+        'memoryctl_restart_pending{service="postgresql"} 1',
+        "memoryctl_reboot_required 1",
+    ]
     lint = subprocess.run([promtool, "check", "metrics"], input=out, capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr

@@ -3,8 +3,9 @@
 Both inventories are planned whole (deploy/roles.py) from fact fixtures of fresh Debian 13 servers,
 node for node by role (db, index, gpu). The operations of the Hetzner plan that the local plan does
 not have are printed, and must be exactly the reviewed list in docs/deploy.md ("One path"): the
-GPU's driver and the GPU start. The reverse list — what only the local nodes run — is the named
-vLLM stand-in and the nightly's CPU torch and tiny model, reviewed the same way. Anything else
+GPU's driver and the GPU start, and the alert receiver's secret file. The reverse list — what only
+the local nodes run — is the named vLLM stand-in and the nightly's CPU torch and tiny model,
+reviewed the same way. Anything else
 that differs must differ in data only (URLs, fingerprints, sha256s, versions), never in which
 operations run.
 """
@@ -22,7 +23,7 @@ import yaml
 
 from deploy.roles import everything
 from deploy.settings import REPO
-from tests.deploy.unit.plans import EXAMPLE, LOCAL, OPERATOR_DOWNLOADS, plan
+from tests.deploy.unit.plans import EXAMPLE, LOCAL, OPERATOR_DOWNLOADS, fill_receiver, plan
 
 DOCS = REPO / "docs" / "deploy.md"
 PAIRS = {"mem-db": "node1", "mem-index": "node2", "mem-gpu": "node3"}
@@ -38,7 +39,7 @@ def reviewed(marker: str) -> set[str]:
 
 
 @pytest.fixture
-def production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, secrets_dir: Path) -> Path:
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "id_ed25519.pub").write_text(OPERATOR_KEY + "\n")
@@ -46,6 +47,7 @@ def production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     for name in ("qdrant", "neo4j"):
         doc["components"][name]["source"]["sha256"] = "5" * 64
+    fill_receiver(doc, secrets_dir)
     path = tmp_path / "hetzner.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -77,8 +79,13 @@ def test_the_local_nodes_run_every_production_operation_but_the_reviewed_ones(
             print(f"  - {name}")
     assert only_production == reviewed("production-only"), "update the reviewed list in docs/deploy.md, or the deploy"
     assert only_local == reviewed("local-only"), "update the reviewed list in docs/deploy.md, or the deploy"
-    # Only what a GPU changes: vLLM itself, and what the night trains with on a node without one.
-    assert all(name.startswith(("vLLM | ", "Nightly LoRA cycle | ")) for name in only_production | only_local)
+    # Only what a GPU changes: vLLM itself, and what the night trains with on a node without one;
+    # and the production receiver's secret files (the local receiver is a webhook without one).
+    receiver_secrets = {name for name in only_production if name.startswith("Monitoring | Receiver secret ")}
+    assert all(
+        name.startswith(("vLLM | ", "Nightly LoRA cycle | "))
+        for name in (only_production - receiver_secrets) | only_local
+    )
 
 
 def test_production_slots_serve_the_base_under_the_configured_name(production: Path) -> None:
