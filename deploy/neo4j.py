@@ -22,8 +22,8 @@ from io import StringIO
 from pyinfra import host, state
 from pyinfra.api import Host, deploy
 from pyinfra.api.command import StringCommand
-from pyinfra.facts.files import Directory
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.facts.files import Directory, File
+from pyinfra.operations import apt, files, python, server, systemd
 
 from deploy import versions
 from deploy.artefacts import ArtefactSourceError, install_archive, resolve
@@ -46,6 +46,9 @@ CONF_DIR = "/etc/neo4j"
 LOG_DIR = "/var/log/neo4j"
 RUN_DIR = "/run/neo4j"  # the PID file: gone at every boot (tmpfs)
 TMPFILES = "/etc/tmpfiles.d/neo4j-memoryctl.conf"
+# Written before a new store's first start, removed by the db node once the graph was rebuilt from
+# PostgreSQL (or found nothing to rebuild): :func:`rebuild_where_blank`.
+REBUILD_MARKER = f"{HOME}/.memoryctl-graph-rebuild-pending"
 
 
 def conf_context(version: str) -> dict[str, object]:
@@ -104,6 +107,12 @@ def neo4j() -> None:
     systemd.daemon_reload(name="Reload systemd units (neo4j)", _if=lambda: unit.did_change() or dropin.did_change())
     conf = template("neo4j/neo4j.conf.j2", f"{CONF_DIR}/neo4j.conf", user="root", group="neo4j", mode="640", **context)
     if not has_store(host):
+        files.put(
+            name="Graph rebuild pending (a new store: the db node rebuilds it from PostgreSQL)",
+            src=StringIO("written by the memoryctl deploy before this Neo4j's first start (deploy/neo4j.py)\n"),
+            dest=REBUILD_MARKER,
+            mode="644",
+        )
         # Only before the first start does the password take effect (the system database records it).
         with_secret_file(
             "Initial neo4j password (the system database does not exist yet)",
@@ -120,22 +129,44 @@ def has_store(node: Host) -> bool:
     return node.get_fact(Directory, path=f"{HOME}/data/databases/system") is not None
 
 
+def needs_rebuild(node: Host) -> bool:
+    """A Neo4j without a store yet, or one whose rebuild from PostgreSQL has not happened since its
+    store was made (the marker is written before its first start, cleared once the graph is whole:
+    a run that failed in between rebuilds on the next run)."""
+    return not has_store(node) or node.get_fact(File, path=REBUILD_MARKER) is not None
+
+
 def rebuild_where_blank() -> None:
     """On the ``db`` node (memoryctl's): the graph rebuilt from PostgreSQL when an ``index`` node's
-    Neo4j starts blank in this run (a replaced node, docs/operations.md) and PostgreSQL holds
-    memories; decided when the step runs, after memoryctl is installed. A brand-new stack (no
-    memories yet) and every later run change nothing. Writes go on meanwhile: the rebuild is
-    idempotent and the outbox delivers what is written during it."""
+    Neo4j started blank (a replaced node, docs/operations.md) and PostgreSQL holds memories; a new
+    stack (no memories yet) only clears the markers. Called after a barrier: every index node's
+    Neo4j runs by then. Writes go on meanwhile: the rebuild is idempotent and the outbox delivers
+    what is written during it."""
     index = [state.inventory.get_host(name) for name in inventory().group("index")]
-    if not component("neo4j").get("enabled", True) or all(has_store(node) for node in index):
+    blank = [node for node in index if needs_rebuild(node)]
+    if not component("neo4j").get("enabled", True) or not blank:
         return
     has_memories = "sudo -u postgres psql -d memoryctl -XAtc 'SELECT 1 FROM memories LIMIT 1' 2>/dev/null | grep -q 1"
-    server.shell(
+    memories = lambda: bool(host.run_shell_command(StringCommand(has_memories))[0])  # noqa: E731
+    rebuild = server.shell(
         name="Rebuild the graph from PostgreSQL (an index node's Neo4j started blank)",
         commands=[
             # The JVM of a new Neo4j may still be starting: rebuild retries until the graph answers.
             "cd /var/lib/memoryctl && for i in $(seq 30); do sudo -u memoryctl memoryctl rebuild graph && exit 0;"
             " sleep 10; done; exit 1"
         ],
-        _if=lambda: host.run_shell_command(StringCommand(has_memories))[0],
+        _if=memories,
     )
+    python.call(
+        name="The graph is whole: clear the index nodes' rebuild markers",
+        function=_clear_markers,
+        nodes=blank,
+        _if=lambda: rebuild.did_change() or not memories(),
+    )
+
+
+def _clear_markers(nodes: list[Host]) -> None:
+    for node in nodes:
+        ok, output = node.run_shell_command(StringCommand(f"rm -f {REBUILD_MARKER}"), _sudo=True)
+        if not ok:
+            raise RuntimeError(f"{node.name}: could not remove {REBUILD_MARKER}: {output.stderr}")

@@ -72,6 +72,10 @@ def everything() -> None:
         vllm(embed=not (embedding_slots.enabled() and nightly.on_this_host()))
     if has_role("db"):
         memoryctl()
+    # The graph rebuilt from the db node once every index node's Neo4j runs (pyinfra orders one
+    # host's steps only: without the barrier the rebuild waited for a Neo4j that started after it).
+    barrier("Neo4j runs on every index node")
+    if has_role("db"):
         rebuild_where_blank()
     if nightly.on_this_host():
         nightly.nightly()
