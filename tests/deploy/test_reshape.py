@@ -82,28 +82,45 @@ def writers(label: str, on: str = "node1", mode: str = "add") -> Iterator[list[R
 
 
 class Transcript:
-    """Timestamps of what a drill waits for, polled in the background while the deploy runs: the
-    first time each condition held (seconds since the drill's start in the report)."""
+    """Timestamps of what a drill waits for, polled in the background while the deploy runs.
+
+    Polling starts at :meth:`cut` (the node destroyed); each condition is timed at the first poll
+    that finds it holding after a poll found it not holding since the cut (``<event>_lost`` is
+    when it was first seen gone): a condition that never went away is not a recovery.
+    """
 
     def __init__(self, checks: dict[str, Callable[[], bool]]) -> None:
         self.started = time.time()
         self.events: dict[str, float] = {}
         self._checks = checks
         self._stop = threading.Event()
+        self._cut = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
     def mark(self, event: str) -> None:
         self.events.setdefault(event, time.time())
 
+    def cut(self, event: str) -> None:
+        self.mark(event)
+        self._cut.set()
+
+    def _holds(self, check: Callable[[], bool]) -> bool:
+        try:
+            return bool(check())
+        except Exception:  # a node that is being recreated does not answer
+            return False
+
     def _poll(self) -> None:
+        self._cut.wait()
         while not self._stop.is_set():
             for event, check in self._checks.items():
-                if event not in self.events:
-                    try:
-                        if check():
-                            self.mark(event)
-                    except Exception:  # a node that is being recreated does not answer yet
-                        pass
+                if event in self.events:
+                    continue
+                holds = self._holds(check)
+                if not holds:
+                    self.mark(f"{event}_lost")
+                elif f"{event}_lost" in self.events:
+                    self.mark(event)
             self._stop.wait(2)
 
     def __enter__(self) -> Transcript:
@@ -112,7 +129,13 @@ class Transcript:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        self._cut.set()
         self._thread.join(timeout=60)
+
+    def between(self, first: str, then: str) -> float | None:
+        if first not in self.events or then not in self.events:
+            return None
+        return round(self.events[then] - self.events[first], 1)
 
     def figures(self) -> dict[str, float]:
         return {event: round(at - self.started, 1) for event, at in sorted(self.events.items(), key=lambda e: e[1])}
@@ -236,8 +259,9 @@ def test_the_synchronous_standbys_node_replaced_blank_comes_back_in_one_run(ha: 
     before = shard_layout()
     with writers("replace-node2") as rows, Transcript(_node_state("node2")) as transcript:
         time.sleep(5)
+        transcript.cut("destroyed")
         replace("node2")
-        transcript.mark("destroyed_and_booted_blank")
+        transcript.mark("booted_blank")
         transcript.mark("deploy_started")
         runs = deploy_twice("replace-node2")
         transcript.mark("deploy_finished")
@@ -254,9 +278,7 @@ def test_the_synchronous_standbys_node_replaced_blank_comes_back_in_one_run(ha: 
             **runs,
             **delivered,
             "transcript_s": events,
-            "without_sync_standby_s": round(
-                transcript.events["synchronous_standby"] - transcript.events["destroyed_and_booted_blank"], 1
-            ),
+            "without_sync_standby_s": transcript.between("synchronous_standby_lost", "synchronous_standby"),
             "etcd": etcd_members(),
             "layout_before": before,
             "layout_after": shard_layout(),
@@ -280,8 +302,9 @@ def test_the_primarys_node_replaced_blank_fails_over_then_comes_back_in_one_run(
     checks = {**_node_state("node1"), "failed_over": lambda: leader() == "node2"}
     with writers("replace-node1", on="node3") as rows, Transcript(checks) as transcript:
         time.sleep(5)
+        transcript.cut("destroyed")
         replace("node1")
-        transcript.mark("destroyed_and_booted_blank")
+        transcript.mark("booted_blank")
         wait_for("node2 leads", lambda: leader() == "node2", timeout=180, interval=1)
         transcript.mark("deploy_started")
         runs = deploy_twice("replace-node1")
