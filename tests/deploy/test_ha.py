@@ -229,6 +229,9 @@ def test_the_cluster_leads_from_the_db_node_with_a_synchronous_standby(ha: dict[
     record("ha_cluster", cluster_view())
 
 
+# On demand (`scripts/test --drills`): three deploy runs with two rolls, 9 minutes of CI's 60; it passed
+# in the fresh-clone rehearsal of 2026-12-04 (50 -> 60 on both members, 388 writes, none failed).
+@pytest.mark.drill
 def test_max_connections_from_the_inventory_is_rolled_onto_every_member(ha: dict[str, Any], tmp_path: Path) -> None:
     """docs/ha.md "Settings Patroni owns": a raised ``max_connections`` reaches etcd through
     ``patronictl edit-config`` and both members through the roll (the standby first); the run
