@@ -205,6 +205,16 @@ class PostgresRoleNames(FactBase[set[str] | None]):
         return set(output[:-1])
 
 
+def _json_object(output: list[str]) -> dict[str, Any] | None:
+    """A JSON object a REST API answered with; None for no answer or anything else."""
+    text = "\n".join(output).strip()
+    try:
+        found = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
 class PatroniDynamicConfig(FactBase[dict[str, Any] | None]):
     """Patroni's cluster-wide settings as etcd holds them (``GET /config`` of this member's REST
     API); None when Patroni does not answer (not installed, not started yet, down)."""
@@ -219,12 +229,7 @@ class PatroniDynamicConfig(FactBase[dict[str, Any] | None]):
         return f"curl -sf -m 5 http://{address}:{int(port)}/config || true"
 
     def process(self, output: list[str]) -> dict[str, Any] | None:
-        text = "\n".join(output).strip()
-        try:
-            found = json.loads(text) if text else None
-        except ValueError:
-            return None
-        return found if isinstance(found, dict) else None
+        return _json_object(output)
 
 
 class PatroniCluster(FactBase[dict[str, Any] | None]):
@@ -244,12 +249,7 @@ class PatroniCluster(FactBase[dict[str, Any] | None]):
         return f"for url in {urls}; do curl -sf -m 3 $url && exit 0; done; true"
 
     def process(self, output: list[str]) -> dict[str, Any] | None:
-        text = "\n".join(output).strip()
-        try:
-            found = json.loads(text) if text else None
-        except ValueError:
-            return None
-        return found if isinstance(found, dict) else None
+        return _json_object(output)
 
 
 class MaintenanceMarker(FactBase[str | None]):
