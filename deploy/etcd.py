@@ -173,13 +173,17 @@ def membership_script() -> Any:
     )
 
 
-def _wait_healthy(seconds: int = 120) -> str:
+def health_command() -> str:
+    """One ``endpoint health`` of this node's member (exit 0: healthy), with its own certificate."""
     tls = f"--cacert={PKI_DIR}/ca.crt --cert={PKI_DIR}/node.crt --key={PKI_DIR}/node.key"
     local = f"https://{host.data.mesh_address}:{CLIENT_PORT}"
+    return f"etcdctl --endpoints={local} {tls} --dial-timeout=1s endpoint health >/dev/null 2>&1"
+
+
+def _wait_healthy(seconds: int = 120) -> str:
     return (
-        f"for i in $(seq {seconds}); do etcdctl --endpoints={local} {tls} --dial-timeout=1s endpoint health"
-        f" >/dev/null 2>&1 && exit 0; sleep 1; done; echo 'etcd on {host.name} not healthy {seconds} s after its"
-        " restart: journalctl -u etcd' >&2; exit 1"
+        f"for i in $(seq {seconds}); do {health_command()} && exit 0; sleep 1; done; echo 'etcd on {host.name}"
+        f" not healthy {seconds} s after its restart: journalctl -u etcd' >&2; exit 1"
     )
 
 

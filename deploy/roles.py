@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from deploy import embedding_slots, etcd, nightly, patroni, qdrant
+from deploy import embedding_slots, etcd, nightly, package_roll, patroni, qdrant
 from deploy.backup import backup
 from deploy.base import base
 from deploy.common import barrier, has_role, inventory
@@ -66,6 +66,7 @@ def everything() -> None:
         standby_start()
     if patroni.enabled():
         patroni.rolling_restart()  # every node calls it: the roll comes after every member started
+        package_roll.roll()  # the held packages, when the inventory asks for a roll (every node calls it)
     if has_role("index"):
         neo4j()
     if has_role("gpu"):

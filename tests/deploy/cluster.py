@@ -156,6 +156,12 @@ def put(name: str, content: str, remote: str, owner: str = "root") -> None:
     subprocess.run(ssh, input=content, text=True, check=True, timeout=120)
 
 
+def fetch(name: str, remote: str) -> bytes:
+    """A node's file, read over SSH (``put``'s other direction)."""
+    ssh = ["ssh", "-i", str(SSH_KEY), *SSH_OPTIONS.split(), f"root@{NODES[name]}", f"cat {shlex.quote(remote)}"]
+    return subprocess.run(ssh, capture_output=True, check=True, timeout=300).stdout
+
+
 @dataclass(frozen=True)
 class CliRun:
     returncode: int

@@ -12,6 +12,9 @@ node"): each drill on the local nodes, after test_ha.py's drills, on the Patroni
    the deploy moves replicas onto it until the peers hold them evenly within one; then it is
    dropped from the inventory and a deploy drains it first. Writes and queries go on meanwhile with
    0 failed requests.
+4. **A rolled upgrade**: newer builds of patroni, etcd and postgresql-17 in a signed repository the
+   nodes read; ``components.upgrades.held: roll`` and one deploy run upgrade every node, at most one
+   switchover, 0 failed writes or queries (deploy/package_roll.py).
 
 Each drill: every acknowledged write in PostgreSQL afterwards, then delivered to Qdrant and Neo4j
 (reconcile 0 drift), the second run changes nothing; the transcript (timestamps of destroyed, deploy
@@ -34,7 +37,7 @@ import pytest
 import yaml
 
 from tests.deploy import e2e_data
-from tests.deploy.cluster import CLUSTER, MESH, REPO, memoryctl, node, peer_api, put, run_deploy, wait_for
+from tests.deploy.cluster import CLUSTER, MESH, REPO, fetch, memoryctl, node, peer_api, put, run_deploy, wait_for
 from tests.deploy.conftest import record
 from tests.deploy.test_ha import PATRONICTL, acknowledged, cluster_view, convert, leader, streaming_sync
 
@@ -378,3 +381,104 @@ def test_a_fourth_qdrant_peer_joins_gets_replicas_and_is_drained_again(ha: dict[
     figures.update(settle_and_reconcile())
     record("reshape_add_remove_node4", figures)
     assert failed(writes) == [] and failed(queries) == [] and len(queries) > 10, figures
+
+
+ROLLED = ["patroni", "etcd-server", "etcd-client", "postgresql-17", "postgresql-client-17"]
+SUFFIX = "+memoryctl.roll1"
+UPDATES_SOURCE = "/etc/apt/sources.list.d/memoryctl-drill-updates.sources"
+UPDATES_KEY = "/etc/apt/keyrings/memoryctl-drill-updates.asc"
+
+
+def newer_builds(tmp: Path) -> list[Path]:
+    """The nodes' own patroni, etcd and PostgreSQL 17 packages rebuilt one version up (``+memoryctl.roll1``,
+    exact-version dependencies between them moved along): a point release as apt sees it, with the same
+    maintainer scripts (patroni's postinst restarts Patroni, etcd-server's etcd)."""
+    node("node1").check_output(
+        f"rm -rf /root/roll && mkdir /root/roll && cd /root/roll && apt-get download -q {' '.join(ROLLED)}"
+    )
+    built = []
+    for name in node("node1").check_output("ls /root/roll").split():
+        original, unpacked = tmp / name, tmp / f"{name}.d"
+        original.write_bytes(fetch("node1", f"/root/roll/{name}"))
+        subprocess.run(["dpkg-deb", "-R", str(original), str(unpacked)], check=True)
+        control = unpacked / "DEBIAN" / "control"
+        text = control.read_text()
+        version = next(line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("Version: "))
+        control.write_text(
+            text.replace(f"Version: {version}", f"Version: {version}{SUFFIX}").replace(
+                f"(= {version})", f"(= {version}{SUFFIX})"
+            )
+        )
+        out = tmp / name.replace(".deb", "-roll.deb")
+        subprocess.run(["dpkg-deb", "-Zxz", "-b", str(unpacked), str(out)], check=True, capture_output=True)
+        built.append(out)
+    return built
+
+
+def serve_updates(debs: list[Path]) -> None:
+    """The newer builds in the stand-in's signed ``updates/`` repository, every node reading it."""
+    served = subprocess.run(
+        [str(REPO / "scripts" / "standin"), "updates", *map(str, debs)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert served.returncode == 0, served.stdout + served.stderr
+    key = (REPO / ".cache" / "standin" / "www" / "packagecloud.io" / "timescale" / "timescaledb" / "gpgkey").read_text()
+    source = f"Types: deb\nURIs: {served.stdout.strip()}\nSuites: ./\nSigned-By: {UPDATES_KEY}\n"
+    for name in MESH:
+        node(name).check_output(f"mkdir -p {Path(UPDATES_KEY).parent}")
+        put(name, key, UPDATES_KEY)
+        put(name, source, UPDATES_SOURCE)
+        node(name).check_output("apt-get update -qq")
+
+
+def versions(name: str) -> dict[str, str]:
+    out = node(name).check_output(
+        "dpkg-query -W -f '${Package} ${Version} ${db:Status-Status}\\n' " + " ".join(ROLLED) + " 2>/dev/null || true"
+    )
+    return {f[0]: f[1] for f in (line.split() for line in out.splitlines()) if len(f) == 3 and f[2] == "installed"}
+
+
+def timeline() -> int:
+    """Patroni's timeline: one more for every promotion (a switchover or a failover)."""
+    return int(json.loads(node("node1").check_output(f"{PATRONICTL} list -f json"))[0].get("TL", 0))
+
+
+@pytest.mark.drill
+def test_a_rolled_upgrade_of_patroni_etcd_and_postgresql_fails_nothing_and_switches_over_once(
+    ha: dict[str, Any], tmp_path: Path
+) -> None:
+    """Newer builds of patroni, etcd-server/-client and postgresql-17 published in a signed repository
+    every node reads; ``components.upgrades.held: roll`` and one deploy run: node2 and node3 first,
+    one switchover, then node1. Writes and queries go on throughout with 0 failed requests."""
+    wait_for("node2 streams in sync", lambda: streaming_sync("node2"), timeout=300)
+    if leader() != "node1":
+        node("node2").check_output(f"{PATRONICTL} switchover --leader {leader()} --candidate node1 --force")
+        wait_for("node1 leads", lambda: leader() == "node1", timeout=120, interval=0.5)
+    serve_updates(newer_builds(tmp_path))
+    before = {name: versions(name) for name in MESH}
+    timeline_before = timeline()
+    rolled = _overlay(tmp_path, "rolled", {"components": {"upgrades": {"held": "roll"}}})
+    figures: dict[str, Any] = {"before": before}
+    try:
+        with writers("roll") as writes, writers("roll-queries", mode="query") as queries:
+            figures["runs"] = deploy_twice("package-roll", overlay=rolled)
+            time.sleep(5)
+    finally:
+        for name in MESH:
+            node(name).run(f"rm -f {UPDATES_SOURCE} {UPDATES_KEY} && apt-get update -qq")
+    figures["after"] = after = {name: versions(name) for name in MESH}
+    figures["switchovers"] = timeline() - timeline_before
+    figures["leader"] = leader()
+    figures["writes"] = lost_writes("roll", writes, leader())
+    figures["queries"] = {"requests": len(queries), "failed": failed(queries)}
+    figures.update(settle_and_reconcile())
+    record("reshape_package_roll", figures)
+    for name in MESH:
+        assert before[name] and all(version.endswith(SUFFIX) for version in after[name].values()), (name, after)
+        assert after[name].keys() == before[name].keys()
+    assert figures["switchovers"] <= 1 and leader() in ("node1", "node2"), figures
+    assert failed(writes) == [] and failed(queries) == [] and len(queries) > 10, figures
+    assert streaming_sync("node1" if leader() == "node2" else "node2")
