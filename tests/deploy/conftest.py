@@ -226,7 +226,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         at = items.index(block[0])
         items[:] = rest[:at] + block + rest[at:]
     for item in items:
-        if "deployed" in getattr(item, "fixturenames", ()):
+        # A drill runs two to six deploys; a module run alone pays for the deploy in its first test.
+        if {"deployed", "ha"} & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("drill"):
             item.add_marker(pytest.mark.timeout(DEPLOY_TIMEOUT))
 
 
