@@ -256,7 +256,10 @@ def server_files(version: int) -> tuple[Any, Any, Any]:
 
 def restart(version: int, reason: str, conditions: Any, under_patroni: bool, name: str | None = None) -> None:
     """Restart the server: its Debian unit, or through Patroni once Patroni runs it (a standby
-    and a primary alike; a primary's restart is seconds of refused connections, no failover)."""
+    and a primary alike; a primary's restart is seconds of refused connections, no failover).
+    Members restart one at a time (``patronictl restart`` returns once the member runs again): two
+    members restarting together would leave no server to connect to, and a synchronous primary
+    waiting for a standby that is down."""
     if under_patroni:
         if patroni.held_back(f"restarting PostgreSQL, should it need it ({reason})"):
             return
@@ -264,6 +267,7 @@ def restart(version: int, reason: str, conditions: Any, under_patroni: bool, nam
             name=name or f"Restart PostgreSQL through Patroni ({reason})",
             commands=[f"patronictl -c {patroni.CONFIG} restart {patroni.scope()} {host.name} --force"],
             _if=conditions,
+            _serial=True,
         )
         return
     service = f"postgresql@{version}-main"

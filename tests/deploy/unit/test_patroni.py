@@ -130,6 +130,7 @@ def test_a_converting_member_restarts_for_wal_archiving_through_patroni(secrets_
     for node in ("node1", "node2"):
         restart = plan(everything, node).op("Backups | Restart PostgreSQL (WAL archiving changed)")
         assert restart.conditional and "patronictl" in " ".join(restart.commands), (node, restart.commands)
+        assert restart.serial  # never both members at once
     single = plan(everything, "node1", components=SINGLE).op("Backups | Restart PostgreSQL (WAL archiving changed)")
     assert single.conditional and "patronictl" not in " ".join(single.commands)
 
