@@ -69,7 +69,7 @@ echo "$@" >> "$0.log"
 @pytest.fixture
 def patroni_api() -> Iterator[tuple[str, dict[str, Any]]]:
     """GET /patroni and /cluster answered from a dict the test changes."""
-    state: dict[str, Any] = {"patroni": {}, "cluster": {"members": []}}
+    state: dict[str, Any] = {"patroni": {}, "cluster": {"members": []}, "config": {"synchronous_mode": True}}
 
     class Api(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
