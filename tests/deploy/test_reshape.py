@@ -63,6 +63,8 @@ done
 echo done >> "$log"
 """
 Row = tuple[float, str, int, float]
+# The add-a-node drill's fourth node (scripts/cluster start node4): a storage-only Qdrant peer.
+NODE4 = {"public": "10.78.0.4", "mesh": "10.77.0.4", "roles": []}
 
 
 @contextmanager
@@ -161,8 +163,9 @@ def etcd_members(via: str = "node3") -> dict[str, bool]:
 def shard_layout(via: str = "node1") -> dict[str, Any]:
     """Per collection: each shard's replicas (peer node name -> state), and replicas per peer."""
     peers = peer_api(via, "/cluster")["peers"]
+    known = {**MESH, "node4": NODE4["mesh"]}  # the add-a-node drill's fourth peer is named too
     names = {
-        int(pid): next((n for n, a in MESH.items() if f"//{a}:" in p["uri"]), p["uri"]) for pid, p in peers.items()
+        int(pid): next((n for n, a in known.items() if f"//{a}:" in p["uri"]), p["uri"]) for pid, p in peers.items()
     }
     layout: dict[str, Any] = {}
     for collection in peer_api(via, "/collections")["collections"]:
@@ -339,7 +342,6 @@ def _overlay(tmp: Path, label: str, doc: dict[str, Any]) -> Path:
     return path
 
 
-NODE4 = {"public": "10.78.0.4", "mesh": "10.77.0.4", "roles": []}
 PEERS = ["node1", "node2", "node3"]
 
 
