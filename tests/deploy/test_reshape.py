@@ -292,8 +292,10 @@ def test_the_synchronous_standbys_node_replaced_blank_comes_back_in_one_run(ha: 
     )
     assert set(etcd_members().values()) == {True} and len(etcd_members()) == 3
     assert replicas_complete(set(MESH))
-    graph = memoryctl("query", "--agent", e2e_data.AGENT, "--json", "--entity", "person:p00", "--via", "AUTHORED")
-    assert graph.returncode == 0, graph.stdout[-1000:] + graph.stderr[-1000:]  # Neo4j rebuilt and answering
+    # Neo4j rebuilt and answering. A Neo4j just started and refilled plans its first queries cold and
+    # can miss the 2 s store timeout (docs/operations.md, "After a Neo4j restart"): asked until it answers.
+    graph = ("query", "--agent", e2e_data.AGENT, "--json", "--entity", "person:p00", "--via", "AUTHORED")
+    wait_for("a graph query answers", lambda: memoryctl(*graph).returncode == 0, timeout=300, interval=5)
 
 
 @pytest.mark.drill
