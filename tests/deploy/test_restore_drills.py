@@ -74,6 +74,24 @@ def test_drill_derived_stores_restored_from_snapshots_and_postgres(imported: e2e
     derived_stores_drill(len(imported.records), "drill_derived_stores")
 
 
+def answers_once_whole() -> list[list[str]]:
+    """:func:`answers` asked again while a query comes back degraded: a rebuilt Neo4j plans its first
+    queries cold and can miss the 2 s store timeout for a while after the first one answered (the
+    fresh-clone rehearsal of session 13 met it). Only a degraded answer is retried; whole answers
+    that differ still fail the comparison."""
+    found: list[list[list[str]]] = []
+
+    def whole() -> bool:
+        try:
+            found.append(answers())
+        except AssertionError:
+            return False
+        return True
+
+    wait_for("every answer whole (Neo4j warm)", whole, timeout=300, interval=5)
+    return found[-1]
+
+
 def derived_stores_drill(memories: int, report_key: str) -> None:
     """Drill (a); test_ha.py runs it again on the Patroni cluster."""
     before = answers()
@@ -99,7 +117,7 @@ def derived_stores_drill(memories: int, report_key: str) -> None:
     wait_for("the graph query answers", lambda: memoryctl(*graph).returncode == 0, timeout=300, interval=5)
     drift = memoryctl("reconcile", "--json")
     assert drift.returncode == 0 and drift.json()["drift"] == 0, drift.stdout[-2000:]
-    assert answers() == before
+    assert answers_once_whole() == before
     assert payload_hashes(collection) == points
     record(
         report_key,
