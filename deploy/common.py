@@ -14,6 +14,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host
+from pyinfra.api import StringCommand
 from pyinfra.facts.systemd import SystemdStatus
 from pyinfra.operations import files, server, systemd
 
@@ -185,3 +186,10 @@ def keep_running(service: str, changes: list[Any], *, package_starts_it: bool = 
         systemd.service(
             name=f"Restart {service} (its files changed)", service=service, restarted=True, _if=changed, **START_RETRIES
         )
+
+
+def exits_zero(command: str) -> bool:
+    """Whether ``command`` exits 0 on this host when the step asking runs (an ``_if``: decided at
+    execution time, so a step with nothing to do changes nothing)."""
+    ok, _ = host.run_shell_command(StringCommand(command))
+    return bool(ok)

@@ -32,12 +32,11 @@ from typing import Any
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.api.command import StringCommand
 from pyinfra.facts.files import Directory
 from pyinfra.facts.systemd import SystemdStatus
 from pyinfra.operations import apt, files, server, systemd
 
-from deploy.common import START_RETRIES, after_mesh, inventory, secrets, template
+from deploy.common import START_RETRIES, after_mesh, exits_zero, inventory, secrets, template
 from deploy.pki import CertificateAuthority
 
 CLIENT_PORT = 2379
@@ -196,7 +195,7 @@ def prune_members() -> None:
     server.shell(
         name="Remove etcd members the inventory no longer declares (member remove)",
         commands=[f"{MEMBERSHIP} prune"],
-        _if=lambda: _exits_zero(f"{MEMBERSHIP} prune --check"),
+        _if=lambda: exits_zero(f"{MEMBERSHIP} prune --check"),
     )
 
 
@@ -212,8 +211,3 @@ def stop_former_member() -> None:
             f"[ ! -d {DATA_DIR} ] || mv {DATA_DIR} {DATA_DIR}.removed-$(date +%Y%m%d%H%M%S)",
         ],
     )
-
-
-def _exits_zero(command: str) -> bool:
-    ok, _ = host.run_shell_command(StringCommand(command))
-    return bool(ok)

@@ -25,11 +25,10 @@ wants a just-published version run ``apt-get update`` first, or waits for that h
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import StringCommand
 from pyinfra.operations import server
 
 from deploy import etcd, patroni
-from deploy.common import barrier, component, template
+from deploy.common import barrier, component, exits_zero, template
 from deploy.postgres import major
 from deploy.settings import InventoryError
 
@@ -88,7 +87,7 @@ def roll() -> None:
     server.shell(
         name="Switch over from the Patroni leader when its own packages wait",
         commands=[f"{ROLL} hand-over"] if involved and patroni.is_member() else [],
-        _if=lambda: _exits_zero(f"{ROLL} pending --role leader"),
+        _if=lambda: _roll_says(f"{ROLL} pending --role leader"),
     )
     barrier("the package roll's switchover is done")
     _upgrade("Upgrade the held packages on the former leader's node", involved)
@@ -99,10 +98,10 @@ def _upgrade(name: str, involved: bool) -> None:
         name=name,
         commands=[f"{ROLL} upgrade"] if involved else [],
         _serial=True,
-        _if=lambda: _exits_zero(f"{ROLL} pending --role replica"),
+        _if=lambda: _roll_says(f"{ROLL} pending --role replica"),
     )
 
 
-def _exits_zero(command: str) -> bool:
-    ok, _ = host.run_shell_command(StringCommand(f"test -x {ROLL} && {command}"))
-    return bool(ok)
+def _roll_says(command: str) -> bool:
+    """``command`` of the roll script exits 0 here (a node where the script is not installed: no)."""
+    return exits_zero(f"test -x {ROLL} && {command}")
