@@ -23,6 +23,8 @@ from hypothesis import HealthCheck, settings
 from memoryctl.client import MemoryClient
 from memoryctl.config import Settings, load_settings
 
+pytest_plugins = ["tests.shard"]  # --shard K/N: the rest stage's shards (scripts/test)
+
 # Property tests check results, never durations (speed lives in benchmarks/): on two busy cores
 # Hypothesis' own timing checks (a slow example, slow input generation) fail tests that are right.
 settings.register_profile("memoryctl", deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -123,9 +123,12 @@ def run_deploy(log: Path, *, overlay: Path | None = None, kill_at: str | None = 
             start_new_session=True,  # its own process group: killed with whatever it started
         )
         try:
-            while proc.poll() is None and not (
-                kill_at is not None and any(name.startswith(kill_at) for name in timing.poll())
-            ):
+            # timing.poll() on every turn (not only when there is a kill_at to look for): the
+            # operations' times are when this loop saw them start.
+            while proc.poll() is None:
+                started_ops = timing.poll()
+                if kill_at is not None and any(name.startswith(kill_at) for name in started_ops):
+                    break
                 time.sleep(0.2)
         finally:  # killed at kill_at, and whenever the test ends first (its timeout, Ctrl-C, an error)
             if proc.poll() is None:
@@ -207,13 +210,15 @@ class CliRun:
         return json.loads(self.stdout)
 
 
-def memoryctl(*args: str, timeout: float = 900, on: str = "node1") -> CliRun:
+def memoryctl(*args: str, timeout: float = 900, on: str = "node1", env: dict[str, str] | None = None) -> CliRun:
     """``memoryctl ARGS`` on the db node (or ``on``) as the memoryctl user (what cron runs), from its data dir.
 
     One inference thread for the in-process embedder (migrate to ``kind=local``): the nodes share
     the host's cores, and OpenMP threads spin when they do (see templates/vllm/vllm@.service.j2).
+    ``env``: ``MEMORYCTL_*`` settings for this one command (the node's file stays as deployed).
     """
-    command = "cd /var/lib/memoryctl && sudo -u memoryctl OMP_NUM_THREADS=1 memoryctl " + shlex.join(args)
+    assignments = ["OMP_NUM_THREADS=1", *(f"{name}={value}" for name, value in (env or {}).items())]
+    command = "cd /var/lib/memoryctl && sudo -u memoryctl " + shlex.join([*assignments, "memoryctl", *args])
     started = time.monotonic()
     result = node(on).run(f"timeout {int(timeout)} sh -c {shlex.quote(command)}")
     return CliRun(result.rc, result.stdout, result.stderr, time.monotonic() - started)
