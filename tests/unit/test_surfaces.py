@@ -12,11 +12,11 @@ import jsonschema
 import pytest
 
 from memoryctl.declaration.declare import Operation
-from memoryctl.declaration.table import OPERATIONS
-from memoryctl.operations.access import OPERATOR, AccessDenied, Caller, bind
 from memoryctl.declaration.replies import Added, Bucket, Stats
 from memoryctl.declaration.shape import dump
+from memoryctl.declaration.table import OPERATIONS
 from memoryctl.errors import InputError
+from memoryctl.operations.access import OPERATOR, AccessDenied, Caller, bind
 from memoryctl.serve import mcp, openapi
 
 SHARED = [op for op in OPERATIONS.values() if not op.local]
