@@ -50,6 +50,9 @@ class Known:
     def scores(self, question: str, passages: Sequence[str]) -> list[float]:
         return [self.logits[p] for p in passages]
 
+    def ready(self) -> None:
+        pass
+
 
 def collect(conversations: Sequence[str], depth: int) -> list[dict[str, object]]:
     loaded = [locomo.read(n).conversation for n in conversations]

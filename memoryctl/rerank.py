@@ -43,6 +43,9 @@ class PairScorer(Protocol):
 
     def scores(self, question: str, passages: Sequence[str]) -> list[float]: ...
 
+    def ready(self) -> None:
+        """Load what the scorer needs, so that loading is not charged to a query's time budget."""
+
 
 @dataclass(frozen=True, slots=True)
 class RerankSettings:
@@ -84,6 +87,9 @@ class CrossEncoder:
                 tokenizer.enable_padding()
                 self._loaded = (session, tokenizer, {i.name for i in session.get_inputs()})
         return self._loaded
+
+    def ready(self) -> None:
+        self._load()
 
     def scores(self, question: str, passages: Sequence[str]) -> list[float]:
         if not passages:

@@ -108,8 +108,12 @@ class QueryEngine:
 
         assert self.rerank is not None
         t0 = time.perf_counter()
-        done = rerank(hits, text, self.rerank[2](), settings)
+        scorer = self.rerank[2]()
+        scorer.ready()  # the first query of a process loads the model: not charged to the budget
+        load_ms = (time.perf_counter() - t0) * 1000
+        done = rerank(hits, text, scorer, settings)
         detail = {"depth": settings.depth, "blend": settings.blend, "budget_ms": settings.budget_s * 1000}
+        detail["load_ms"] = round(load_ms, 1)
         ctx.steps.append(
             Step("rerank", "cross-encoder", detail, (time.perf_counter() - t0) * 1000, done.offered, done.read)
         )

@@ -35,6 +35,9 @@ class ByWord:
         self.read += len(passages)
         return [5.0 if self.word in p else -5.0 for p in passages]
 
+    def ready(self) -> None:
+        pass
+
 
 def test_the_passage_says_who_and_when() -> None:
     assert passage(_hit("I adopted a dog.", 1.0).memory) == "Caroline (8 May 2023): I adopted a dog."
@@ -70,3 +73,23 @@ def test_the_query_flag_reaches_the_query(flag: str | None, expected: bool | Non
 
     parsed = fast.parse(["query", "what", *([flag] if flag else [])])
     assert parsed is not None and parsed[2]["rerank"] is expected
+
+
+def test_the_engine_reranks_a_deeper_pool_when_asked_and_cuts_to_the_limit() -> None:
+    from memoryctl.query.spec import MemoryQuery
+    from tests.unit.fakes import World
+    from tests.unit.test_executor import Stack, memory
+
+    w = World()
+    w.add(*(memory(f"rollback step {i}", hours=i + 1) for i in range(4)), memory("lunch after the rollback", hours=9))
+    s = Stack(w)
+    scorer = ByWord("lunch")
+    s.engine.rerank = (False, RerankSettings(depth=5, blend=1.0, budget_s=60), lambda: scorer)
+    plain = s.engine.run(MemoryQuery(text="rollback", agent_id="a", limit=2))
+    assert "rerank" not in [st.name for st in plain.steps] and scorer.read == 0
+    asked = s.engine.run(MemoryQuery(text="rollback", agent_id="a", limit=2, rerank=True))
+    assert asked.hits[0].memory.text == "lunch after the rollback" and len(asked.hits) == 2
+    (step,) = [st for st in asked.steps if st.name == "rerank"]
+    assert (step.rows_in, step.rows_out) == (5, 5) and asked.query.limit == 2
+    s.engine.rerank = (True, RerankSettings(depth=5, blend=1.0, budget_s=60), lambda: scorer)
+    assert s.engine.run(MemoryQuery(text="rollback", agent_id="a", limit=2, rerank=False)).hits == plain.hits
