@@ -54,7 +54,9 @@ class Known:
         pass
 
 
-def collect(conversations: Sequence[str], depth: int) -> list[dict[str, object]]:
+def collect(conversations: Sequence[str], depth: int, keep: Path | None = None) -> list[dict[str, object]]:
+    """Per question the engine's top ``depth`` and the cross-encoder's logits; written to ``keep``
+    every ``SAMPLE`` questions too, so an interrupted run leaves what it measured."""
     loaded = [locomo.read(n).conversation for n in conversations]
     model = CrossEncoder()
     rows: list[dict[str, object]] = []
@@ -89,6 +91,8 @@ def collect(conversations: Sequence[str], depth: int) -> list[dict[str, object]]
                     }
                 )
                 print(f"\r{len(rows)} questions", end="", file=sys.stderr, flush=True)
+                if keep is not None and len(rows) % SAMPLE == 0:
+                    keep.write_text(json.dumps(rows))
     print(file=sys.stderr)
     return rows
 
@@ -132,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.source:
         rows = [r for f in args.source for r in json.loads(f.read_text())]
     else:
-        rows = collect([c.strip() for c in args.conversations.split(",")], args.depth)
+        rows = collect([c.strip() for c in args.conversations.split(",")], args.depth, args.collected)
         if args.collected:
             args.collected.write_text(json.dumps(rows))
     grid: list[tuple[str, int | None, float]] = [("first-stage", None, 0.0)]
