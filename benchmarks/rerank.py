@@ -2,8 +2,8 @@
 
 Collect once, sweep offline: per question the engine's default (``--no-rerank``) top ``--depth``
 with its first-stage scores, and the cross-encoder's logit for each of them
-(``memoryctl.rerank.passage``: speaker, date, text), the two timed apart. Then every (depth, blend)
-of the grid re-ranks those candidates with ``memoryctl.rerank.rerank`` itself (a scorer that
+(``memoryctl.query.rerank.passage``: speaker, date, text), the two timed apart. Then every (depth, blend)
+of the grid re-ranks those candidates with ``memoryctl.query.rerank.rerank`` itself (a scorer that
 returns the logits already computed), so the figures are those of the engine's code path, without
 the time budget (its cost is reported as the stage's p50/p95 per depth instead).
 
@@ -34,9 +34,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import locomo  # noqa: E402
 import recall  # noqa: E402
 
+from memoryctl.query.rerank import CrossEncoder, RerankSettings, passage, rerank  # noqa: E402
 from memoryctl.query.results import Hit  # noqa: E402
 from memoryctl.query.spec import MemoryQuery  # noqa: E402
-from memoryctl.rerank import CrossEncoder, RerankSettings, passage, rerank  # noqa: E402
 
 SAMPLE = 10  # every tenth question also times the cross-encoder over the top 10 and 20
 
@@ -98,7 +98,7 @@ def collect(conversations: Sequence[str], depth: int, keep: Path | None = None) 
 
 
 def ranked(row: dict[str, object], depth: int | None, blend: float) -> list[str]:
-    """The row's candidates, first stage (depth None) or re-ranked by ``memoryctl.rerank.rerank``."""
+    """The row's candidates, first stage (depth None) or re-ranked by ``memoryctl.query.rerank.rerank``."""
     cands = row["candidates"]
     assert isinstance(cands, list)
     if depth is None:

@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # the operations are imported when called: `import memoryctl`
     from memoryctl.ops.nightly import NightlyReport
     from memoryctl.ops.reconcile import ReconcileReport
     from memoryctl.ops.reembed import ReembedReport
-    from memoryctl.rerank import CrossEncoder, RerankSettings
+    from memoryctl.query.rerank import CrossEncoder, RerankSettings
 
 IMPORT_BATCH = 500
 # Batches of other pending deliveries a single add or forget takes along (an import takes them all):
@@ -418,7 +418,7 @@ class MemoryClient:
 
     @property
     def _rerank_settings(self) -> RerankSettings:
-        from memoryctl.rerank import RerankSettings
+        from memoryctl.query.rerank import RerankSettings
 
         qs = self.settings.query
         return RerankSettings(qs.rerank_depth, qs.rerank_blend, qs.rerank_budget_ms / 1000)
@@ -426,7 +426,7 @@ class MemoryClient:
     @cached_property
     def _cross_encoder(self) -> CrossEncoder:
         """The rerank model, loaded on the first query that reranks (checked by content then)."""
-        from memoryctl.rerank import CrossEncoder
+        from memoryctl.query.rerank import CrossEncoder
 
         return CrossEncoder()
 

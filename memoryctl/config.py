@@ -212,7 +212,7 @@ class QuerySettings(BaseModel):
     # A text ranking prefers the candidates whose conversation session holds other candidates that
     # match the question too (query/sessions.py): one more leg of the relevance.
     session_context: bool = True
-    # The rerank stage (memoryctl.rerank, docs/retrieval.md): off by default, since on this CPU the
+    # The rerank stage (memoryctl.query.rerank, docs/retrieval.md): off by default, since on this CPU the
     # cross-encoder over the top 30 costs several times the whole dense query (the cost
     # target is 4x). depth: candidates read; blend: the cross-encoder's weight against the first
     # stage's score; budget_ms: past it, the unread keep the first stage's order.

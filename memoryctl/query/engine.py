@@ -31,7 +31,7 @@ from memoryctl.stores.protocols import GraphStore, VectorStore
 
 if TYPE_CHECKING:
     from memoryctl.embed import Embedder
-    from memoryctl.rerank import PairScorer, RerankSettings
+    from memoryctl.query.rerank import PairScorer, RerankSettings
 
 SCOPE_TTL_S = 60.0  # how long an agent's point count is trusted for vector-first sizing
 
@@ -103,8 +103,8 @@ class QueryEngine:
     def _reranked(self, text: str, hits: list[Hit], settings: RerankSettings, ctx: QueryContext) -> list[Hit]:
         """``hits`` through the cross-encoder, timed as a step of the query; the note says when the
         budget cut it short."""
+        from memoryctl.query.rerank import rerank
         from memoryctl.query.results import Step
-        from memoryctl.rerank import rerank
 
         assert self.rerank is not None
         t0 = time.perf_counter()

@@ -280,7 +280,7 @@ class MemoryQuery:
     half_life: timedelta | None = None  # None: the agent's configured half-life (none by default)
     decay: bool = True  # False: rank without the recency preference, whatever is configured
     retrieval: Retrieval = "hybrid"
-    rerank: bool | None = None  # the cross-encoder stage (memoryctl.rerank); None: as configured
+    rerank: bool | None = None  # the cross-encoder stage (memoryctl.query.rerank); None: as configured
     query_id: uuid.UUID = field(default_factory=uuid.uuid4)
 
     def __post_init__(self) -> None:

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 import pytest
 
 from memoryctl.model import EntityRef, Memory
+from memoryctl.query.rerank import BATCH, RerankSettings, passage, rerank
 from memoryctl.query.results import Hit
-from memoryctl.rerank import BATCH, RerankSettings, passage, rerank
 
 
 def _hit(text: str, score: float) -> Hit:

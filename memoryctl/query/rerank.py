@@ -66,9 +66,9 @@ class CrossEncoder:
     def _load(self) -> tuple[Any, Any, set[str]]:
         with self._lock:
             if self._loaded is None:
-                from memoryctl import modelfiles
+                from memoryctl.modelfiles import installed
 
-                where = modelfiles.installed(MODEL, self._dir)
+                where = installed(MODEL, self._dir)
                 try:
                     ort = importlib.import_module("onnxruntime")
                     tokenizers = importlib.import_module("tokenizers")
