@@ -83,6 +83,14 @@ QUERY = Operation(
             choices=("hybrid", "dense", "lexical"),
         ),
         Param(
+            "rerank",
+            "boolean",
+            "Re-rank the top candidates of a text query with the cross-encoder (docs/retrieval.md)."
+            " Default: [query] rerank, off.",
+            flag="--rerank",
+            off_flag="--no-rerank",
+        ),
+        Param(
             "half_life",
             "string",
             "Prefer newer memories among comparably relevant ones (within a twentieth of this query's"

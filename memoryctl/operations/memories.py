@@ -75,6 +75,7 @@ def memory_query(client: MemoryClient, p: dict[str, Any]) -> MemoryQuery:
         limit=p["limit"],
         threshold=p["threshold"],
         retrieval=p["retrieval"],
+        rerank=p["rerank"],
         half_life=half_life,
         decay=half_life is not None if p["half_life"] else True,
     )
