@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the operations are imported when called: `import memoryctl`
     from memoryctl.ops.nightly import NightlyReport
     from memoryctl.ops.reconcile import ReconcileReport
     from memoryctl.ops.reembed import ReembedReport
+    from memoryctl.query.rerank import CrossEncoder, RerankSettings
 
 IMPORT_BATCH = 500
 # Batches of other pending deliveries a single add or forget takes along (an import takes them all):
@@ -412,7 +413,22 @@ class MemoryClient:
                 qs.dates_named,
                 qs.session_context,
             ),
+            rerank=(qs.rerank, self._rerank_settings, lambda: self._cross_encoder),
         )
+
+    @property
+    def _rerank_settings(self) -> RerankSettings:
+        from memoryctl.query.rerank import RerankSettings
+
+        qs = self.settings.query
+        return RerankSettings(qs.rerank_depth, qs.rerank_blend, qs.rerank_budget_ms / 1000)
+
+    @cached_property
+    def _cross_encoder(self) -> CrossEncoder:
+        """The rerank model, loaded on the first query that reranks (checked by content then)."""
+        from memoryctl.query.rerank import CrossEncoder
+
+        return CrossEncoder()
 
     def query(self, q: MemoryQuery | None = None, /, **fields: Any) -> QueryResult:
         """Run one unified query: ``client.query(MemoryQuery(...))`` or ``client.query(text=..., ...)``."""

@@ -212,6 +212,14 @@ class QuerySettings(BaseModel):
     # A text ranking prefers the candidates whose conversation session holds other candidates that
     # match the question too (query/sessions.py): one more leg of the relevance.
     session_context: bool = True
+    # The rerank stage (memoryctl.query.rerank, docs/retrieval.md): off by default, since on this CPU the
+    # cross-encoder over the top 30 costs several times the whole dense query (the issue's cost
+    # target is 4x). depth: candidates read; blend: the cross-encoder's weight against the first
+    # stage's score; budget_ms: past it, the unread keep the first stage's order.
+    rerank: bool = False
+    rerank_depth: int = Field(30, ge=1, le=200)
+    rerank_blend: float = Field(0.5, ge=0.0, le=1.0)
+    rerank_budget_ms: float = Field(500.0, gt=0)
 
     def half_life_for(self, agent_id: str | None) -> timedelta | None:
         """The agent's recency half-life: its own, else ``half_life``; None for "off" or none set."""

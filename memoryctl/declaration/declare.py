@@ -115,6 +115,31 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
+def _given(value: Any) -> bool:
+    """A value a caller gave: not None, not a false flag, not an empty list or object."""
+    return value is not None and value is not False and value != [] and value != {}
+
+
+@dataclass(frozen=True, slots=True)
+class Requires:
+    """A parameter that means nothing without another (``--via`` needs ``--entity``): when
+    ``param`` is set (truthy), ``needs`` must be too."""
+
+    param: str
+    needs: str
+    error: str
+    hint: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OneOf:
+    """Exactly one of these parameters is given (``migrate``'s actions, ``outbox retry``'s rows or --all)."""
+
+    params: tuple[str, ...]
+    error: str
+    hint: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Operation:
     """One operation of ``memoryctl``, whichever surface runs it.
@@ -126,6 +151,11 @@ class Operation:
     calling process only (``serve``, ``mcp``, ``config show``), never sent to the service.
     ``upload``: the parameter whose file is the request body (``import``). ``long``: may take
     minutes, so a caller sets no reply deadline. ``mcp``: offered as an MCP tool.
+    ``reply``: the reply type (``memoryctl.declaration.replies``), whose schema is the OpenAPI 200
+    body, the MCP ``outputSchema`` and the README's contract row. ``requires``/``one_of``: rules
+    between parameters, checked by ``validate``. ``destructive``: it deletes what a caller cannot
+    get back (an MCP hint). ``service_status``: its reply's ``components`` include the answering
+    service's own status.
     """
 
     name: str
@@ -141,6 +171,11 @@ class Operation:
     upload: str | None = None
     long: bool = False
     mcp: bool = False
+    reply: Any = None
+    requires: tuple[Requires, ...] = ()
+    one_of: tuple[OneOf, ...] = ()
+    destructive: bool = False
+    service_status: bool = False
 
     @property
     def path(self) -> str:
@@ -176,4 +211,10 @@ class Operation:
                 out[p.name] = p.default
                 continue
             out[p.name] = p.check(value)
+        for rule in self.requires:
+            if out[rule.param] and not out[rule.needs]:
+                raise InputError(rule.error, hint=rule.hint)
+        for choice in self.one_of:
+            if sum(_given(out[name]) for name in choice.params) != 1:
+                raise InputError(choice.error, hint=choice.hint)
         return out

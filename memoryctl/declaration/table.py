@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 
-from memoryctl.declaration.declare import Operation, Param
+from memoryctl.declaration import replies as R
+from memoryctl.declaration.declare import OneOf, Operation, Param, Requires
 
 MAX_LIMIT = 1000  # hits of one query (MemoryQuery checks its fields with these declarations)
 MAX_HOPS = 3  # graph hops; the graph stores check it again before pasting it into a statement
@@ -35,6 +36,9 @@ WHO = (
 OUTBOX_ROWS = (
     Param("rows", "array", "Outbox row ids (from `outbox list`).", items="integer", flag=None, metavar="[ROW]..."),
     Param("all", "boolean", "Every row set aside.", default=False),
+)
+OUTBOX_PICK = OneOf(
+    ("rows", "all"), "name the rows or pass --all (not both)", hint="`memoryctl outbox list` shows the rows"
 )
 BATCH = Param("batch", "integer", "Memories per embed/upsert batch.", default=512, low=1, high=10_000)
 
@@ -79,6 +83,14 @@ QUERY = Operation(
             choices=("hybrid", "dense", "lexical"),
         ),
         Param(
+            "rerank",
+            "boolean",
+            "Re-rank the top candidates of a text query with the cross-encoder (docs/retrieval.md)."
+            " Default: [query] rerank, off.",
+            flag="--rerank",
+            off_flag="--no-rerank",
+        ),
+        Param(
             "half_life",
             "string",
             "Prefer newer memories among comparably relevant ones (within a twentieth of this query's"
@@ -87,9 +99,11 @@ QUERY = Operation(
         ),
     ),
     _memories("query"),
+    reply=R.QueryReply,
     access="agent",
     exits=(*STANDARD, PARTIAL),
     outputs=(JSON, EXPLAIN),
+    requires=(Requires("via", "entity", "--via needs --entity (the node to start from)"),),
     mcp=True,
 )
 
@@ -105,6 +119,7 @@ OPERATIONS: dict[str, Operation] = {
                 Param("agent", "string", "Only if it belongs to this agent."),
             ),
             _memories("get"),
+            reply=R.MemoryReply,
             access="agent",
             exits=(OK, (1, "no such memory, or it failed"), USAGE),
             outputs=(JSON,),
@@ -130,6 +145,7 @@ OPERATIONS: dict[str, Operation] = {
                 Param("id", "string", "Use this UUID (idempotent re-adds).", fill="uuid"),
             ),
             _memories("add"),
+            reply=R.Added,
         ),
         Operation(
             "import",
@@ -145,6 +161,7 @@ OPERATIONS: dict[str, Operation] = {
                 Param("strict", "boolean", "Refuse the whole file if any line is bad.", default=False),
             ),
             _memories("import_"),
+            reply=R.Imported,
             writes=True,
             access="agent",
             exits=(OK, FAILED, (2, "bad lines (reported and skipped), or --strict refused the file"), PARTIAL),
@@ -160,12 +177,15 @@ OPERATIONS: dict[str, Operation] = {
                 Param("agent", "string", "Only within this agent."),
             ),
             _memories("forget"),
+            reply=R.Forgotten,
+            destructive=True,
         ),
         Operation(
             "sync",
             "Deliver everything pending in the outbox to the vector store and the graph (idempotent).",
             WHO,
             _memories("sync"),
+            reply=R.Synced,
             writes=True,
             exits=(*STANDARD, (3, "still pending: a store is down or another delivery holds the rows")),
             outputs=(JSON,),
@@ -184,6 +204,7 @@ OPERATIONS: dict[str, Operation] = {
                 Param("kind", "string", "Only memories of this kind."),
             ),
             _memories("stats"),
+            reply=R.Stats,
             access="agent",
             outputs=(JSON,),
             mcp=True,
@@ -196,6 +217,8 @@ OPERATIONS: dict[str, Operation] = {
                 PROMETHEUS,
             ),
             _memories("health"),
+            reply=R.Health | R.Prometheus,
+            service_status=True,
             access="any",
             exits=((0, "healthy"), (1, "unhealthy"), USAGE, (3, "degraded")),
             outputs=(Param("json", "boolean", "Machine-readable report.", default=False),),
@@ -206,6 +229,7 @@ OPERATIONS: dict[str, Operation] = {
             "Create or upgrade the schema (PostgreSQL), the vector collection and graph constraints.",
             (),
             _memories("init"),
+            reply=R.Initialised,
             writes=True,
             exits=(*STANDARD, (3, "a store is unavailable (initialised when it is back)")),
             outputs=(JSON,),
@@ -226,6 +250,7 @@ OPERATIONS: dict[str, Operation] = {
                 AGENT,
             ),
             _maintenance("cypher"),
+            reply=R.Rows,
             outputs=(JSON,),
         ),
         Operation(
@@ -236,6 +261,7 @@ OPERATIONS: dict[str, Operation] = {
                 Param("limit", "integer", "Runs to list (1-1000).", default=20, low=1, high=1000),
             ),
             _maintenance("runs"),
+            reply=R.Rows,
             outputs=(JSON,),
         ),
         Operation(
@@ -247,6 +273,7 @@ OPERATIONS: dict[str, Operation] = {
                 *WHO,
             ),
             _maintenance("reconcile"),
+            reply=R.Reconciled,
             writes=True,
             exits=(
                 (0, "nothing left to do"),
@@ -277,6 +304,14 @@ OPERATIONS: dict[str, Operation] = {
                 *WHO,
             ),
             _maintenance("migrate"),
+            reply=R.Migrated,
+            one_of=(
+                OneOf(
+                    ("to_model", "rollback", "cleanup", "abandon"),
+                    "give exactly one of --to-model, --rollback, --cleanup, --abandon",
+                    hint="e.g. memoryctl migrate --to-model kind=hash,dim=256",
+                ),
+            ),
             writes=True,
             exits=(*STANDARD, (3, "stopped at verification (nothing swapped)")),
             outputs=(JSON,),
@@ -292,6 +327,7 @@ OPERATIONS: dict[str, Operation] = {
                 *WHO,
             ),
             _maintenance("reembed"),
+            reply=R.Reembedded,
             writes=True,
             outputs=(JSON,),
             long=True,
@@ -301,6 +337,7 @@ OPERATIONS: dict[str, Operation] = {
             "Train → gate → promote LoRA adapters, re-embed changed texts, reconcile, record the run.",
             WHO,
             _maintenance("nightly"),
+            reply=R.Nightly,
             writes=True,
             outputs=(JSON,),
             long=True,
@@ -321,6 +358,7 @@ OPERATIONS: dict[str, Operation] = {
                 ),
             ),
             _maintenance("feedback"),
+            reply=R.Recorded,
             writes=True,
         ),
         Operation(
@@ -352,6 +390,15 @@ OPERATIONS: dict[str, Operation] = {
                 ),
             ),
             _maintenance("adapters"),
+            reply=R.Rows,
+            requires=(
+                Requires(
+                    "wait",
+                    "serve_active",
+                    "--wait is for --serve-active",
+                    hint="memoryctl adapters generation --serve-active --wait",
+                ),
+            ),
             writes=True,
             outputs=(JSON,),
         ),
@@ -360,6 +407,7 @@ OPERATIONS: dict[str, Operation] = {
             "Per store: the newest backup, the newest restorable point, sizes. Exit 0 fresh, 3 stale, 1 unreadable.",
             (PROMETHEUS,),
             _maintenance("backup_status"),
+            reply=R.Backups | R.Prometheus,
             exits=((0, "fresh"), (1, "unreadable"), USAGE, (3, "stale")),
             outputs=(Param("json", "boolean", "Machine-readable report.", default=False),),
         ),
@@ -368,6 +416,7 @@ OPERATIONS: dict[str, Operation] = {
             "Snapshot every Qdrant collection (one file per shard) and ship the set to the snapshot target.",
             WHO,
             _maintenance("backup_qdrant"),
+            reply=R.Document,
             writes=True,
             profiles=("cluster",),
             outputs=(JSON,),
@@ -389,6 +438,7 @@ OPERATIONS: dict[str, Operation] = {
                 *WHO,
             ),
             _maintenance("restore_qdrant"),
+            reply=R.Document,
             writes=True,
             profiles=("cluster",),
             exits=(*STANDARD, (3, "drift left after the catch-up")),
@@ -410,6 +460,7 @@ OPERATIONS: dict[str, Operation] = {
                 *WHO,
             ),
             _maintenance("rebuild_graph"),
+            reply=R.Document,
             writes=True,
             outputs=(JSON,),
             long=True,
@@ -419,6 +470,7 @@ OPERATIONS: dict[str, Operation] = {
             "The deliveries set aside after failing alone: which memory, which store, how often, and the error.",
             (Param("limit", "integer", "Rows to list.", default=1000, low=1, high=100_000),),
             _maintenance("outbox_list"),
+            reply=R.Rows,
             outputs=(JSON,),
         ),
         Operation(
@@ -426,6 +478,8 @@ OPERATIONS: dict[str, Operation] = {
             "Put rows set aside back in the queue (after fixing what made them fail).",
             OUTBOX_ROWS,
             _maintenance("outbox_retry"),
+            reply=R.Retried,
+            one_of=(OUTBOX_PICK,),
             writes=True,
         ),
         Operation(
@@ -433,6 +487,9 @@ OPERATIONS: dict[str, Operation] = {
             "Give up on rows set aside: that store will not get those memories (reconcile reports them).",
             OUTBOX_ROWS,
             _maintenance("outbox_drop"),
+            reply=R.Dropped,
+            one_of=(OUTBOX_PICK,),
+            destructive=True,
             writes=True,
         ),
         Operation(
@@ -440,6 +497,7 @@ OPERATIONS: dict[str, Operation] = {
             "Load a small sample of memories and run example queries (vector, graph, relational, or, stats).",
             (),
             _maintenance("demo"),
+            reply=R.Document,
             writes=True,
             outputs=(Param("explain", "boolean", "Also print each query's plan.", default=False),),
             long=True,
@@ -452,6 +510,7 @@ OPERATIONS: dict[str, Operation] = {
                 Param("name", "string", "A label to tell tokens apart (default: the agent)."),
             ),
             _maintenance("token_issue"),
+            reply=R.TokenIssued,
             writes=True,
             outputs=(JSON,),
         ),
@@ -460,6 +519,7 @@ OPERATIONS: dict[str, Operation] = {
             "The agent tokens issued (their ids, agents and labels; never the tokens).",
             (),
             _maintenance("token_list"),
+            reply=list[R.TokenRow],
             outputs=(JSON,),
         ),
         Operation(
@@ -471,6 +531,7 @@ OPERATIONS: dict[str, Operation] = {
                 ),
             ),
             _maintenance("token_revoke"),
+            reply=R.Revoked,
             writes=True,
             exits=(OK, (1, "no such token"), USAGE),
             outputs=(JSON,),
@@ -480,6 +541,7 @@ OPERATIONS: dict[str, Operation] = {
             "Print the effective configuration (file + environment + flags), secrets masked.",
             (),
             "memoryctl.cli.local:config_show",
+            reply=R.Document,
             local=True,
             outputs=(JSON,),
         ),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memoryctl.declaration.shape import dump
 from memoryctl.declaration.table import OPERATIONS
 from memoryctl.errors import InputError, UsageError
 
@@ -78,4 +79,5 @@ def run(
     call = Call(op.validate(params), upload=upload, progress=progress, in_service=in_service)
     with caller(call.params.get("trigger"), call.params.get("actor")):
         reply: Reply = runner(op)(client, call)
+    reply.data = dump(reply.data)  # the declared reply type as its --json document
     return reply

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from memoryctl.errors import ExitCode, InputError, MemoryctlError, UsageError
+from memoryctl.declaration import replies as R
+from memoryctl.errors import ExitCode, MemoryctlError, UsageError
 from memoryctl.operations.memories import only_agent
 from memoryctl.operations.reply import Reply
 
@@ -59,28 +60,13 @@ def migrate(client: MemoryClient, call: Call) -> Reply:
     from memoryctl.model import parse_duration
     from memoryctl.ops.models import parse_model_spec
 
-    p = call.params
-    chosen = [
-        flag
-        for flag, on in (
-            ("--to-model", p["to_model"] is not None),
-            ("--rollback", p["rollback"]),
-            ("--cleanup", p["cleanup"]),
-            ("--abandon", p["abandon"]),
-        )
-        if on
-    ]
-    if len(chosen) != 1:
-        raise UsageError(
-            "give exactly one of --to-model, --rollback, --cleanup, --abandon",
-            hint="e.g. memoryctl migrate --to-model kind=hash,dim=256",
-        )
+    p = call.params  # exactly one action: the declaration's one_of
     options: dict[str, Any] = {"batch": p["batch"], "sample": p["sample"], "min_recall": p["min_recall"]}
     if p["to_model"] is not None:
         options["target"] = parse_model_spec(p["to_model"], client.settings.embedder)
         action = "migrate"
     else:
-        action = chosen[0].removeprefix("--")
+        action = next(a for a in ("rollback", "cleanup", "abandon") if p[a])
         if p["cleanup"]:
             options["grace"] = parse_duration(p["grace"])
     report = client.migrate_model(action, progress=call.progress, **options)
@@ -110,7 +96,7 @@ def feedback(client: MemoryClient, call: Call) -> Reply:
 
     p = call.params
     client.feedback(parse_uuid(p["query_id"]), parse_uuid(p["memory_id"]), useful=p["useful"])
-    return Reply({"recorded": True})
+    return Reply(R.Recorded(recorded=True))
 
 
 def adapters(client: MemoryClient, call: Call) -> Reply:
@@ -124,8 +110,6 @@ def adapters(client: MemoryClient, call: Call) -> Reply:
     )
 
     kind = call.params["kind"]
-    if call.params["wait"] and not call.params["serve_active"]:
-        raise InputError("--wait is for --serve-active", hint="memoryctl adapters generation --serve-active --wait")
     warnings = []
     if call.params["rollback"] and adapter_kind(kind) == "embedding":
         open_registry(client.settings)  # the registry is here (memoryctl-lora installed), or the hint
@@ -193,22 +177,20 @@ def outbox_list(client: MemoryClient, call: Call) -> Reply:
 
 
 def _rows(call: Call) -> list[int] | None:
-    """The rows named, or None for ``--all``: one or the other."""
-    rows, every = call.params["rows"], call.params["all"]
-    if bool(rows) == every:
-        raise InputError("name the rows or pass --all (not both)", hint="`memoryctl outbox list` shows the rows")
-    return None if every else list(rows)
+    """The rows named, or None for ``--all`` (one or the other: the declaration's one_of)."""
+    return None if call.params["all"] else list(call.params["rows"])
 
 
 def outbox_retry(client: MemoryClient, call: Call) -> Reply:
     n = client.retry_set_aside(_rows(call))
     return Reply(
-        {"retried": n}, warnings=["the next write, `memoryctl sync` or the service's delivery takes them"] if n else []
+        R.Retried(retried=n),
+        warnings=["the next write, `memoryctl sync` or the service's delivery takes them"] if n else [],
     )
 
 
 def outbox_drop(client: MemoryClient, call: Call) -> Reply:
-    return Reply({"dropped": client.drop_set_aside(_rows(call))})
+    return Reply(R.Dropped(dropped=client.drop_set_aside(_rows(call))))
 
 
 def demo(client: MemoryClient, call: Call) -> Reply:
@@ -233,4 +215,4 @@ def token_list(client: MemoryClient, call: Call) -> Reply:
 def token_revoke(client: MemoryClient, call: Call) -> Reply:
     from memoryctl.operations.tokens import AgentTokens
 
-    return Reply({"revoked": AgentTokens.of(client.settings).revoke(call.params["ids"])})
+    return Reply(R.Revoked(revoked=AgentTokens.of(client.settings).revoke(call.params["ids"])))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from memoryctl.declaration import replies as R
 from memoryctl.errors import ExitCode, InputError
 from memoryctl.operations.reply import Reply
 
@@ -58,8 +59,6 @@ def memory_query(client: MemoryClient, p: dict[str, Any]) -> MemoryQuery:
     from memoryctl.model import EntityRef, parse_datetime, parse_half_life
     from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_since
 
-    if p["via"] and not p["entity"]:
-        raise InputError("--via needs --entity (the node to start from)")
     entity = p["entity"]
     graph = GraphFilter(EntityRef.parse(entity), tuple(p["via"] or ()), p["hops"], p["direction"]) if entity else None
     # "off" overrides a configured half-life; none given: the agent's configured one, if any.
@@ -76,6 +75,7 @@ def memory_query(client: MemoryClient, p: dict[str, Any]) -> MemoryQuery:
         limit=p["limit"],
         threshold=p["threshold"],
         retrieval=p["retrieval"],
+        rerank=p["rerank"],
         half_life=half_life,
         decay=half_life is not None if p["half_life"] else True,
     )
@@ -110,7 +110,8 @@ def stats(client: MemoryClient, call: Call) -> Reply:
         raise InputError("that is more than 10,000 buckets", hint="use a wider --bucket or a shorter range")
     agent_id, metric = agent_scope(client, p), p["metric"]
     rows = client.stats(agent_id=agent_id, since=start, until=end, width=width, metric=metric, kind=p["kind"])
-    buckets = [
+    # Plain rows, not R.Bucket: with --metric, n/avg/min/max are there even when null.
+    buckets: list[Any] = [
         {
             "bucket": r["bucket"].isoformat(),
             "count": r["count"],
@@ -119,13 +120,7 @@ def stats(client: MemoryClient, call: Call) -> Reply:
         for r in rows
     ]
     return Reply(
-        {
-            "agent_id": agent_id,
-            "bucket_s": width.total_seconds(),
-            "metric": metric,
-            "kind": p["kind"],
-            "buckets": buckets,
-        }
+        R.Stats(agent_id=agent_id, bucket_s=width.total_seconds(), metric=metric, kind=p["kind"], buckets=buckets)
     )
 
 
@@ -163,7 +158,7 @@ def add(client: MemoryClient, call: Call) -> Reply:
     )
     outcome = client.add([memory])
     reply = pending_warning(outcome)
-    reply.data = {"id": str(mid), "pending": outcome.pending}
+    reply.data = R.Added(id=str(mid), pending=outcome.pending)
     return reply
 
 
@@ -213,7 +208,7 @@ def forget(client: MemoryClient, call: Call) -> Reply:
         raise InputError("forget needs at least one id")
     outcome = client.forget([parse_uuid(i) for i in p["ids"]], agent_id=only_agent(p))
     reply = pending_warning(outcome)
-    reply.data = {"forgotten": [str(i) for i in outcome.ids], "pending": outcome.pending}
+    reply.data = R.Forgotten(forgotten=[str(i) for i in outcome.ids], pending=outcome.pending)
     return reply
 
 

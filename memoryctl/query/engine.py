@@ -31,6 +31,7 @@ from memoryctl.stores.protocols import GraphStore, VectorStore
 
 if TYPE_CHECKING:
     from memoryctl.embed import Embedder
+    from memoryctl.query.rerank import PairScorer, RerankSettings
 
 SCOPE_TTL_S = 60.0  # how long an agent's point count is trusted for vector-first sizing
 
@@ -50,12 +51,14 @@ class QueryEngine:
         recalls: RecallLog | None = None,
         graph_name: str = names.NEO4J,
         options: PlanOptions | None = None,
+        rerank: tuple[bool, RerankSettings, Callable[[], PairScorer]] | None = None,
     ) -> None:
         self.stores = Stores(rows, relational, vectors, graph, embedder, unavailable, graph_name)
         self.guard = guard
         self.default_half_life = default_half_life
         self.recalls = recalls
         self.options = options or PlanOptions()
+        self.rerank = rerank  # (on by default, settings, the scorer, loaded on first use)
         self._scope: dict[str | None, tuple[float, int]] = {}  # agent -> (monotonic time, points)
 
     @property
@@ -66,10 +69,14 @@ class QueryEngine:
         q = self.resolved(query)
         t0 = time.perf_counter()
         ctx = QueryContext(self.guard)
-        calls = StoreCalls(self.stores, q, ctx)
-        chosen = self.choose(q, calls)
+        reranking = self._reranking(q)
+        first = dataclasses.replace(q, limit=max(q.limit, reranking.depth)) if reranking else q
+        calls = StoreCalls(self.stores, first, ctx)
+        chosen = self.choose(first, calls)
         ran = execute(chosen.shape, calls)
         hits = hydrate.hits(chosen, ran.ranked, calls)
+        if reranking is not None and q.text:
+            hits = self._reranked(q.text, hits, reranking, ctx)[: q.limit]
         result = QueryResult(hits, sorted(set(ctx.degraded)), ran.describe(), ctx.steps, q, notes=ctx.notes)
         result.ms = (time.perf_counter() - t0) * 1000
         if self.recalls is not None and hits:
@@ -85,6 +92,34 @@ class QueryEngine:
         else:
             half_life = q.half_life if q.half_life is not None else self.default_half_life(q.agent_id)
         return q if half_life == q.half_life else dataclasses.replace(q, half_life=half_life)
+
+    def _reranking(self, q: MemoryQuery) -> RerankSettings | None:
+        """The rerank stage's settings when this query reranks: a text query, asked for or on by default."""
+        if self.rerank is None or not q.text:
+            return None
+        on, settings, _ = self.rerank
+        return settings if (q.rerank if q.rerank is not None else on) else None
+
+    def _reranked(self, text: str, hits: list[Hit], settings: RerankSettings, ctx: QueryContext) -> list[Hit]:
+        """``hits`` through the cross-encoder, timed as a step of the query; the note says when the
+        budget cut it short."""
+        from memoryctl.query.rerank import rerank
+        from memoryctl.query.results import Step
+
+        assert self.rerank is not None
+        t0 = time.perf_counter()
+        scorer = self.rerank[2]()
+        scorer.ready()  # the first query of a process loads the model: not charged to the budget
+        load_ms = (time.perf_counter() - t0) * 1000
+        done = rerank(hits, text, scorer, settings)
+        detail = {"depth": settings.depth, "blend": settings.blend, "budget_ms": settings.budget_s * 1000}
+        detail["load_ms"] = round(load_ms, 1)
+        ctx.steps.append(
+            Step("rerank", "cross-encoder", detail, (time.perf_counter() - t0) * 1000, done.offered, done.read)
+        )
+        if done.note:
+            ctx.notes.append(done.note)
+        return done.hits
 
     def choose(self, q: MemoryQuery, calls: StoreCalls) -> Plan:
         """Ask ``plan`` until it stops needing facts; fetch each fact it asks for (a store call)."""

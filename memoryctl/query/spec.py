@@ -280,6 +280,7 @@ class MemoryQuery:
     half_life: timedelta | None = None  # None: the agent's configured half-life (none by default)
     decay: bool = True  # False: rank without the recency preference, whatever is configured
     retrieval: Retrieval = "hybrid"
+    rerank: bool | None = None  # the cross-encoder stage (memoryctl.query.rerank); None: as configured
     query_id: uuid.UUID = field(default_factory=uuid.uuid4)
 
     def __post_init__(self) -> None:
@@ -345,4 +346,5 @@ class MemoryQuery:
             "threshold": self.threshold,
             "half_life_s": self.half_life.total_seconds() if self.half_life and self.decay else None,
             "retrieval": self.retrieval,
+            "rerank": self.rerank,
         }

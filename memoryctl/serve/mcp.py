@@ -38,6 +38,7 @@ from memoryctl.errors import MemoryctlError
 from memoryctl.operations.access import OPERATOR, Caller, bind
 from memoryctl.operations.reply import Reply
 from memoryctl.serve.mcp_auth import current_caller
+from memoryctl.serve.openapi import reply_schema
 from memoryctl.serve.wire import json_default
 
 if TYPE_CHECKING:
@@ -57,6 +58,31 @@ INSTRUCTIONS = (
 Execute = Callable[[Operation, dict[str, Any], Caller], Awaitable[Reply]]
 
 
+#: What every tool result adds to the command's ``--json`` document.
+RESULT_FIELDS = {
+    "exit_code": {"type": "integer", "description": "what the command line exits with for this reply"},
+    "warnings": {"type": "array", "items": {"type": "string"}, "description": "the lines it prints on stderr"},
+}
+
+
+def output_schema(op: Operation) -> dict[str, Any]:
+    """The tool's ``outputSchema``: the declared reply (under ``result`` when it is not an
+    object, as ``result()`` wraps it), with the exit code and the warnings."""
+    reply = reply_schema(op)
+    variants = reply.get("anyOf", [reply])
+    if all(v.get("type") == "object" for v in variants):
+        merged = [
+            {**v, "properties": {**v["properties"], **RESULT_FIELDS}, "required": [*v["required"], *RESULT_FIELDS]}
+            for v in variants
+        ]
+        return merged[0] if len(merged) == 1 else {"type": "object", "anyOf": merged}
+    return {
+        "type": "object",
+        "properties": {"result": reply, **RESULT_FIELDS},
+        "required": ["result", *RESULT_FIELDS],
+    }
+
+
 def tool(op: Operation) -> types.Tool:
     """The MCP tool of an operation, from its declaration."""
     shown = [p for p in op.params if not p.fill or p.cli]
@@ -71,7 +97,8 @@ def tool(op: Operation) -> types.Tool:
         name=op.tool,
         description=f"{op.summary} (The command line's exit code is in the result: {exits}.)",
         input_schema=schema,
-        annotations=types.ToolAnnotations(read_only_hint=not op.writes, destructive_hint=op.name == "forget"),
+        output_schema=output_schema(op),
+        annotations=types.ToolAnnotations(read_only_hint=not op.writes, destructive_hint=op.destructive),
     )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from memoryctl._version import __version__
 from memoryctl.declaration.declare import Operation
+from memoryctl.declaration.shape import schema
 from memoryctl.declaration.table import OPERATIONS
 from memoryctl.serve.wire import API
 
@@ -48,6 +49,12 @@ ACCESS = {
 }
 
 
+def reply_schema(op: Operation) -> dict[str, Any]:
+    """The JSON Schema of what ``memoryctl OP --json`` prints, from the declared reply type."""
+    found = schema(op.reply)
+    return found if "description" in found else {**found, "description": op.summary}
+
+
 def _operation(op: Operation) -> dict[str, Any]:
     params = [p for p in op.params if not p.fill or p.cli]
     spec: dict[str, Any] = {
@@ -60,7 +67,7 @@ def _operation(op: Operation) -> dict[str, Any]:
             "200": {
                 "description": f"exactly what `memoryctl {op.name} --json` prints",
                 "headers": REPLY_HEADERS,
-                "content": {"application/json": {"schema": {}}},
+                "content": {"application/json": {"schema": reply_schema(op)}},
             },
             **{
                 code: {

@@ -334,7 +334,7 @@ class Service:
         from memoryctl.operations import run
 
         reply = run(self.client, op.name, params, upload=upload, in_service=True)
-        if op.name == "health" and isinstance(reply.data, dict) and "components" in reply.data:
+        if op.service_status and isinstance(reply.data, dict) and "components" in reply.data:
             reply.data["components"]["serve"] = {**self.status(), "latency_ms": 0.0}
         return reply
 

@@ -22,10 +22,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from memoryctl.cli.main import _invoke
 from memoryctl.config import load_settings
+from memoryctl.declaration.table import OPERATIONS
+from memoryctl.serve.openapi import reply_schema
 from memoryctl.serve.server import Service
 
 pytestmark = pytest.mark.integration
@@ -88,12 +91,21 @@ def commands(tmp: Path) -> list[list[str]]:
     ]
 
 
+def declared(argv: list[str], printed: str) -> None:
+    """A ``--json`` document is what the operation's declared reply type says (its OpenAPI schema)."""
+    if "--json" not in argv or not printed.strip():
+        return
+    name = " ".join(argv[:2]) if " ".join(argv[:2]) in OPERATIONS else argv[0]
+    jsonschema.validate(json.loads(printed), reply_schema(OPERATIONS[name]))
+
+
 def run_all(capsys: pytest.CaptureFixture[str], tmp: Path) -> list[tuple[list[str], int, str, str]]:
     results = []
     for argv in commands(tmp):
         code = _invoke(argv)
         captured = capsys.readouterr()
         assert "Traceback" not in captured.out + captured.err, argv
+        declared(argv, captured.out)
         results.append((argv, code, _stable(captured.out), _stable(captured.err)))
     return results
 

@@ -23,6 +23,8 @@ LINES = [
     ["query"],
     ["query", "rollback", "--via", "A", "--entity", "User:Alice", "--via=B", "--limit", "5", "--json"],
     ["query", "x", "--hops", "7", "--threshold", "-0.25", "--threshold=0.5", "--all-agents", "--explain"],
+    ["query", "x", "--rerank"],
+    ["query", "x", "--no-rerank", "--retrieval", "dense"],
     ["query", "--where", "sentiment < 0", "--since", "7d", "--direction", "sideways", "--half-life", "off"],
     ["get", U1, "--agent", "support"],
     ["add", "Alice said", "--entity", "User:Alice", "--rel", "this -X-> User:Bob", "--meta", "a=1", "--id", U1],

@@ -8,10 +8,14 @@ to the table without its surfaces, or a surface written by hand beside the table
 
 from __future__ import annotations
 
+import jsonschema
 import pytest
 
 from memoryctl.declaration.declare import Operation
+from memoryctl.declaration.replies import Added, Bucket, Stats
+from memoryctl.declaration.shape import dump
 from memoryctl.declaration.table import OPERATIONS
+from memoryctl.errors import InputError
 from memoryctl.operations.access import OPERATOR, AccessDenied, Caller, bind
 from memoryctl.serve import mcp, openapi
 
@@ -75,3 +79,60 @@ def test_an_agent_token_is_bound_to_its_agent_on_every_operation(op: Operation) 
 def test_what_an_agent_token_opens() -> None:
     opened = {op.name for op in SHARED if op.access != "operator"}
     assert opened == {"query", "get", "add", "import", "forget", "stats", "health"}
+
+
+@pytest.mark.parametrize("op", SHARED, ids=[op.name for op in SHARED])
+def test_every_operation_declares_its_reply_and_the_schemas_are_generated_from_it(op: Operation) -> None:
+    assert op.reply is not None, op.name
+    schema = openapi.document()["paths"][op.path]["post"]["responses"]["200"]["content"]["application/json"]
+    assert schema["schema"] == openapi.reply_schema(op) and schema["schema"].get("description"), op.name
+    jsonschema.Draft202012Validator.check_schema(schema["schema"])
+    if op.mcp:
+        output = mcp.tool(op).output_schema
+        assert output is not None and output["type"] == "object", op.name
+        jsonschema.Draft202012Validator.check_schema(output)
+
+
+def test_a_reply_type_is_its_json_document_in_declared_order() -> None:
+    added = Added(id="u1", pending={"vector": 0})
+    assert list(dump(added)) == ["id", "pending"]
+    jsonschema.validate(dump(added), openapi.reply_schema(OPERATIONS["add"]))
+    # a field that may be left out (stats' n/avg/min/max without --metric) is not required
+    stats = Stats(agent_id=None, bucket_s=60.0, metric=None, kind=None, buckets=[Bucket(bucket="t", count=1)])
+    assert dump(stats)["buckets"] == [{"bucket": "t", "count": 1}]
+    jsonschema.validate(dump(stats), openapi.reply_schema(OPERATIONS["stats"]))
+    with pytest.raises(TypeError, match="id is required"):
+        Added(pending={})
+
+
+def test_an_mcp_result_matches_the_tools_output_schema() -> None:
+    from memoryctl.operations.reply import Reply
+
+    for name, data in (("add", {"id": "u1", "pending": {}}), ("health", {"prometheus": "up 1\n"})):
+        structured = mcp.result(Reply(data)).structured_content
+        jsonschema.validate(structured, mcp.tool(OPERATIONS[name]).output_schema)
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "error"),
+    [
+        ("query", {"via": ["AUTHORED"]}, "--via needs --entity"),
+        ("adapters", {"kind": "generation", "wait": True}, "--wait is for --serve-active"),
+        ("migrate", {}, "give exactly one of --to-model"),
+        ("migrate", {"rollback": True, "cleanup": True}, "give exactly one of --to-model"),
+        ("outbox retry", {}, "name the rows or pass --all"),
+        ("outbox drop", {"rows": [1], "all": True}, "name the rows or pass --all"),
+    ],
+)
+def test_declared_rules_between_parameters(name: str, params: dict[str, object], error: str) -> None:
+    with pytest.raises(InputError, match=error):
+        OPERATIONS[name].validate(params)
+
+
+def test_rules_let_a_valid_call_through_and_flags_replace_name_checks() -> None:
+    assert OPERATIONS["migrate"].validate({"to_model": "hash"})["to_model"] == "hash"
+    assert OPERATIONS["outbox retry"].validate({"all": True})["all"] is True
+    assert OPERATIONS["query"].validate({"via": ["A"], "entity": "User:A"})["via"] == ["A"]
+    annotations = {op.tool: mcp.tool(op).annotations for op in mcp.TOOLS.values()}
+    assert {t for t, a in annotations.items() if a is not None and a.destructive_hint} == {"forget"}
+    assert [op.name for op in OPERATIONS.values() if op.service_status] == ["health"]

@@ -1,0 +1,174 @@
+"""The rerank stage on LoCoMo: depth and blend against recall, and its cost (issue 45).
+
+Collect once, sweep offline: per question the engine's default (``--no-rerank``) top ``--depth``
+with its first-stage scores, and the cross-encoder's logit for each of them
+(``memoryctl.query.rerank.passage``: speaker, date, text), the two timed apart. Then every (depth, blend)
+of the grid re-ranks those candidates with ``memoryctl.query.rerank.rerank`` itself (a scorer that
+returns the logits already computed), so the figures are those of the engine's code path, without
+the time budget (its cost is reported as the stage's p50/p95 per depth instead).
+
+One grid for all conversations: nothing is chosen per conversation. ``--dump FILE`` writes every
+method's ranking in ``benchmarks/paired.py``'s format (methods ``first-stage`` and ``d30-b0.5``…),
+``--collected FILE`` keeps the collected candidates and logits so a sweep can be rerun without the
+model (``--from FILE``).
+
+    python benchmarks/rerank.py [--conversations 41,42] [--depth 30] [--depths 10,20,30]
+        [--blends 0,0.25,0.5,0.75,1] [--dump FILE] [--collected FILE | --from FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import locomo  # noqa: E402
+import recall  # noqa: E402
+
+from memoryctl.query.rerank import CrossEncoder, RerankSettings, passage, rerank  # noqa: E402
+from memoryctl.query.results import Hit  # noqa: E402
+from memoryctl.query.spec import MemoryQuery  # noqa: E402
+
+SAMPLE = 10  # every tenth question also times the cross-encoder over the top 10 and 20
+
+
+class Known:
+    """A scorer answering with logits computed before, by passage."""
+
+    def __init__(self, logits: dict[str, float]) -> None:
+        self.logits = logits
+
+    def scores(self, question: str, passages: Sequence[str]) -> list[float]:
+        return [self.logits[p] for p in passages]
+
+    def ready(self) -> None:
+        pass
+
+
+def collect(conversations: Sequence[str], depth: int, keep: Path | None = None) -> list[dict[str, object]]:
+    """Per question the engine's top ``depth`` and the cross-encoder's logits; written to ``keep``
+    every ``SAMPLE`` questions too, so an interrupted run leaves what it measured."""
+    loaded = [locomo.read(n).conversation for n in conversations]
+    model = CrossEncoder()
+    rows: list[dict[str, object]] = []
+    with recall.open_client("embedded") as client:
+        locomo.load(client, loaded)
+        for conv in loaded:
+            for q in conv.questions:
+                t0 = time.perf_counter()
+                hits = client.engine.run(MemoryQuery(text=q.text, agent_id=q.agent_id, limit=depth, rerank=False)).hits
+                engine_ms = (time.perf_counter() - t0) * 1000
+                texts = [passage(h.memory) for h in hits]
+                t0 = time.perf_counter()
+                logits = model.scores(q.text, texts[:depth])
+                stage_ms = {str(depth): (time.perf_counter() - t0) * 1000}
+                if len(rows) % SAMPLE == 0:  # the shallower depths' cost, on a sample
+                    for d in (10, 20):
+                        t0 = time.perf_counter()
+                        model.scores(q.text, texts[:d])
+                        stage_ms[str(d)] = (time.perf_counter() - t0) * 1000
+                rows.append(
+                    {
+                        "agent": q.agent_id,
+                        "question": q.text,
+                        "category": q.kind,
+                        "evidence": [str(i) for i in q.evidence],
+                        "candidates": [
+                            {"id": str(h.id), "score": h.score, "passage": t, "logit": lg}
+                            for h, t, lg in zip(hits, texts, logits, strict=False)
+                        ],
+                        "engine_ms": engine_ms,
+                        "stage_ms": stage_ms,
+                    }
+                )
+                print(f"\r{len(rows)} questions", end="", file=sys.stderr, flush=True)
+                if keep is not None and len(rows) % SAMPLE == 0:
+                    keep.write_text(json.dumps(rows))
+    print(file=sys.stderr)
+    return rows
+
+
+def ranked(row: dict[str, object], depth: int | None, blend: float) -> list[str]:
+    """The row's candidates, first stage (depth None) or re-ranked by ``memoryctl.query.rerank.rerank``."""
+    cands = row["candidates"]
+    assert isinstance(cands, list)
+    if depth is None:
+        return [c["id"] for c in cands]
+    from memoryctl.model import Memory
+
+    hits = []
+    for c in cands:  # a stand-in memory: rerank reads only the hit's score and its passage
+        hits.append(Hit(uuid.UUID(c["id"]), c["score"], {}, Memory(text=c["passage"], agent_id="x"), []))
+    scorer = Known({passage(h.memory): c["logit"] for h, c in zip(hits, cands, strict=True)})
+    out = rerank(hits, str(row["question"]), scorer, RerankSettings(depth, blend, budget_s=1e9))
+    return [str(h.id) for h in out.hits]
+
+
+def metrics(rows: Sequence[dict[str, object]], rankings: Sequence[list[str]]) -> dict[str, float]:
+    r10 = h5 = 0.0
+    for row, ids in zip(rows, rankings, strict=True):
+        wanted = set(row["evidence"])  # type: ignore[arg-type]
+        r10 += len(wanted & set(ids[:10])) / len(wanted)
+        h5 += bool(wanted & set(ids[:5]))
+    n = max(1, len(rows))
+    return {"recall@10": round(r10 / n, 3), "hit@5": round(h5 / n, 3), "n": len(rows)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--conversations", default=",".join(locomo.CONVERSATIONS))
+    ap.add_argument("--depth", type=int, default=30)
+    ap.add_argument("--depths", default="10,20,30")
+    ap.add_argument("--blends", default="0.25,0.5,0.75,1")
+    ap.add_argument("--dump", type=Path)
+    ap.add_argument("--collected", type=Path, help="write the collected candidates and logits here")
+    ap.add_argument("--from", dest="source", type=Path, nargs="+", help="sweep collected rows (files) instead")
+    args = ap.parse_args(argv)
+    if args.source:
+        rows = [r for f in args.source for r in json.loads(f.read_text())]
+    else:
+        rows = collect([c.strip() for c in args.conversations.split(",")], args.depth, args.collected)
+        if args.collected:
+            args.collected.write_text(json.dumps(rows))
+    grid: list[tuple[str, int | None, float]] = [("first-stage", None, 0.0)]
+    grid += [(f"d{d}-b{b}", int(d), float(b)) for d in args.depths.split(",") for b in args.blends.split(",")]
+    rankings = {name: [ranked(r, d, b) for r in rows] for name, d, b in grid}
+    cats = sorted({str(r["category"]) for r in rows})
+    print(f"LoCoMo {len(rows)} questions; columns: recall@10 / hit@5, overall then per category")
+    print(f"{'method':<14}{'overall':>14}" + "".join(f"{c:>16}" for c in cats))
+    for name, _, _ in grid:
+        cells = [metrics(rows, rankings[name])]
+        for c in cats:
+            idx = [i for i, r in enumerate(rows) if r["category"] == c]
+            cells.append(metrics([rows[i] for i in idx], [rankings[name][i] for i in idx]))
+        print(f"{name:<14}" + "".join(f"{m['recall@10']:>9.3f}/{m['hit@5']:.3f}" for m in cells))
+    engine = [float(r["engine_ms"]) for r in rows]  # type: ignore[arg-type]
+    print(f"engine (first stage, top {args.depth}): p50 {statistics.median(engine):.1f} ms")
+    for d in sorted({k for r in rows for k in r["stage_ms"]}, key=int):  # type: ignore[attr-defined]
+        ms = sorted(float(r["stage_ms"][d]) for r in rows if d in r["stage_ms"])  # type: ignore[index,operator]
+        print(
+            f"cross-encoder over the top {d}: p50 {statistics.median(ms):.1f} ms, p95 {ms[int(len(ms) * 0.95)]:.1f} ms"
+        )
+    if args.dump:
+        dump = {
+            name: [
+                {**{k: r[k] for k in ("agent", "question", "category", "evidence")}, "ranked": ids}
+                for r, ids in zip(rows, rankings[name], strict=True)
+            ]
+            for name, _, _ in grid
+        }
+        args.dump.write_text(json.dumps(dump))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
