@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, settings
 from memoryctl.client import MemoryClient
 from memoryctl.config import Settings, load_settings
 
-pytest_plugins = ["tests.shard"]  # --shard K/N: the rest stage's shards (scripts/test)
+pytest_plugins = ["tests.shard"]  # --shard-claims DIR: the rest stage's shards (scripts/test)
 
 # Property tests check results, never durations (speed lives in benchmarks/): on two busy cores
 # Hypothesis' own timing checks (a slow example, slow input generation) fail tests that are right.
@@ -195,13 +195,30 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def _backend_values(item: pytest.Item) -> list[tuple[str, str]]:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return [(label, str(params[name])) for name, label in BACKEND_FIXTURES.items() if name in params]
+
+
+_counted: set[str] = set()  # the node ids counted as collected below
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Backends per parametrised suite among the tests that will run (after -m/-k deselection)."""
     for item in session.items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        for name, label in BACKEND_FIXTURES.items():
-            if name in params:
-                _backends[label][str(params[name])]["collected"] += 1
+        for label, value in _backend_values(item):
+            _backends[label][value]["collected"] += 1
+            _counted.add(item.nodeid)
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    """Tests deselected after they were counted (the other shard ran them: tests/shard.py) do not
+    count as collected here: this process did not run them, the other one reports them."""
+    for item in items:
+        if item.nodeid in _counted:
+            _counted.discard(item.nodeid)
+            for label, value in _backend_values(item):
+                _backends[label][value]["collected"] -= 1
 
 
 def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
@@ -245,7 +262,7 @@ def _backends_not_run() -> list[str]:
         f"{label}: {value}"
         for label, per in sorted(_backends.items())
         for value, c in sorted(per.items())
-        if not any(n for k, n in c.items() if k != "collected")
+        if c["collected"] > 0 and not any(n for k, n in c.items() if k != "collected")
     ]
 
 
@@ -268,6 +285,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             parts = []
             for value, c in sorted(per.items()):
                 ran = {k: v for k, v in c.items() if k != "collected"}
+                if not ran and c["collected"] <= 0:
+                    continue  # every one of them ran in the other shard
                 parts.append(f"{value}: " + (", ".join(f"{v} {k}" for k, v in sorted(ran.items())) or "NOT RUN"))
             tr.write_line(f"{label}: " + "; ".join(parts))
     tr.write_sep("-", f"skip policy ({'CI=true: skips fail the run' if in_ci() else 'not CI: skips reported'})")

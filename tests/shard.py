@@ -1,22 +1,25 @@
 """The rest stage in shards run at once, each against its own servers (scripts/test ``rest``).
 
-Why: on CI's two cores one pytest process of the rest stage keeps about 0.8 of a core busy (it
-waits on PostgreSQL, Neo4j, Qdrant and the CLI processes it starts); two at once finish in a bit
-more than half the time. Each shard has its own PostgreSQL, Neo4j and Qdrant (scripts/services
-with ``MEMORYCTL_SERVICES_DIR`` and ports of its own), so no test shares a server with a test of
-the other shard.
+Why: on CI's two cores one pytest process of the rest stage keeps about one core busy (it waits on
+PostgreSQL, Neo4j, Qdrant and the CLI and model-server processes it starts); two at once finish in
+a bit more than half the time. Each shard has its own PostgreSQL, Neo4j and Qdrant (scripts/services
+with ``MEMORYCTL_SERVICES_SHARD``), so no test shares a server with a test of the other shard.
 
-``--shard K/N`` keeps the test modules of shard K of N. The split is by module, never inside one,
-so that a module's fixtures are set up once; modules are balanced by the seconds they took in a
-measured run (``tests/durations.json``), longest first onto the shard with the fewest seconds so far
-(a module not in the file counts as ``DEFAULT_SECONDS``). Deterministic: a failing shard runs again
-alone with the same option. ``python3 -m tests.shard update JUNIT...`` rewrites the file from the
-junit XML of a run (scripts/test writes .cache/junit-rest-K.xml).
+``--shard-claims DIR``: every shard collects the same tests, then takes whole test modules one at
+a time by creating ``DIR/<module>`` (``O_EXCL``: exactly one shard gets each), and runs the module
+it got; a module the other shard took is reported as deselected when the loop ends. Taking modules
+as they come balances the shards by their real speed (a loaded core, a slow server) with no
+durations to keep up to date; whole modules, so that a module's fixtures are set up once. Modules
+are taken longest first when ``tests/durations.json`` knows them (seconds per module, written by
+``python3 -m tests.shard update JUNIT...`` from a run's junit XML), so that no long module starts
+last; the others in collection order after them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -25,33 +28,10 @@ from pathlib import Path
 import pytest
 
 DURATIONS = Path(__file__).with_name("durations.json")
-DEFAULT_SECONDS = 5.0
 
 
-def parse(value: str) -> tuple[int, int]:
-    """``K/N`` with 1 <= K <= N."""
-    try:
-        k, n = (int(part) for part in value.split("/"))
-    except ValueError:
-        raise pytest.UsageError(f"--shard {value!r}: expected K/N, e.g. 1/2") from None
-    if not 1 <= k <= n:
-        raise pytest.UsageError(f"--shard {value!r}: K must be between 1 and N")
-    return k, n
-
-
-def assign(modules: list[str], seconds: dict[str, float], shards: int) -> list[list[str]]:
-    """The modules of each shard: longest first onto the least loaded shard (ties: the lower shard)."""
-    loads = [0.0] * shards
-    out: list[list[str]] = [[] for _ in range(shards)]
-    for module in sorted(set(modules), key=lambda m: (-seconds.get(m, DEFAULT_SECONDS), m)):
-        target = min(range(shards), key=lambda i: (loads[i], i))
-        out[target].append(module)
-        loads[target] += seconds.get(module, DEFAULT_SECONDS)
-    return out
-
-
-def module_of(nodeid: str) -> str:
-    return nodeid.split("::", 1)[0]
+def module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
 def load_durations() -> dict[str, float]:
@@ -61,21 +41,72 @@ def load_durations() -> dict[str, float]:
     return data
 
 
+def take_order(modules: list[str], seconds: dict[str, float]) -> list[str]:
+    """The order the shards try to take modules in: measured ones longest first, then the rest as collected."""
+    known = sorted((m for m in modules if m in seconds), key=lambda m: (-seconds[m], m))
+    return known + [m for m in modules if m not in seconds]
+
+
+def claim(claims: Path, module: str) -> bool:
+    """True for exactly one of the shards asking for ``module``."""
+    name = module.replace("/", "__") + "-" + hashlib.sha256(module.encode()).hexdigest()[:8]
+    try:
+        os.close(os.open(claims / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    return True
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--shard", default=None, help="K/N: run only the test modules of shard K of N (tests/shard.py)")
+    parser.addoption(
+        "--shard-claims",
+        default=None,
+        metavar="DIR",
+        help="run only the test modules this process takes first in DIR, shared with the other shards (tests/shard.py)",
+    )
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    value = config.getoption("--shard")
-    if not value:
-        return
-    k, n = parse(value)
-    mine = set(assign([module_of(item.nodeid) for item in items], load_durations(), n)[k - 1])
-    others = [item for item in items if module_of(item.nodeid) not in mine]
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    option = session.config.getoption("--shard-claims")
+    if not option or session.config.option.collectonly:
+        return None  # pytest's own loop
+    if session.testsfailed and not session.config.option.continue_on_collection_errors:
+        raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
+    claims = Path(option)
+    claims.mkdir(parents=True, exist_ok=True)
+    groups: dict[str, list[pytest.Item]] = {}
+    for item in session.items:
+        groups.setdefault(module_of(item), []).append(item)
+    pending = iter(take_order(list(groups), load_durations()))
+    taken: set[str] = set()
+
+    def take_next() -> str | None:
+        for module in pending:
+            if claim(claims, module):
+                taken.add(module)
+                return module
+        return None
+
+    current = take_next()
+    while current is not None:
+        items, following = groups[current], None
+        for index, item in enumerate(items):
+            if index + 1 < len(items):
+                nextitem: pytest.Item | None = items[index + 1]
+            else:  # the next module is taken before the last test, so its teardown knows what follows
+                following = take_next()
+                nextitem = groups[following][0] if following is not None else None
+            item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+            if session.shouldfail:
+                raise session.Failed(session.shouldfail)
+            if session.shouldstop:
+                raise session.Interrupted(session.shouldstop)
+        current = following
+    others = [item for module, items in groups.items() if module not in taken for item in items]
     if others:
-        config.hook.pytest_deselected(items=others)
-        items[:] = [item for item in items if module_of(item.nodeid) in mine]
+        session.config.hook.pytest_deselected(items=others)
+    return True
 
 
 def seconds_per_module(junit_files: list[Path]) -> dict[str, float]:
