@@ -25,7 +25,8 @@ AGENT = "e2e"
 # minutes at 3,000; what the tests prove (plans, exact answers, counts, drift, restores) does not
 # depend on the size. Scale is the benchmarks' job (benchmarks/, docs/deploy.md).
 COUNT = 1000
-# The vector-first test's threshold (``MEMORYCTL_QUERY__VECTOR_FIRST_MIN_FANOUT`` for that query):
+# The vector-first test's threshold (``MEMORYCTL_QUERY__VECTOR_FIRST_MIN_FANOUT`` for that query,
+# run in-process):
 # atlas (700) is above it, every person (about 33) far below; the default (2,000) is the
 # planner's unit tests' business (tests/unit).
 VECTOR_FIRST_MIN_FANOUT = 500

@@ -89,9 +89,10 @@ def test_vector_first_text_query_for_a_high_fan_out_entity(imported: e2e_data.Da
     needle = imported.needles()[2]  # mentions atlas, which 700 memories mention
     threshold = e2e_data.VECTOR_FIRST_MIN_FANOUT
     assert needle.query is not None and len(imported.ids(project="atlas")) >= threshold
-    answer = query(
-        needle.query, "--entity", "project:atlas", env={"MEMORYCTL_QUERY__VECTOR_FIRST_MIN_FANOUT": str(threshold)}
-    )
+    # In-process (MEMORYCTL_SERVE__USE=false): the node's `memoryctl serve` would answer the query
+    # with the settings of the deployed file, not with this command's threshold.
+    settings = {"MEMORYCTL_SERVE__USE": "false", "MEMORYCTL_QUERY__VECTOR_FIRST_MIN_FANOUT": str(threshold)}
+    answer = query(needle.query, "--entity", "project:atlas", env=settings)
     assert "vector-first" in answer["explain"]["plan"]
     assert ids(answer)[0] == needle.id
     assert set(ids(answer)) <= imported.ids(project="atlas")
