@@ -288,7 +288,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
                 if not ran and c["collected"] <= 0:
                     continue  # every one of them ran in the other shard
                 parts.append(f"{value}: " + (", ".join(f"{v} {k}" for k, v in sorted(ran.items())) or "NOT RUN"))
-            tr.write_line(f"{label}: " + "; ".join(parts))
+            if parts:  # none: the other shard ran that suite
+                tr.write_line(f"{label}: " + "; ".join(parts))
     tr.write_sep("-", f"skip policy ({'CI=true: skips fail the run' if in_ci() else 'not CI: skips reported'})")
     tr.write_line(
         "allow-list: " + ("; ".join(f"{k} ({v})" for k, v in SKIP_ALLOWLIST.items()) if SKIP_ALLOWLIST else "empty")
