@@ -246,10 +246,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    outcome.get_result()._backend_params = [  # type: ignore[attr-defined]
-        (label, str(params[name])) for name, label in BACKEND_FIXTURES.items() if name in params
-    ]
+    outcome.get_result()._backend_params = _backend_values(item)  # type: ignore[attr-defined]
 
 
 def _disallowed_skips() -> list[tuple[str, str]]:
