@@ -10,8 +10,9 @@ Each instance's model and vLLM options are in ``/etc/vllm/<instance>.args``.
 - ``vllm`` (Hetzner): the NVIDIA driver of the node's release from Debian's ``non-free`` section
   (held at that version), ``libcuda1`` and the kernel headers its DKMS module is built against,
   and the reboot that loads it handled explicitly (see :func:`gpu_driver`); a C compiler and
-  Python headers (Triton compiles kernels at run time); ``vllm==`` :data:`deploy.versions.VLLM`
-  and the torch it pins from PyPI into ``/opt/vllm/venv``; then a CUDA context from that torch
+  Python headers (Triton compiles kernels at run time); the venv ``/opt/vllm/venv`` exactly as
+  the lock ``deploy/locks/vllm.txt`` says (:mod:`deploy.gpulock`: vLLM :data:`deploy.versions.VLLM`,
+  its torch, every NVIDIA library on CUDA 12.9, hashes required); then a CUDA context from that torch
   (not NVML), asked every run. The chain vLLM -> torch -> CUDA -> driver is refused at plan time
   when it does not hold (:func:`deploy.versions.check_gpu_stack`).
 - ``standin`` (the local nodes: no GPU): the same unit and the same arguments run
@@ -27,15 +28,17 @@ arithmetic is in docs/deploy.md ("vLLM on the GPU node").
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 from pathlib import Path
 from typing import Any
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.facts.files import Sha256File
 from pyinfra.operations import apt, files, pip, server, systemd
 
-from deploy import aptsources, versions
+from deploy import aptsources, gpulock, versions
 from deploy.common import component, keep_running, secrets, service_account, template
 from deploy.facts import CUDA_CHECK, CudaDevice, NvidiaDriver
 from deploy.osrelease import release
@@ -139,7 +142,7 @@ def vllm(embed: bool = True) -> None:
     if mode() == "off":
         host.noop("vllm: mode off, nothing to install")
         return
-    build = versions.check_gpu_stack(release(), versions.VLLM) if mode() == "vllm" else None
+    build = versions.check_gpu_stack(release(), versions.VLLM, gpulock.load()) if mode() == "vllm" else None
     apt.packages(name="Python venv", packages=["python3-venv"], no_recommends=True)
     service_account("vllm", DATA_DIR)
     files.directory(name="Install prefix", path=PREFIX, mode="755")
@@ -174,18 +177,14 @@ def vllm(embed: bool = True) -> None:
 
 
 def install_vllm(build: versions.TorchBuild) -> list[object]:
-    """The driver, Triton's compiler, vLLM and its torch from PyPI, then a real CUDA context."""
+    """The driver, Triton's compiler, the locked venv, then a real CUDA context."""
     gpu_driver()
     apt.packages(
         name="C compiler and Python headers (Triton compiles its kernels at run time)",
         packages=["build-essential", "python3-dev"],
         no_recommends=True,
     )
-    package = pip.packages(
-        name=f"vLLM {versions.VLLM} with torch {build.torch} (CUDA {build.cuda})",
-        packages=[f"vllm=={versions.VLLM}", f"torch=={build.torch}"],
-        virtualenv=VENV,
-    )
+    package = install_lock(build)
     cuda = host.get_fact(CudaDevice, python=f"{VENV}/bin/python")
     if cuda is None or not cuda.startswith("ok "):
         # NVML (nvidia-smi) answers without the CUDA user-space library: only a CUDA context proves
@@ -197,6 +196,23 @@ def install_vllm(build: versions.TorchBuild) -> list[object]:
             _sudo_user="vllm",
         )
     return [package]
+
+
+def install_lock(build: versions.TorchBuild) -> object | None:
+    """The venv exactly as deploy/locks/vllm.txt says: ``--require-hashes`` (a wheel whose hash is not
+    in the lock is refused), ``--no-deps`` (the lock is the whole closure, CUDA overrides included:
+    :mod:`deploy.gpulock`), wheels only. Planned while the installed lock differs from this one (a copy
+    is kept after a successful install), so an unchanged lock restarts nothing."""
+    lock = gpulock.LOCK.read_bytes()
+    staged, installed = f"{PREFIX}/vllm.lock", f"{PREFIX}/vllm.lock.installed"
+    files.put(name="The GPU lock (deploy/locks/vllm.txt)", src=str(gpulock.LOCK), dest=staged, mode="644")
+    if host.get_fact(Sha256File, path=installed) == hashlib.sha256(lock).hexdigest():
+        return None
+    pip_install = f"{VENV}/bin/pip install --require-hashes --no-deps --only-binary :all: -r {staged}"
+    return server.shell(
+        name=f"vLLM {versions.VLLM} with torch {build.torch} (CUDA {build.cuda}) from the lock, hashes required",
+        commands=[pip_install, f"cp {staged} {installed}"],
+    )
 
 
 def gpu_driver() -> None:

@@ -6,6 +6,7 @@ promotion (``lora.serving``) are tested against this small, real HTTP server (st
 client uses, with the request/response shapes and error behaviour of vLLM's ``serving_models.py`` / LoRA router:
 
 * ``GET /health`` → 200, empty body; not behind the API key (as in vLLM).
+* ``GET /version`` → ``{"version": "0.19.1"}`` (:data:`VLLM_VERSION`, the locked vLLM's).
 * ``GET /v1/models`` → ``{"object": "list", "data": [...]}``: base model cards (``parent: null``)
   then one card per loaded adapter (``root`` = its path, ``parent`` = the base model).
 * ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path", "load_inplace"}`` → 200 plain text
@@ -63,6 +64,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+# The vLLM this stands in for: the one deploy/locks/vllm.txt installs on a GPU node (checked by
+# tests/deploy/unit/test_gpulock.py); answered on ``GET /version`` as vLLM does.
+VLLM_VERSION = "0.19.1"
 
 # vLLM 0.19.1's runtime LoRA answers, read from its source: the same table as
 # tests/fixtures/vllm-0.19.1/lora_adapter_api.json (whose README says where; test_vllm_client checks
@@ -173,6 +178,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if self.path == "/health":
                 self._send(200, b"")
+            elif self.path == "/version":
+                self._send(200, {"version": VLLM_VERSION})
             elif self.path == "/v1/models":
                 cards = [
                     {

@@ -329,8 +329,8 @@ def test_the_gpu_node_gets_its_driver_once_and_vllm_in_a_venv(inventory: Path) -
     assert all(
         pkg in " ".join(p.op("C compiler and Python headers").commands) for pkg in ("build-essential", "python3-dev")
     )
-    install = " ".join(p.op(f"vLLM {versions.VLLM} with torch 2.10.0 (CUDA 12.8)").commands)
-    assert f"vllm=={versions.VLLM}" in install and "torch==2.10.0" in install and "/opt/vllm/venv/bin/pip" in install
+    install = " ".join(p.op(f"vLLM {versions.VLLM} with torch 2.10.0 (CUDA 12.9) from the lock").commands)
+    assert "venv/bin/pip install --require-hashes --no-deps --only-binary :all: -r /opt/vllm/vllm.lock" in install
     check = p.op("GPU: a CUDA context from vLLM's torch (not NVML)")
     assert "torch.cuda.init()" in check.commands[0] and 'device="cuda"' in check.commands[0]
     assert "nvidia-smi" not in check.commands[0]
