@@ -81,14 +81,19 @@ class PostgresRoleMemberships(FactBase[dict[str, list[str]]]):
         return memberships
 
 
-class NvidiaDriver(FactBase[str | None]):
-    """The loaded NVIDIA kernel driver's version line, or None (not installed, or not rebooted yet)."""
+class NvidiaBoot(FactBase[list[str]]):
+    """What decides a reboot for the NVIDIA driver (:mod:`deploy.gpuboot`): its ``key=value`` report."""
 
     def command(self) -> str:
-        return "head -n1 /proc/driver/nvidia/version 2>/dev/null || true"
+        from deploy.gpuboot import REPORT
 
-    def process(self, output: list[str]) -> str | None:
-        return output[0] if output else None
+        return REPORT
+
+    def process(self, output: list[str]) -> list[str]:
+        return output
+
+    def default(self) -> list[str]:
+        return []
 
 
 # A CUDA context and one kernel on the GPU: what vLLM needs of the driver (NVML alone is not it).

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pyinfra import host
@@ -38,9 +40,9 @@ from pyinfra.api import deploy
 from pyinfra.facts.files import Sha256File
 from pyinfra.operations import apt, files, pip, server, systemd
 
-from deploy import aptsources, gpulock, versions
+from deploy import aptsources, gpuboot, gpulock, versions
 from deploy.common import component, keep_running, secrets, service_account, template
-from deploy.facts import CUDA_CHECK, CudaDevice, NvidiaDriver
+from deploy.facts import CUDA_CHECK, CudaDevice, NvidiaBoot
 from deploy.osrelease import release
 from deploy.settings import REPO
 from deploy.wheelhouse import controller_wheelhouse, install_offline, subset
@@ -220,10 +222,11 @@ def gpu_driver() -> None:
     reboot that loads it.
 
     The driver is a DKMS module built against the installed kernel headers; it is only loaded after
-    a reboot (the open nouveau driver must go). The reboot is planned only while the driver is not
-    loaded (the :class:`~deploy.facts.NvidiaDriver` fact), so it happens once, and only when the
-    inventory allows it (``gpu.reboot: true``); otherwise this node's run stops right after the
-    packages are in, saying so, and the next run (after the operator's reboot) goes on. Every
+    a reboot (the open nouveau driver must go). Whether a reboot helps is :func:`deploy.gpuboot.decide`
+    over the node's report (:class:`~deploy.facts.NvidiaBoot`) and whether this run changed the
+    driver packages: a reboot once per cause, and only when the inventory allows it (``gpu.reboot:
+    true``; otherwise the run stops saying so); a stop with the diagnosis where a reboot would not
+    help (DKMS failed, Secure Boot, the same cause again). Every
     package built from ``nvidia-graphics-drivers`` is pinned to the release's driver version and
     kept out of unattended upgrades: user-space libraries newer than the loaded module break CUDA
     until the next reboot, so moving the driver is a deliberate deploy (docs/deploy.md).
@@ -243,22 +246,50 @@ def gpu_driver() -> None:
         name="Refresh apt lists (non-free added or the driver pin changed)",
         _if=lambda: sources.did_change() or pin.did_change(),
     )
-    apt.packages(
+    packages = apt.packages(
         name=f"NVIDIA driver {driver} (non-free), its CUDA library and the kernel headers its module is built against",
         packages=["linux-headers-amd64", "nvidia-driver", "libcuda1", "firmware-misc-nonfree", "nvidia-smi"],
         no_recommends=True,
     )
-    if host.get_fact(NvidiaDriver):
-        return
-    if not settings.get("reboot", False):
+    state = gpuboot.parse_report(host.get_fact(NvidiaBoot), driver)
+    for changed in (False, True):
+        decision = gpuboot.decide(replace(state, driver_changed=changed))
+        # Whether this run changed the driver is known once its packages are in: the two outcomes
+        # are both planned, each on that condition.
+        when = lambda changed=changed: packages.did_change() == changed  # noqa: E731
+        if decision.action == "stop":
+            message = shlex.quote(f"{host.name}: NVIDIA driver: {decision.cause}")
+            server.shell(
+                name="Stop: a reboot would not load the NVIDIA driver",
+                commands=[f"echo {message} >&2; exit 1"],
+                _if=when,
+            )
+        elif decision.action == "reboot":
+            reboot_for(decision.cause, settings.get("reboot", False), when)
+
+
+def reboot_for(cause: str, allowed: bool, when: Callable[[], bool]) -> None:
+    """The one reboot for ``cause``, written down first (:data:`deploy.gpuboot.MARKER`), or, unless the
+    inventory allows it (``gpu.reboot: true``), a stop that says so."""
+    if not allowed:
         message = (
-            f"{host.name}: the NVIDIA driver is installed but not loaded: reboot the node, then deploy again "
+            f"{host.name}: the NVIDIA driver needs a reboot ({cause}): reboot the node, then deploy again "
             "(or set components.vllm.gpu.reboot: true to let the deploy reboot it)"
         )
-        server.shell(name="Stop: the NVIDIA driver needs a reboot", commands=[f"echo '{message}' >&2; exit 1"])
+        server.shell(
+            name="Stop: the NVIDIA driver needs a reboot",
+            commands=[f"echo {shlex.quote(message)} >&2; exit 1"],
+            _if=when,
+        )
         return
-    server.reboot(name="Reboot to load the NVIDIA driver (once: it is not loaded yet)", delay=30, reboot_timeout=900)
-    server.shell(name="NVIDIA driver loaded after the reboot", commands=["nvidia-smi -L"])
+    marker = gpuboot.MARKER
+    server.shell(
+        name="Write down why the node reboots (never twice for one cause)",
+        commands=[f"mkdir -p {PurePosixPath(marker).parent}", f"echo {shlex.quote(cause)} > {marker}"],
+        _if=when,
+    )
+    server.reboot(name=f"Reboot to load the NVIDIA driver ({cause})", delay=30, reboot_timeout=900, _if=when)
+    server.shell(name="NVIDIA driver loaded after the reboot", commands=["nvidia-smi -L"], _if=when)
 
 
 def install_standin() -> list[object]:
