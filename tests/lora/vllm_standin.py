@@ -46,7 +46,9 @@ sentence-transformers (a merged embedding model version, memoryctl/ops/embedding
 ``--served-model-name`` as vLLM does.
 
 Fault injection for rollback tests: ``fail_next_load`` (answer 500 once), ``hide_adapters`` (accept a
-load but leave it out of /v1/models), ``fail_unload`` (names whose unload answers 500).
+load but leave it out of /v1/models), ``fail_unload`` (names whose unload answers 500),
+``fail_requests`` (every chat and embedding request answers 500; ``VLLM_STANDIN_FAIL_REQUESTS=1``
+in the unit's environment: the deploy's smoke must then fail).
 """
 
 from __future__ import annotations
@@ -125,6 +127,7 @@ class StandinState:
     fail_next_load: bool = False
     hide_adapters: set[str] = field(default_factory=set)
     fail_unload: set[str] = field(default_factory=set)
+    fail_requests: bool = False  # every chat/embedding request answers 500 (the deploy's smoke drill)
     requests: list[tuple[str, str]] = field(default_factory=list)  # (method, path) log
 
 
@@ -228,6 +231,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._load(body)
             elif self.path == "/v1/unload_lora_adapter":
                 self._unload(body)
+            elif self.path in ("/v1/embeddings", "/v1/chat/completions") and st.fail_requests:
+                self._error(500, "STAND-IN told to fail (VLLM_STANDIN_FAIL_REQUESTS)", "InternalServerError")
             elif self.path == "/v1/embeddings":
                 self._embeddings(body)
             elif self.path == "/v1/chat/completions":
@@ -429,6 +434,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         in ("1", "true"),
         max_lora_rank=args.max_lora_rank,
         embed=embed,
+        fail_requests=os.environ.get("VLLM_STANDIN_FAIL_REQUESTS", "") == "1",
     )
     server = VLLMStandin(state, args.host, args.port)
     what = "LoRA endpoints"

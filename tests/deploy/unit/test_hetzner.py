@@ -335,7 +335,7 @@ def test_the_gpu_node_gets_its_driver_once_and_vllm_in_a_venv(inventory: Path) -
     assert "torch.cuda.init()" in check.commands[0] and 'device="cuda"' in check.commands[0]
     assert "nvidia-smi" not in check.commands[0]
     names = p.names()
-    reboot = names.index(next(n for n in names if n.startswith("vLLM | Reboot to load the NVIDIA driver (module")))
+    reboot = names.index("vLLM | Reboot to load the NVIDIA driver (once per cause)")
     assert names.index(next(n for n in names if "NVIDIA driver 550.163.01" in n)) < reboot
     assert reboot < names.index(check.name) < names.index("vLLM | Render /etc/vllm/vllm.env")
     loaded = plan(
@@ -349,8 +349,10 @@ def test_the_gpu_node_gets_its_driver_once_and_vllm_in_a_venv(inventory: Path) -
     )
     assert not any("CUDA context" in name for name in loaded.names())
     # Loaded: a reboot only if this run changes the driver packages (planned on that condition).
-    reboot = loaded.op("Reboot to load the NVIDIA driver (driver packages changed to 550.163.01")
-    assert reboot.conditional and not any("Stop:" in name for name in loaded.names())
+    reboot = loaded.op("Reboot to load the NVIDIA driver (once per cause)")
+    cause = " ".join(loaded.op("Write down why the node reboots").commands)
+    assert reboot.conditional and "driver packages changed to 550.163.01" in cause
+    assert not any("Stop:" in name for name in loaded.names())
     broken = plan(
         vllm, "mem-gpu", {"CudaDevice": "RuntimeError: CUDA driver version is insufficient"}, inventory=inventory
     )
