@@ -12,8 +12,9 @@ Each instance's model and vLLM options are in ``/etc/vllm/<instance>.args``.
   and the reboot that loads it handled explicitly (see :func:`gpu_driver`); a C compiler and
   Python headers (Triton compiles kernels at run time); the venv ``/opt/vllm/venv`` exactly as
   the lock ``deploy/locks/vllm.txt`` says (:mod:`deploy.gpulock`: vLLM :data:`deploy.versions.VLLM`,
-  its torch, every NVIDIA library on CUDA 12.9, hashes required); then a CUDA context from that torch
-  (not NVML), asked every run. The chain vLLM -> torch -> CUDA -> driver is refused at plan time
+  its torch, every NVIDIA library on CUDA 12.9, hashes required); then what vLLM does first on the GPU
+  (``import vllm``, fp16/bf16 GEMMs, the capability vs the locked torch's architectures; not NVML),
+  asked every run. The chain vLLM -> torch -> CUDA -> driver is refused at plan time
   when it does not hold (:func:`deploy.versions.check_gpu_stack`).
 - ``standin`` (the local nodes: no GPU): the same unit and the same arguments run
   ``tests/lora/vllm_standin.py``, a named STAND-IN for vLLM's OpenAI-compatible server, whose
@@ -164,7 +165,12 @@ def vllm(embed: bool = True) -> None:
     )
     unit = template("vllm/vllm@.service.j2", "/etc/systemd/system/vllm@.service", **context)
     systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
-    files.put(name="vLLM's smoke test", src=str(REPO / "deploy" / "node" / "vllm_smoke.py"), dest=SMOKE, mode="755")
+    for src, dest in (
+        ("deploy/node/vllm_smoke.py", SMOKE),
+        ("deploy/node/gpu_check.py", f"{PREFIX}/gpu_check.py"),
+        ("scripts/gpu-check", f"{PREFIX}/gpu-check"),
+    ):
+        files.put(name=f"{dest} ({src})", src=str(REPO / src), dest=dest, mode="755")
     CHANGES[host.name] = [env, unit, *installed]
     started = []
     for name, instance in instances().items():
@@ -213,7 +219,7 @@ def answers(ports: dict[str, object]) -> None:
 
 
 def install_vllm(build: versions.TorchBuild) -> list[object]:
-    """The driver, Triton's compiler, the locked venv, then a real CUDA context."""
+    """The driver, Triton's compiler, the locked venv, then vLLM's first steps on the GPU."""
     gpu_driver()
     apt.packages(
         name="C compiler and Python headers (Triton compiles its kernels at run time)",
@@ -222,11 +228,11 @@ def install_vllm(build: versions.TorchBuild) -> list[object]:
     )
     package = install_lock(build)
     cuda = host.get_fact(CudaDevice, python=f"{VENV}/bin/python")
-    if cuda is None or not cuda.startswith("ok "):
+    if cuda is None or not cuda.startswith("ok ") or "\nFAIL" in cuda:
         # NVML (nvidia-smi) answers without the CUDA user-space library: only a CUDA context proves
         # that this torch runs on this driver. Asked every run (a fact); planned while it fails.
         server.shell(
-            name="GPU: a CUDA context from vLLM's torch (not NVML)",
+            name="GPU: what vLLM does first (import vllm, fp16/bf16 matmul, capability vs the lock's torch)",
             commands=[f"{VENV}/bin/python -c {shlex.quote(CUDA_CHECK)}"],
             _sudo=True,
             _sudo_user="vllm",

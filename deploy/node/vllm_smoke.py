@@ -7,8 +7,9 @@ embedding units' ``ExecStartPre``, so they profile GPU memory only after ``vllm@
 15 s; the unit's failure ends the wait at once), then one real request with its answer's shape
 checked: ``embed`` one embedding, ``generate`` one chat completion, and one more naming each loaded
 adapter (``/v1/models`` cards with a ``parent``). Any failure prints the unit's last journal lines
-and exits 1: the deploy stops there (deploy/vllm.py). ``--env`` reads the API key from vLLM's
-environment file (``VLLM_API_KEY``).
+and exits 1: the deploy stops there (deploy/vllm.py).
+``lora --url URL --adapter DIR``: load, use and unload an adapter (scripts/gpu-check).
+``--env`` reads the API key from vLLM's environment file (``VLLM_API_KEY``).
 """
 
 from __future__ import annotations
@@ -49,7 +50,10 @@ class Client:
             raise SmokeFailure(f"{self.url}{path}: HTTP {error.code}: {text}") from None
         except (urllib.error.URLError, OSError) as error:
             raise SmokeFailure(f"{self.url}{path}: {getattr(error, 'reason', error)}") from None
-        return json.loads(raw) if raw.strip() else None
+        try:
+            return json.loads(raw) if raw.strip() else None
+        except ValueError:  # the LoRA routes answer plain text
+            return raw.decode(errors="replace")
 
 
 def models(client: Client) -> list[dict[str, Any]]:
@@ -118,6 +122,19 @@ def smoke_unit(client: Client, kind: str, cards: list[dict[str, Any]]) -> list[s
     return [chat(client, name) for name in [base[0], *adapters]]
 
 
+def lora_round_trip(client: Client, adapter: str, name: str = "gpu-check") -> list[str]:
+    """Load ``adapter`` under ``name`` at run time, one chat naming it, unload it (scripts/gpu-check)."""
+    lines = []
+    client.call("/v1/load_lora_adapter", {"lora_name": name, "lora_path": adapter})
+    lines.append(f"loaded {adapter} as {name}")
+    try:
+        lines.append(chat(client, name))
+    finally:
+        client.call("/v1/unload_lora_adapter", {"lora_name": name})
+    lines.append(f"unloaded {name}")
+    return lines
+
+
 def journal(unit: str) -> str:
     tail = subprocess.run(["journalctl", "-u", unit, "-n", "30", "--no-pager"], capture_output=True, text=True)
     return tail.stdout or tail.stderr
@@ -139,7 +156,8 @@ def read_key(env_file: str | None) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vllm-smoke")
-    parser.add_argument("command", choices=("ready", "smoke"))
+    parser.add_argument("command", choices=("ready", "smoke", "lora"))
+    parser.add_argument("--adapter", help="lora: an adapter directory to load, use and unload at --url")
     parser.add_argument("--url", help="ready: the server to wait for")
     parser.add_argument("--unit", action="append", default=[], help="smoke: NAME=URL:KIND (KIND generate|embed)")
     parser.add_argument("--env", help="vLLM's environment file (the API key)")
@@ -150,13 +168,16 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:
         print(f"vllm-smoke: {args.env}: {error.strerror}", file=sys.stderr)
         return 2
-    if args.command == "ready":
-        if not args.url:
-            parser.error("ready needs --url")
+    if args.command in ("ready", "lora"):
+        if not args.url or (args.command == "lora" and not args.adapter):
+            parser.error(f"{args.command} needs --url" + (" and --adapter" if args.command == "lora" else ""))
+        client = Client(args.url, key)
         try:
-            wait_ready(Client(args.url, key), args.timeout, say=lambda line: print(line, file=sys.stderr))
+            wait_ready(client, args.timeout, say=lambda line: print(line, file=sys.stderr))
+            for line in lora_round_trip(client, args.adapter) if args.command == "lora" else []:
+                print(f"lora: ok: {line}")
         except SmokeFailure as error:
-            print(f"vllm-smoke: {error}", file=sys.stderr)
+            print(f"vllm-smoke: {args.command}: FAILED: {error}", file=sys.stderr)
             return 1
         return 0
     for spec in args.unit:

@@ -79,3 +79,20 @@ def test_a_wrong_shape_is_refused() -> None:
             smoke.smoke_unit(client, "generate", [{"id": "gen-v3", "parent": "Qwen"}])
         with pytest.raises(smoke.SmokeFailure, match="does not exist"):
             smoke.chat(client, "no-such-model")
+
+
+def test_the_lora_round_trip_loads_uses_and_unloads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = StandinState(api_key="k")
+    (tmp_path / "vllm.env").write_text("VLLM_ALLOW_RUNTIME_LORA_UPDATING=True\nVLLM_API_KEY=k\n")
+    adapter = tmp_path / "generation" / "v3"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text('{"r": 8}')
+    with VLLMStandin(state) as server:
+        argv = ["lora", "--url", server.url, "--adapter", str(adapter), "--env", str(tmp_path / "vllm.env")]
+        assert smoke.main(argv) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"lora: ok: loaded {adapter} as gpu-check",
+        "lora: ok: chat completion from gpu-check (1 tokens)",
+        "lora: ok: unloaded gpu-check",
+    ]
+    assert state.loras == {}
