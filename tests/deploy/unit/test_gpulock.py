@@ -85,3 +85,38 @@ def test_the_chain_check_extends_to_the_whole_lock() -> None:
     old_driver = trixie.__class__(**{**trixie.__dict__, "nvidia_driver": "520.61.05"})
     with pytest.raises(IncompatibleVersions, match=r"needs an NVIDIA driver >= 525.60.13"):
         versions.check_gpu_stack(old_driver, "0.19.1", _lock(**BASE))
+
+
+# The GPU node's marker environment (Debian 13: CPython 3.13.5, x86_64).
+NODE = {
+    "python_version": "3.13",
+    "python_full_version": "3.13.5",
+    "platform_machine": "x86_64",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "os_name": "posix",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "extra": "",
+}
+
+
+def test_every_requirement_of_the_locked_vllm_is_in_the_lock_at_an_allowed_version() -> None:
+    """An offline resolver check, one level deep: vLLM 0.19.1's own ``Requires-Dist`` (read from its
+    wheel's METADATA: tests/fixtures/vllm-0.19.1/requires_dist.txt), evaluated for the node, each
+    satisfied by the lock (the whole closure was resolved by uv: scripts/lock-gpu)."""
+    from packaging.requirements import Requirement
+
+    lock = gpulock.load()
+    fixture = REPO / "tests" / "fixtures" / f"vllm-{gpulock.version(lock, 'vllm')}" / "requires_dist.txt"
+    unmet = []
+    applied = 0
+    for line in fixture.read_text().splitlines():
+        requirement = Requirement(line)
+        if requirement.marker is not None and not requirement.marker.evaluate(NODE):
+            continue
+        applied += 1
+        locked = lock.get(gpulock.normalise(requirement.name))
+        if locked is None or not requirement.specifier.contains(locked.version, prereleases=True):
+            unmet.append(f"{requirement} (lock: {locked.version if locked else 'missing'})")
+    assert applied > 50 and unmet == []
