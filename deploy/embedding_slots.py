@@ -199,4 +199,6 @@ def embedding_slots() -> None:
             port=port,
             args=vllm.embedding_args(settings, share=settings.get("embed_slot_gpu_memory_utilization", SLOT_GPU_SHARE)),
         )
-        keep_running(f"vllm@{slot}", [args, dropin, *vllm.CHANGES.get(host.name, [])])
+        order = vllm.after_generate(slot)
+        keep_running(f"vllm@{slot}", [args, dropin, order, *vllm.CHANGES.get(host.name, [])])
+    vllm.answers(dict(SLOTS))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 from typing import Any
 
 from pyinfra.api.facts import FactBase
@@ -81,34 +82,37 @@ class PostgresRoleMemberships(FactBase[dict[str, list[str]]]):
         return memberships
 
 
-class NvidiaDriver(FactBase[str | None]):
-    """The loaded NVIDIA kernel driver's version line, or None (not installed, or not rebooted yet)."""
+class NvidiaBoot(FactBase[list[str]]):
+    """What decides a reboot for the NVIDIA driver (:mod:`deploy.gpuboot`): its ``key=value`` report."""
 
     def command(self) -> str:
-        return "head -n1 /proc/driver/nvidia/version 2>/dev/null || true"
+        from deploy.gpuboot import REPORT
 
-    def process(self, output: list[str]) -> str | None:
-        return output[0] if output else None
+        return REPORT
+
+    def process(self, output: list[str]) -> list[str]:
+        return output
+
+    def default(self) -> list[str]:
+        return []
 
 
-# A CUDA context and one kernel on the GPU: what vLLM needs of the driver (NVML alone is not it).
-CUDA_CHECK = (
-    'import torch; torch.cuda.init(); x = torch.ones(8, device="cuda"); '
-    'print("ok", torch.cuda.get_device_name(0), "CUDA", torch.version.cuda, float((x + x).sum()))'
-)
+# What vLLM does first on the GPU (NVML alone is not it): import vllm, fp16 and bf16 GEMMs, the
+# device's capability against the locked torch's architectures; one ``ok``/``FAIL`` line per check.
+CUDA_CHECK = (Path(__file__).resolve().parent / "node" / "gpu_check.py").read_text(encoding="utf-8")
 
 
 class CudaDevice(FactBase[str | None]):
-    """``ok <device> CUDA <version> ...`` when ``python`` (vLLM's venv) opens a CUDA context and runs a
-    kernel; the error it printed otherwise; None while that Python or its torch is not installed."""
+    """The lines of :data:`CUDA_CHECK` run by ``python`` (vLLM's venv): all ``ok ...`` when vLLM's first
+    steps on the GPU work; None while that Python or its torch is not installed."""
 
     def command(self, python: str) -> str:
         check = shlex.quote(CUDA_CHECK)
         has_torch = f'test -x {python} && {python} -c "import torch" 2>/dev/null'
-        return f"{has_torch} && {python} -c {check} 2>&1 | tail -n 1 || true"
+        return f"{has_torch} && {python} -c {check} 2>&1 || true"
 
     def process(self, output: list[str]) -> str | None:
-        return output[-1] if output else None
+        return "\n".join(output) if output else None
 
 
 class FilesystemSize(FactBase[int | None]):

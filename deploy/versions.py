@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deploy import gpulock
 from deploy.osrelease import Release
 
 QDRANT = "1.19.0"
@@ -45,6 +46,9 @@ VLLM_TORCH: dict[str, TorchBuild] = {
     "0.20.2": TorchBuild("2.11.0", "13.0"),  # cuda-toolkit==13.0.2
     "0.33.0": TorchBuild("2.14.0", "13.0"),  # cuda-toolkit==13.0.3
 }
+# The CUDA release vLLM's own wheel is built for (``VLLM_MAIN_CUDA_VERSION`` in the wheel's
+# vllm/envs.py): the CUDA line the GPU lock must be on (deploy/locks/vllm-cuda.txt).
+VLLM_CUDA: dict[str, str] = {"0.19.1": "12.9"}
 # The oldest driver a CUDA major's runtimes run on (NVIDIA's CUDA compatibility guide: minor-version
 # compatibility within a major, from the major's first release driver).
 CUDA_MIN_DRIVER: dict[int, str] = {12: "525.60.13", 13: "580.65.06"}
@@ -68,9 +72,37 @@ def torch_build(vllm: str) -> TorchBuild:
         ) from None
 
 
-def check_gpu_stack(release: Release, vllm: str) -> TorchBuild:
-    """vLLM's torch, its CUDA, the driver that runs it: refuse a chain whose driver is too old."""
+def check_gpu_stack(release: Release, vllm: str, lock: dict[str, gpulock.Locked] | None = None) -> TorchBuild:
+    """vLLM's torch, its CUDA, the driver that runs it: refuse a chain whose driver is too old. With
+    the GPU ``lock`` (:mod:`deploy.gpulock`), the whole lock: its vLLM and torch are these, its one
+    CUDA line is the one vLLM was built for, and the driver runs that line; the build returned is
+    the lock's (torch on the lock's CUDA libraries)."""
     build = torch_build(vllm)
+    _check_driver(release, vllm, build)
+    if lock is None:
+        return build
+    try:
+        pinned = {name: gpulock.version(lock, name) for name in ("vllm", "torch")}
+        line = gpulock.cuda_line(lock)
+    except gpulock.LockError as error:
+        raise IncompatibleVersions(f"deploy/locks/vllm.txt: {error}") from None
+    if pinned != {"vllm": vllm, "torch": build.torch}:
+        raise IncompatibleVersions(
+            f"deploy/locks/vllm.txt pins vllm {pinned['vllm']} and torch {pinned['torch']}; the deploy installs "
+            f"vLLM {vllm} with torch {build.torch}: edit deploy/locks/vllm.in, then scripts/lock-gpu"
+        )
+    wanted = VLLM_CUDA.get(vllm)
+    if wanted is not None and line != wanted:
+        raise IncompatibleVersions(
+            f"deploy/locks/vllm.txt is on CUDA {line}; vLLM {vllm} is built for CUDA {wanted}: "
+            "put the CUDA libraries on its line in deploy/locks/vllm-cuda.txt, then scripts/lock-gpu"
+        )
+    locked = TorchBuild(build.torch, line)
+    _check_driver(release, vllm, locked)
+    return locked
+
+
+def _check_driver(release: Release, vllm: str, build: TorchBuild) -> None:
     minimum = CUDA_MIN_DRIVER[build.cuda_major]
     if numeric(release.nvidia_driver) < numeric(minimum):
         raise IncompatibleVersions(
@@ -78,7 +110,6 @@ def check_gpu_stack(release: Release, vllm: str) -> TorchBuild:
             f">= {minimum}; {release.label} ships {release.nvidia_driver}. Pin a vLLM built for CUDA "
             f"{release.nvidia_driver} runs (deploy/versions.py VLLM), or take the driver from NVIDIA's CUDA repository"
         )
-    return build
 
 
 # Qdrant's release archives, by target: the glibc their binary needs (None: static, musl).

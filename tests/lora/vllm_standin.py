@@ -6,6 +6,7 @@ promotion (``lora.serving``) are tested against this small, real HTTP server (st
 client uses, with the request/response shapes and error behaviour of vLLM's ``serving_models.py`` / LoRA router:
 
 * ``GET /health`` → 200, empty body; not behind the API key (as in vLLM).
+* ``GET /version`` → ``{"version": "0.19.1"}`` (:data:`VLLM_VERSION`, the locked vLLM's).
 * ``GET /v1/models`` → ``{"object": "list", "data": [...]}``: base model cards (``parent: null``)
   then one card per loaded adapter (``root`` = its path, ``parent`` = the base model).
 * ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path", "load_inplace"}`` → 200 plain text
@@ -45,7 +46,9 @@ sentence-transformers (a merged embedding model version, memoryctl/ops/embedding
 ``--served-model-name`` as vLLM does.
 
 Fault injection for rollback tests: ``fail_next_load`` (answer 500 once), ``hide_adapters`` (accept a
-load but leave it out of /v1/models), ``fail_unload`` (names whose unload answers 500).
+load but leave it out of /v1/models), ``fail_unload`` (names whose unload answers 500),
+``fail_requests`` (every chat and embedding request answers 500; ``VLLM_STANDIN_FAIL_REQUESTS=1``
+in the unit's environment: the deploy's smoke must then fail).
 """
 
 from __future__ import annotations
@@ -63,6 +66,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+# The vLLM this stands in for: the one deploy/locks/vllm.txt installs on a GPU node (checked by
+# tests/deploy/unit/test_gpulock.py); answered on ``GET /version`` as vLLM does.
+VLLM_VERSION = "0.19.1"
 
 # vLLM 0.19.1's runtime LoRA answers, read from its source: the same table as
 # tests/fixtures/vllm-0.19.1/lora_adapter_api.json (whose README says where; test_vllm_client checks
@@ -120,6 +127,7 @@ class StandinState:
     fail_next_load: bool = False
     hide_adapters: set[str] = field(default_factory=set)
     fail_unload: set[str] = field(default_factory=set)
+    fail_requests: bool = False  # every chat/embedding request answers 500 (the deploy's smoke drill)
     requests: list[tuple[str, str]] = field(default_factory=list)  # (method, path) log
 
 
@@ -173,6 +181,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if self.path == "/health":
                 self._send(200, b"")
+            elif self.path == "/version":
+                self._send(200, {"version": VLLM_VERSION})
             elif self.path == "/v1/models":
                 cards = [
                     {
@@ -221,6 +231,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._load(body)
             elif self.path == "/v1/unload_lora_adapter":
                 self._unload(body)
+            elif self.path in ("/v1/embeddings", "/v1/chat/completions") and st.fail_requests:
+                self._error(500, "STAND-IN told to fail (VLLM_STANDIN_FAIL_REQUESTS)", "InternalServerError")
             elif self.path == "/v1/embeddings":
                 self._embeddings(body)
             elif self.path == "/v1/chat/completions":
@@ -422,6 +434,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         in ("1", "true"),
         max_lora_rank=args.max_lora_rank,
         embed=embed,
+        fail_requests=os.environ.get("VLLM_STANDIN_FAIL_REQUESTS", "") == "1",
     )
     server = VLLMStandin(state, args.host, args.port)
     what = "LoRA endpoints"

@@ -329,29 +329,34 @@ def test_the_gpu_node_gets_its_driver_once_and_vllm_in_a_venv(inventory: Path) -
     assert all(
         pkg in " ".join(p.op("C compiler and Python headers").commands) for pkg in ("build-essential", "python3-dev")
     )
-    install = " ".join(p.op(f"vLLM {versions.VLLM} with torch 2.10.0 (CUDA 12.8)").commands)
-    assert f"vllm=={versions.VLLM}" in install and "torch==2.10.0" in install and "/opt/vllm/venv/bin/pip" in install
-    check = p.op("GPU: a CUDA context from vLLM's torch (not NVML)")
-    assert "torch.cuda.init()" in check.commands[0] and 'device="cuda"' in check.commands[0]
+    install = " ".join(p.op(f"vLLM {versions.VLLM} with torch 2.10.0 (CUDA 12.9) from the lock").commands)
+    assert "venv/bin/pip install --require-hashes --no-deps --only-binary :all: -r /opt/vllm/vllm.lock" in install
+    check = p.op("GPU: what vLLM does first")
+    assert all(part in check.commands[0] for part in ("import vllm", "torch.bfloat16", "get_arch_list"))
     assert "nvidia-smi" not in check.commands[0]
     names = p.names()
-    reboot = names.index("vLLM | Reboot to load the NVIDIA driver (once: it is not loaded yet)")
+    reboot = names.index("vLLM | Reboot to load the NVIDIA driver (once per cause)")
     assert names.index(next(n for n in names if "NVIDIA driver 550.163.01" in n)) < reboot
     assert reboot < names.index(check.name) < names.index("vLLM | Render /etc/vllm/vllm.env")
     loaded = plan(
         vllm,
         "mem-gpu",
         {
-            "NvidiaDriver": "NVRM version: NVIDIA UNIX x86_64 Kernel Module 550.163.01",
-            "CudaDevice": "ok NVIDIA RTX 4000 SFF Ada Generation CUDA 12.8 16.0",
+            "NvidiaBoot": ["loaded=1", "boot_kernel=6.12.57+deb13-amd64", "dkms_installed=1"],
+            "CudaDevice": "ok   import vllm: vllm 0.19.1\nok   bf16 matmul: NVIDIA RTX 4000 SFF Ada Generation",
         },
         inventory=inventory,
     )
-    assert not any("Reboot" in name or "CUDA context" in name for name in loaded.names())
+    assert not any("GPU: what vLLM does first" in name for name in loaded.names())
+    # Loaded: a reboot only if this run changes the driver packages (planned on that condition).
+    reboot = loaded.op("Reboot to load the NVIDIA driver (once per cause)")
+    cause = " ".join(loaded.op("Write down why the node reboots").commands)
+    assert reboot.conditional and "driver packages changed to 550.163.01" in cause
+    assert not any("Stop:" in name for name in loaded.names())
     broken = plan(
         vllm, "mem-gpu", {"CudaDevice": "RuntimeError: CUDA driver version is insufficient"}, inventory=inventory
     )
-    assert not broken.op("GPU: a CUDA context").conditional  # planned again, and it fails the run
+    assert not broken.op("GPU: what vLLM does first").conditional  # planned again, and it fails the run
 
 
 def test_an_inconsistent_gpu_stack_is_refused_at_plan_time(inventory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -390,7 +395,7 @@ def test_without_leave_to_reboot_the_gpu_node_stops_and_says_why(tmp_path: Path,
     p = plan(vllm, "mem-gpu", inventory=_example(tmp_path, no_reboot))
     stop = p.op("Stop: the NVIDIA driver needs a reboot")
     assert "reboot the node, then deploy again" in stop.commands[0] and stop.commands[0].endswith("exit 1")
-    assert not any(name.endswith("Reboot to load the NVIDIA driver (once: it is not loaded yet)") for name in p.names())
+    assert not any("| Reboot to load the NVIDIA driver" in name for name in p.names())
 
 
 def test_vllm_models_fit_the_gex44(inventory: Path) -> None:
