@@ -10,7 +10,9 @@
 Every ``CHECK_EVERY`` cases the invariants of ``tests.hostile.harness`` are checked (read back,
 drained, no drift; on the embedded service the vector store is compared once the service has
 stopped: Qdrant Edge is single-process). ``MEMORYCTL_HOSTILE_CASES`` sets the total (default
-2,000, shared 80 / 18 / 2 %); ``MEMORYCTL_HOSTILE_SEED`` replays a run (each run prints its seed; CI runs ``CI_SEED``).
+2,000, shared 80 / 18 / 2 %). Every run, CI's too, draws a fresh seed and prints it;
+``MEMORYCTL_HOSTILE_SEED`` replays a run, and a seed that found a defect goes into
+``REGRESSION_SEEDS``, replayed by every run after the fresh one (issue 42, item 9).
 The long run, ~50,000 cases (README, Tests)::
 
     MEMORYCTL_HOSTILE_CASES=50000 scripts/test tests/e2e/test_hostile_clients.py
@@ -28,7 +30,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from memoryctl.client import MemoryClient
 from memoryctl.config import Settings, load_settings
-from tests.conftest import in_ci, report_line, write_cluster_config
+from tests.conftest import report_line, write_cluster_config
 from tests.e2e.serving import embedded_home, running_service
 from tests.hostile.cases import Case, Channel, cases
 from tests.hostile.harness import Harness
@@ -38,19 +40,22 @@ from tests.hostile.harness import Harness
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 TOTAL = int(os.environ.get("MEMORYCTL_HOSTILE_CASES", "2000"))
-# CI replays a seed that ran clean (the gate must not fail on a defect no change introduced: a new
-# seed's finding is filed and fixed, then its seed becomes CI's); elsewhere every run draws a new one.
-CI_SEED = 2908675482
-SEED = int(os.environ.get("MEMORYCTL_HOSTILE_SEED") or (CI_SEED if in_ci() else random.SystemRandom().randrange(2**32)))
+# A fresh seed per run, CI's included, printed in the run's report line and in any failure: a run
+# on CI explores new cases instead of replaying one that ran clean. A seed that found a defect is
+# added here once the defect is fixed, and replayed by every run from then on (a regression case).
+SEED = int(os.environ.get("MEMORYCTL_HOSTILE_SEED") or random.SystemRandom().randrange(2**32))
+REGRESSION_SEEDS: tuple[int, ...] = ()
+RUN_SEEDS = [SEED, *(s for s in REGRESSION_SEEDS if s != SEED)]
+SEED_IDS = ["fresh", *(f"regression-{s}" for s in RUN_SEEDS[1:])]  # stable test ids, the seed printed
 SHARES = {"embedded-serve": 0.80, "cluster-serve": 0.18, "embedded-in-process": 0.02}
 CHECK_EVERY = 250
 
 
-def drive(harness: Harness, n: int, channels: tuple[Channel, ...], label: str) -> None:
+def drive(harness: Harness, n: int, channels: tuple[Channel, ...], label: str, run_seed: int) -> None:
     """``n`` generated cases through ``channels``, the invariants checked every CHECK_EVERY."""
     every = min(CHECK_EVERY, max(1, n // 4))
 
-    @seed(SEED)
+    @seed(run_seed)
     @settings(
         max_examples=n,
         deadline=None,
@@ -71,11 +76,13 @@ def drive(harness: Harness, n: int, channels: tuple[Channel, ...], label: str) -
         f"{k} {v}" for k, v in sorted(harness.counts.items()) if ":" in k or k.startswith(("http ", "raw ", "exit "))
     )
     report_line(
-        f"hostile clients, {label} (seed {SEED}): {ran} cases, {harness.counts['checks']} invariant checks, "
+        f"hostile clients, {label} (seed {run_seed}): {ran} cases, {harness.counts['checks']} invariant checks, "
         f"{len(harness.known)} memories tracked, {len(harness.defects)} defects; {kinds}"
     )
     assert ran >= n * 0.9, f"hypothesis ran {ran} of {n} cases"
-    assert not harness.defects, f"{len(harness.defects)} defects (seed {SEED}):\n\n" + "\n\n".join(harness.defects[:15])
+    assert not harness.defects, f"{len(harness.defects)} defects (seed {run_seed}):\n\n" + "\n\n".join(
+        harness.defects[:15]
+    )
 
 
 @pytest.fixture
@@ -94,7 +101,10 @@ def initialised(settings: Settings) -> MemoryClient:
     return MemoryClient(settings)
 
 
-def test_hostile_clients_against_the_service_on_the_embedded_default(embedded: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("run_seed", RUN_SEEDS, ids=SEED_IDS)
+def test_hostile_clients_against_the_service_on_the_embedded_default(
+    embedded: Path, tmp_path: Path, run_seed: int
+) -> None:
     settings = load_settings(embedded)
     with initialised(settings) as reader:
         with running_service(embedded, settings.data_dir, log=tmp_path / "serve.log") as served:
@@ -105,6 +115,7 @@ def test_hostile_clients_against_the_service_on_the_embedded_default(embedded: P
                     round(TOTAL * SHARES["embedded-serve"]),
                     ("cli", "http"),
                     "embedded default, through the service",
+                    run_seed,
                 )
             finally:
                 log = (tmp_path / "serve.log").read_text(errors="replace")
@@ -114,8 +125,9 @@ def test_hostile_clients_against_the_service_on_the_embedded_default(embedded: P
         assert not harness.defects, "\n\n".join(harness.defects[:15])
 
 
+@pytest.mark.parametrize("run_seed", RUN_SEEDS, ids=SEED_IDS)
 def test_hostile_clients_against_the_service_on_the_cluster_profile(
-    pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pg_dsn: str, neo4j_clean: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_seed: int
 ) -> None:
     config = write_cluster_config(
         tmp_path / "memoryctl.toml",
@@ -131,12 +143,23 @@ def test_hostile_clients_against_the_service_on_the_cluster_profile(
         with running_service(config, settings.data_dir, log=tmp_path / "serve.log") as served:
             harness = Harness(reader, served, tmp_path)
             drive(
-                harness, round(TOTAL * SHARES["cluster-serve"]), ("cli", "http"), "cluster profile, through the service"
+                harness,
+                round(TOTAL * SHARES["cluster-serve"]),
+                ("cli", "http"),
+                "cluster profile, through the service",
+                run_seed,
             )
         assert "Traceback" not in (tmp_path / "serve.log").read_text(errors="replace")
 
 
-def test_hostile_clients_in_process_on_the_embedded_default(embedded: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("run_seed", RUN_SEEDS, ids=SEED_IDS)
+def test_hostile_clients_in_process_on_the_embedded_default(embedded: Path, tmp_path: Path, run_seed: int) -> None:
     with initialised(load_settings(embedded)) as reader:
         harness = Harness(reader, None, tmp_path)
-        drive(harness, max(30, round(TOTAL * SHARES["embedded-in-process"])), ("cli",), "embedded default, in-process")
+        drive(
+            harness,
+            max(30, round(TOTAL * SHARES["embedded-in-process"])),
+            ("cli",),
+            "embedded default, in-process",
+            run_seed,
+        )

@@ -26,8 +26,16 @@ pytestmark = pytest.mark.integration
 
 
 def lock_waiters(dsn: str) -> int:
+    """Sessions of this test's own database (a fresh one per test) blocked by another of its
+    sessions: a lock wait anywhere else on the shared server must not release the holder
+    (issue 42, item 6), or the test would pass without the write ever waiting."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity w"
+            " WHERE w.datname = current_database() AND w.pid <> pg_backend_pid()"
+            " AND EXISTS (SELECT 1 FROM pg_stat_activity h"
+            "  WHERE h.pid = ANY(pg_blocking_pids(w.pid)) AND h.datname = current_database())"
+        ).fetchone()
     return int(row[0]) if row else 0
 
 

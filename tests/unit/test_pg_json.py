@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from memoryctl.stores.pg import _json_loads
@@ -22,6 +22,13 @@ json_values = st.recursive(
 
 
 @settings(max_examples=400, deadline=None)
+@example(None)  # boundaries: empty containers, -0.0, the int64 edges and past them, empty text
+@example([])
+@example({})
+@example(-0.0)
+@example(2**63 - 1)
+@example(-(2**63) - 1)
+@example("")
 @given(json_values)
 def test_same_values_as_the_standard_library(value: object) -> None:
     raw = json.dumps(value).encode()

@@ -7,7 +7,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from memoryctl.errors import InputError
@@ -125,6 +125,9 @@ identifier_junk = st.lists(
 
 
 @settings(max_examples=600, deadline=None)
+@example(field="meta.x", op="=", value="' OR 1=1")  # boundaries: a meta key, a quote, an empty-ish key
+@example(field="meta.", op="in", value="x")
+@example(field="kind", op="<", value="--")
 @given(field=identifier_junk, op=st.sampled_from(["=", "!=", "<", "<=", ">", ">=", "in"]), value=identifier_junk)
 def test_where_fuzz_never_reaches_sql_as_identifier(field: str, op: str, value: str) -> None:
     """Generated hostile where clauses: either refused, or compiled with the key and value as parameters."""
@@ -154,6 +157,11 @@ def _sql_quoted(s: str) -> str:
 
 
 @settings(max_examples=400, deadline=None)
+@example("")  # boundaries: empty, only quotes, a comma and a bracket, a NUL
+@example("''")
+@example('"')
+@example("a, b)")
+@example("\x00")
 @given(st.text())
 def test_a_quoted_value_is_exactly_its_text(s: str) -> None:
     """Single quotes (SQL style, '' for a quote) and double quotes (a JSON string) give back the text

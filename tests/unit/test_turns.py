@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from memoryctl.model import EntityRef, Memory
@@ -48,6 +48,11 @@ _scores = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
 
 
 @settings(max_examples=300, deadline=None)
+# Boundaries drawn every run: nothing at all, context only, equal scores, the score range's ends.
+@example(relevance={}, before={})
+@example(relevance={}, before={uuid.UUID(int=0): [uuid.UUID(int=1)]})
+@example(relevance={uuid.UUID(int=0): 1.0, uuid.UUID(int=1): 1.0}, before={uuid.UUID(int=0): [uuid.UUID(int=1)]})
+@example(relevance={uuid.UUID(int=0): -1e6, uuid.UUID(int=1): 1e6}, before={uuid.UUID(int=0): [uuid.UUID(int=1)] * 4})
 @given(
     relevance=st.dictionaries(_ids, _scores, max_size=6),
     before=st.dictionaries(_ids, st.lists(_ids, max_size=4), max_size=8),
