@@ -90,11 +90,15 @@ def _git(*args: str) -> str | None:
     return result.stdout.strip()
 
 
+DEPENDENCY_FILES = ("pyproject.toml", "constraints.txt")
+
+
 def source_digests() -> dict[str, str]:
-    """Digests of the package source and of pyproject.toml alone (dependency changes)."""
+    """Digests of the package source and of the dependencies alone: pyproject.toml and the lock,
+    constraints.txt (scripts/lock), so a refreshed lock refetches the dependency wheels."""
     tree = _git("ls-tree", "-r", source_ref(), "--", *SOURCES)
     if tree is not None:
-        pyproject = _git("rev-parse", f"{source_ref()}:pyproject.toml") or ""
+        pyproject = ":".join(_git("rev-parse", f"{source_ref()}:{name}") or "" for name in DEPENDENCY_FILES)
         return {"source": hashlib.sha256(tree.encode()).hexdigest(), "pyproject": pyproject}
     digest = hashlib.sha256()
     for top in SOURCES:
@@ -102,7 +106,9 @@ def source_digests() -> dict[str, str]:
         for path in sorted([root] if root.is_file() else root.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
                 digest.update(str(path.relative_to(REPO)).encode() + path.read_bytes())
-    pyproject = hashlib.sha256((REPO / "pyproject.toml").read_bytes()).hexdigest()
+    pyproject = ":".join(
+        hashlib.sha256((REPO / name).read_bytes()).hexdigest() for name in DEPENDENCY_FILES if (REPO / name).is_file()
+    )
     return {"source": digest.hexdigest(), "pyproject": pyproject}
 
 
@@ -191,6 +197,8 @@ def _build(wheelhouse: Path, platform: Platform) -> str:
             if not only_package:
                 # Every dependency, as binary wheels for the nodes (never built on the controller).
                 fetch = [*pip, "download", "--quiet", *platform.pip_args(), "--dest", str(wheelhouse)]
+                lock = REPO / "constraints.txt"  # the versions CI tested (scripts/lock)
+                fetch += ["--constraint", str(lock)] if lock.is_file() else []
                 subprocess.run([*fetch, "--find-links", str(wheelhouse), "memoryctl"], check=True)
             stamp.write_text(json.dumps(wanted))
     return wheelhouse_digest(wheelhouse)
