@@ -298,15 +298,23 @@ def test_the_synchronous_standbys_node_replaced_blank_comes_back_in_one_run(ha: 
     wait_for("a graph query answers", lambda: memoryctl(*graph).returncode == 0, timeout=300, interval=5)
 
 
+def _node1_leads_node2_in_sync() -> None:
+    """The drills' starting point, whatever the drill before left (the node1 drill leaves node2
+    leading): a synchronous standby first, a switchover to node1 if another node leads, then node2
+    the streaming synchronous standby."""
+    wait_for("a synchronous standby", lambda: any(streaming_sync(name) for name in ("node1", "node2")), timeout=300)
+    if leader() != "node1":
+        node("node2").check_output(f"{PATRONICTL} switchover --leader {leader()} --candidate node1 --force")
+        wait_for("node1 leads", lambda: leader() == "node1", timeout=120, interval=0.5)
+    wait_for("node2 streams in sync", lambda: streaming_sync("node2"), timeout=300)
+
+
 @pytest.mark.drill
 def test_the_primarys_node_replaced_blank_fails_over_then_comes_back_in_one_run(ha: dict[str, Any]) -> None:
     """node1 -- the primary, memoryctl's service and cron, an etcd member and a Qdrant peer -- destroyed:
     Patroni promotes node2; node1 booted blank and one deploy run clones it as the standby (never
     initialised with a database of its own) and installs memoryctl on it again. Writers on node3."""
-    wait_for("node2 streams in sync", lambda: streaming_sync("node2"), timeout=300)
-    if leader() != "node1":
-        node("node2").check_output(f"{PATRONICTL} switchover --leader {leader()} --candidate node1 --force")
-        wait_for("node1 leads", lambda: leader() == "node1", timeout=120, interval=0.5)
+    _node1_leads_node2_in_sync()
     checks = {**_node_state("node1"), "failed_over": lambda: leader() == "node2"}
     with writers("replace-node1", on="node3") as rows, Transcript(checks) as transcript:
         time.sleep(5)
@@ -457,10 +465,7 @@ def test_a_rolled_upgrade_of_patroni_etcd_and_postgresql_fails_nothing_and_switc
     """Newer builds of patroni, etcd-server/-client and postgresql-17 published in a signed repository
     every node reads; ``components.upgrades.held: roll`` and one deploy run: node2 and node3 first,
     one switchover, then node1. Writes and queries go on throughout with 0 failed requests."""
-    wait_for("node2 streams in sync", lambda: streaming_sync("node2"), timeout=300)
-    if leader() != "node1":
-        node("node2").check_output(f"{PATRONICTL} switchover --leader {leader()} --candidate node1 --force")
-        wait_for("node1 leads", lambda: leader() == "node1", timeout=120, interval=0.5)
+    _node1_leads_node2_in_sync()
     serve_updates(newer_builds(tmp_path))
     before = {name: versions(name) for name in MESH}
     timeline_before = timeline()
