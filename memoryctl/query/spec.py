@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from memoryctl.declaration.table import QUERY
 from memoryctl.errors import InputError
@@ -30,14 +30,9 @@ from memoryctl.model import (
     validate_meta_key,
     validate_relation_type,
 )
-from memoryctl.stores.protocols import Direction, MetaOp
+from memoryctl.query_terms import OPS, Combine, Direction, MetaOp, Retrieval
 
-Combine = Literal["and", "or"]
-# Which legs rank a text query: both fused (the default), or one alone (to compare, or to debug).
-Retrieval = Literal["hybrid", "dense", "lexical"]
-RETRIEVALS: tuple[Retrieval, ...] = ("hybrid", "dense", "lexical")
 CANONICAL_FIELDS = ("kind", "agent_id", "created_at")
-OPS: tuple[MetaOp, ...] = ("=", "!=", "<", "<=", ">", ">=", "in")
 
 _WHERE = re.compile(
     r"^\s*(?P<field>[A-Za-z_][A-Za-z0-9_.]*)\s*(?P<op>!=|<=|>=|=|<|>|\bin\b)\s*(?P<value>.*?)\s*$", re.S

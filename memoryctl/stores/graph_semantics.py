@@ -27,13 +27,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from memoryctl.declaration.table import MAX_HOPS
 from memoryctl.errors import InputError
 from memoryctl.model import validate_agent_id, validate_entity_type, validate_relation_type
-from memoryctl.stores.protocols import Direction, GraphMemory, GraphTraversal
+from memoryctl.query_terms import DIRECTIONS, MAX_HOPS, Direction
+from memoryctl.stores.protocols import GraphMemory, GraphTraversal
 
 MENTIONS = "MENTIONS"
-_DIRECTIONS: tuple[Direction, ...] = ("out", "in", "both")
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +161,8 @@ def check_traversal(query: GraphTraversal) -> CheckedTraversal:
     hops = query.hops
     if type(hops) is not int or not 1 <= hops <= MAX_HOPS:
         raise InputError(f"hops must be an integer from 1 to {MAX_HOPS}, not {hops!r}")
-    if query.direction not in _DIRECTIONS:
-        raise InputError(f"direction must be one of {', '.join(_DIRECTIONS)}, not {query.direction!r}")
+    if query.direction not in DIRECTIONS:
+        raise InputError(f"direction must be one of {', '.join(DIRECTIONS)}, not {query.direction!r}")
     if isinstance(query.relation_types, str):
         raise InputError("relation_types is a list of relationship types, not one string")
     types = tuple(sorted({validate_relation_type(t) for t in query.relation_types}))
