@@ -17,7 +17,6 @@ from memoryctl.operations.reply import Reply
 if TYPE_CHECKING:
     from memoryctl.client import MemoryClient, WriteOutcome
     from memoryctl.operations import Call
-    from memoryctl.query.spec import MemoryQuery
 
 
 def agent_scope(client: MemoryClient, p: dict[str, Any]) -> str | None:
@@ -54,35 +53,10 @@ def pending_warning(outcome: WriteOutcome) -> Reply:
 
 
 # ---- reads -------------------------------------------------------------------------------------
-def memory_query(client: MemoryClient, p: dict[str, Any]) -> MemoryQuery:
-    """The typed question the engine answers, built once from the query's validated parameters."""
-    from memoryctl.model import EntityRef, parse_datetime, parse_half_life
-    from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_since
-
-    entity = p["entity"]
-    graph = GraphFilter(EntityRef.parse(entity), tuple(p["via"] or ()), p["hops"], p["direction"]) if entity else None
-    # "off" overrides a configured half-life; none given: the agent's configured one, if any.
-    half_life = parse_half_life(p["half_life"]) if p["half_life"] else None
-    return MemoryQuery(
-        text=p["text"],
-        agent_id=agent_scope(client, p),
-        all_agents=bool(p["all_agents"]),
-        since=parse_since(p["since"]) if p["since"] else None,
-        until=parse_datetime(p["until"]) if p["until"] else None,
-        graph=graph,
-        where=[Where.parse(w) for w in p["where"] or []],
-        combine=p["combine"],
-        limit=p["limit"],
-        threshold=p["threshold"],
-        retrieval=p["retrieval"],
-        rerank=p["rerank"],
-        half_life=half_life,
-        decay=half_life is not None if p["half_life"] else True,
-    )
-
-
 def query(client: MemoryClient, call: Call) -> Reply:
-    result = client.query(memory_query(client, call.params))
+    from memoryctl.query.spec import MemoryQuery
+
+    result = client.query(MemoryQuery.from_params(call.params, agent_id=agent_scope(client, call.params)))
     reply = Reply(result.as_dict())
     if result.degraded:
         reply.exit_code = int(ExitCode.PARTIAL)
