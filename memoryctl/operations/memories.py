@@ -19,14 +19,17 @@ if TYPE_CHECKING:
     from memoryctl.operations import Call
 
 
-def agent_scope(client: MemoryClient, p: dict[str, Any]) -> str | None:
-    """The agent an operation works on: the one given, else the configured default; None for
-    ``all_agents`` (an operator's question over every agent)."""
+def agent_of(client: MemoryClient, p: dict[str, Any]) -> str:
+    """The agent an operation works on: the one given, else the configured default. Every
+    operation that has a default agent takes it from here, so that it is decided in one place."""
     from memoryctl.model import validate_agent_id
 
-    if p.get("all_agents"):
-        return None
     return validate_agent_id(p["agent"]) if p.get("agent") else client.settings.default_agent
+
+
+def agent_scope(client: MemoryClient, p: dict[str, Any]) -> str | None:
+    """``agent_of``, or None for ``all_agents`` (an operator's question over every agent)."""
+    return None if p.get("all_agents") else agent_of(client, p)
 
 
 def only_agent(p: dict[str, Any]) -> str | None:
@@ -123,7 +126,7 @@ def add(client: MemoryClient, call: Call) -> Reply:
     memory = Memory(
         id=mid,
         text=p["text"],
-        agent_id=agent_scope(client, p) or client.settings.default_agent,
+        agent_id=agent_of(client, p),
         kind=p["kind"],
         created_at=parse_datetime(p["at"]) if p["at"] else utcnow(),
         metadata={meta_key(k): v for k, v in (p["metadata"] or {}).items()},
