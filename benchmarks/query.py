@@ -96,7 +96,8 @@ from memoryctl.query.fusion import rrf  # noqa: E402
 from memoryctl.query.pushdown import OVERFETCH, pushdown, traversal  # noqa: E402
 from memoryctl.query.relational import scope_sql  # noqa: E402
 from memoryctl.query.results import QueryResult  # noqa: E402
-from memoryctl.query.spec import GraphFilter, MemoryQuery, Retrieval, Where  # noqa: E402
+from memoryctl.query.spec import GraphFilter, MemoryQuery, Where  # noqa: E402
+from memoryctl.query_terms import Retrieval  # noqa: E402
 from memoryctl.stack import Stack, neo4j_graph  # noqa: E402
 from memoryctl.stores.graph_neo4j import Neo4jGraphStore  # noqa: E402
 from memoryctl.stores.protocols import VectorFilter  # noqa: E402

@@ -11,9 +11,8 @@ import functools
 
 from memoryctl.declaration import replies as R
 from memoryctl.declaration.declare import OneOf, Operation, Param, Requires
+from memoryctl.query_terms import COMBINES, DIRECTIONS, MAX_HOPS, MAX_LIMIT, RETRIEVALS
 
-MAX_LIMIT = 1000  # hits of one query (MemoryQuery checks its fields with these declarations)
-MAX_HOPS = 3  # graph hops; the graph stores check it again before pasting it into a statement
 DEFAULT_KIND = "note"  # memoryctl.model.DEFAULT_KIND
 
 OK, FAILED, USAGE = (0, "ok"), (1, "failed (error and hint on stderr)"), (2, "bad input or usage")
@@ -68,11 +67,11 @@ QUERY = Operation(
         Param("entity", "string", "Graph start entity TYPE:NAME."),
         Param("via", "array", "Relationship type to follow, repeatable.", items="string"),
         Param("hops", "integer", "Graph hops (1-3).", default=1, low=1, high=MAX_HOPS),
-        Param("direction", "string", "out | in | both.", default="both", choices=("out", "in", "both")),
+        Param("direction", "string", "out | in | both.", default="both", choices=DIRECTIONS),
         Param("since", "string", "ISO timestamp or a duration like 7d."),
         Param("until", "string", "ISO timestamp."),
         Param("where", "array", '"field OP value", repeatable.', items="string"),
-        Param("combine", "string", "and | or.", default="and", choices=("and", "or")),
+        Param("combine", "string", "and | or.", default="and", choices=COMBINES),
         Param("limit", "integer", "Hits to return (1-1000).", default=10, low=1, high=MAX_LIMIT),
         Param("threshold", "number", "Minimum cosine similarity.", low=-1.0, high=1.0),
         Param(
@@ -80,7 +79,7 @@ QUERY = Operation(
             "string",
             "hybrid (vector + lexical, fused) | dense | lexical.",
             default="hybrid",
-            choices=("hybrid", "dense", "lexical"),
+            choices=RETRIEVALS,
         ),
         Param(
             "rerank",

@@ -24,11 +24,10 @@ def _exit(failed: bool, code: ExitCode = ExitCode.PARTIAL) -> int:
 
 
 def cypher(client: MemoryClient, call: Call) -> Reply:
-    from memoryctl.operations.memories import agent_scope
+    from memoryctl.operations.memories import agent_of
 
     p = call.params
-    agent = agent_scope(client, p) or client.settings.default_agent
-    return Reply(client.cypher(p["statement"], p["params"] or {}, agent_id=agent))
+    return Reply(client.cypher(p["statement"], p["params"] or {}, agent_id=agent_of(client, p)))
 
 
 def runs(client: MemoryClient, call: Call) -> Reply:

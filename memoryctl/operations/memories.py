@@ -17,17 +17,19 @@ from memoryctl.operations.reply import Reply
 if TYPE_CHECKING:
     from memoryctl.client import MemoryClient, WriteOutcome
     from memoryctl.operations import Call
-    from memoryctl.query.spec import MemoryQuery
+
+
+def agent_of(client: MemoryClient, p: dict[str, Any]) -> str:
+    """The agent an operation works on: the one given, else the configured default. Every
+    operation that has a default agent takes it from here, so that it is decided in one place."""
+    from memoryctl.model import validate_agent_id
+
+    return validate_agent_id(p["agent"]) if p.get("agent") else client.settings.default_agent
 
 
 def agent_scope(client: MemoryClient, p: dict[str, Any]) -> str | None:
-    """The agent an operation works on: the one given, else the configured default; None for
-    ``all_agents`` (an operator's question over every agent)."""
-    from memoryctl.model import validate_agent_id
-
-    if p.get("all_agents"):
-        return None
-    return validate_agent_id(p["agent"]) if p.get("agent") else client.settings.default_agent
+    """``agent_of``, or None for ``all_agents`` (an operator's question over every agent)."""
+    return None if p.get("all_agents") else agent_of(client, p)
 
 
 def only_agent(p: dict[str, Any]) -> str | None:
@@ -54,35 +56,10 @@ def pending_warning(outcome: WriteOutcome) -> Reply:
 
 
 # ---- reads -------------------------------------------------------------------------------------
-def memory_query(client: MemoryClient, p: dict[str, Any]) -> MemoryQuery:
-    """The typed question the engine answers, built once from the query's validated parameters."""
-    from memoryctl.model import EntityRef, parse_datetime, parse_half_life
-    from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_since
-
-    entity = p["entity"]
-    graph = GraphFilter(EntityRef.parse(entity), tuple(p["via"] or ()), p["hops"], p["direction"]) if entity else None
-    # "off" overrides a configured half-life; none given: the agent's configured one, if any.
-    half_life = parse_half_life(p["half_life"]) if p["half_life"] else None
-    return MemoryQuery(
-        text=p["text"],
-        agent_id=agent_scope(client, p),
-        all_agents=bool(p["all_agents"]),
-        since=parse_since(p["since"]) if p["since"] else None,
-        until=parse_datetime(p["until"]) if p["until"] else None,
-        graph=graph,
-        where=[Where.parse(w) for w in p["where"] or []],
-        combine=p["combine"],
-        limit=p["limit"],
-        threshold=p["threshold"],
-        retrieval=p["retrieval"],
-        rerank=p["rerank"],
-        half_life=half_life,
-        decay=half_life is not None if p["half_life"] else True,
-    )
-
-
 def query(client: MemoryClient, call: Call) -> Reply:
-    result = client.query(memory_query(client, call.params))
+    from memoryctl.query.spec import MemoryQuery
+
+    result = client.query(MemoryQuery.from_params(call.params, agent_id=agent_scope(client, call.params)))
     reply = Reply(result.as_dict())
     if result.degraded:
         reply.exit_code = int(ExitCode.PARTIAL)
@@ -149,7 +126,7 @@ def add(client: MemoryClient, call: Call) -> Reply:
     memory = Memory(
         id=mid,
         text=p["text"],
-        agent_id=agent_scope(client, p) or client.settings.default_agent,
+        agent_id=agent_of(client, p),
         kind=p["kind"],
         created_at=parse_datetime(p["at"]) if p["at"] else utcnow(),
         metadata={meta_key(k): v for k, v in (p["metadata"] or {}).items()},

@@ -11,10 +11,10 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from memoryctl.declaration.table import QUERY
 from memoryctl.errors import InputError
@@ -25,19 +25,15 @@ from memoryctl.model import (
     is_duration,
     parse_datetime,
     parse_duration,
+    parse_half_life,
     validate_agent_id,
     validate_kind,
     validate_meta_key,
     validate_relation_type,
 )
-from memoryctl.stores.protocols import Direction, MetaOp
+from memoryctl.query_terms import OPS, Combine, Direction, MetaOp, Retrieval
 
-Combine = Literal["and", "or"]
-# Which legs rank a text query: both fused (the default), or one alone (to compare, or to debug).
-Retrieval = Literal["hybrid", "dense", "lexical"]
-RETRIEVALS: tuple[Retrieval, ...] = ("hybrid", "dense", "lexical")
 CANONICAL_FIELDS = ("kind", "agent_id", "created_at")
-OPS: tuple[MetaOp, ...] = ("=", "!=", "<", "<=", ">", ">=", "in")
 
 _WHERE = re.compile(
     r"^\s*(?P<field>[A-Za-z_][A-Za-z0-9_.]*)\s*(?P<op>!=|<=|>=|=|<|>|\bin\b)\s*(?P<value>.*?)\s*$", re.S
@@ -257,6 +253,10 @@ class GraphFilter:
         _declared("direction", self.direction)
 
 
+# The query's parameters that are its fields as declared: the declaration's check is all they need.
+_AS_DECLARED = ("text", "combine", "limit", "threshold", "retrieval", "rerank")
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryQuery:
     """One question over all three stores. ``agent_id`` scopes it unless ``all_agents``.
@@ -285,6 +285,30 @@ class MemoryQuery:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "where", tuple(self.where))
+
+    @classmethod
+    def from_params(cls, p: Mapping[str, Any], *, agent_id: str | None) -> MemoryQuery:
+        """The query a caller sent as the ``query`` operation's parameters (``QUERY.validate``
+        has checked and filled them in), whichever surface it came through: each filter is parsed
+        beside the field it fills, so a new one is declared in the table and written here.
+        ``agent_id``: the scope the caller's agent resolves to (``all_agents``: None)."""
+        entity = p["entity"]
+        graph = (
+            GraphFilter(EntityRef.parse(entity), tuple(p["via"] or ()), p["hops"], p["direction"]) if entity else None
+        )
+        # "off" overrides a configured half-life; none given: the agent's configured one, if any.
+        half_life = parse_half_life(p["half_life"]) if p["half_life"] else None
+        return cls(
+            **{name: p[name] for name in _AS_DECLARED},
+            agent_id=agent_id,
+            all_agents=bool(p["all_agents"]),
+            since=parse_since(p["since"]) if p["since"] else None,
+            until=parse_datetime(p["until"]) if p["until"] else None,
+            graph=graph,
+            where=[Where.parse(w) for w in p["where"] or []],
+            half_life=half_life,
+            decay=half_life is not None if p["half_life"] else True,
+        )
 
     def validate(self) -> MemoryQuery:
         """The query as the engine runs it (a new value when anything was normalised), or

@@ -19,7 +19,6 @@ from typing import Any, Protocol, TypeVar
 from memoryctl.errors import StoreTimeout
 from memoryctl.model import validate_agent_id
 from memoryctl.stores.graph_semantics import (
-    CheckedTraversal,
     PreparedBatch,
     check_ids,
     check_page,
@@ -39,7 +38,8 @@ DELETE_WEIGHT = 4  # a deleted memory's edges go with it: each weighs a few rows
 
 class GraphBackend(GraphIdentity, Protocol):
     """What a graph engine must do; everything else is ``GraphCore``'s. Every argument is
-    validated already: memory ids are lowercase UUID text, traversals are ``CheckedTraversal``."""
+    validated already: memory ids are lowercase UUID text, traversals have passed
+    ``check_traversal``."""
 
     @property
     def write_rows(self) -> int | None:
@@ -59,13 +59,13 @@ class GraphBackend(GraphIdentity, Protocol):
         """The memories, every edge touching or declared by them, and the entities left bare."""
         ...
 
-    def traverse(self, query: CheckedTraversal) -> list[uuid.UUID]: ...
+    def traverse(self, query: GraphTraversal) -> list[uuid.UUID]: ...
 
-    def fanout(self, query: CheckedTraversal) -> int: ...
+    def fanout(self, query: GraphTraversal) -> int: ...
 
-    def near_entities(self, query: CheckedTraversal) -> frozenset[str] | None: ...
+    def near_entities(self, query: GraphTraversal) -> frozenset[str] | None: ...
 
-    def connected(self, query: CheckedTraversal, ids: list[str], near: frozenset[str] | None) -> set[uuid.UUID]:
+    def connected(self, query: GraphTraversal, ids: list[str], near: frozenset[str] | None) -> set[uuid.UUID]:
         """Which of ``ids`` (at least one) the traversal reaches."""
         ...
 

@@ -39,8 +39,8 @@ from memoryctl.errors import BadRecord, InputError, StoreError, StoreTimeout, St
 from memoryctl.model import RELATION_TYPE_SHAPE
 from memoryctl.stores import names
 from memoryctl.stores.graph_core import GraphCore, RelationshipRow
-from memoryctl.stores.graph_semantics import CheckedTraversal, PreparedBatch, PreparedEdge, node_ref
-from memoryctl.stores.protocols import GraphRecord
+from memoryctl.stores.graph_semantics import PreparedBatch, PreparedEdge, node_ref
+from memoryctl.stores.protocols import GraphRecord, GraphTraversal
 
 T = TypeVar("T")
 # Rows (memories + the edges they declare) per write transaction. Writes cost O(rows) (see
@@ -391,7 +391,7 @@ class Neo4jBackend:
 
         self._write("delete", work)
 
-    def traverse(self, query: CheckedTraversal) -> list[uuid.UUID]:
+    def traverse(self, query: GraphTraversal) -> list[uuid.UUID]:
         q = query
         assert type(q.hops) is int and 1 <= q.hops <= 3
         cypher = _TRAVERSE % {
@@ -416,7 +416,7 @@ class Neo4jBackend:
 
         return self.read("traverse", work)
 
-    def fanout(self, query: CheckedTraversal) -> int:
+    def fanout(self, query: GraphTraversal) -> int:
         cypher = _FANOUT % _fragments(query)
 
         def work(tx: neo4j.ManagedTransaction) -> int:
@@ -425,7 +425,7 @@ class Neo4jBackend:
 
         return self.read("fanout", work)
 
-    def near_entities(self, query: CheckedTraversal) -> frozenset[str] | None:
+    def near_entities(self, query: GraphTraversal) -> frozenset[str] | None:
         if query.hops != 1:
             return None
         cypher = _NEAR_ENTITIES_1 % _fragments(query)
@@ -436,7 +436,7 @@ class Neo4jBackend:
 
         return self.read("near_entities", work)
 
-    def connected(self, query: CheckedTraversal, ids: list[str], near: frozenset[str] | None) -> set[uuid.UUID]:
+    def connected(self, query: GraphTraversal, ids: list[str], near: frozenset[str] | None) -> set[uuid.UUID]:
         frags = _fragments(query)
         params: dict[str, Any] = {"start": query.start_key, "agent": query.agent_id, "ids": ids}
 
@@ -536,7 +536,7 @@ class Neo4jGraphStore(GraphCore):
         super().__init__(Neo4jBackend(uri, user=user, password=password, database=database, timeout_s=timeout_s))
 
 
-def _fragments(q: CheckedTraversal) -> dict[str, Any]:
+def _fragments(q: GraphTraversal) -> dict[str, Any]:
     left, right = _ARROWS[q.direction]
     rleft, rright = _ARROWS[_REVERSED[q.direction]]  # the same pattern written from the far end
     return {

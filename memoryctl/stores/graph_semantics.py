@@ -23,17 +23,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from memoryctl.declaration.table import MAX_HOPS
 from memoryctl.errors import InputError
 from memoryctl.model import validate_agent_id, validate_entity_type, validate_relation_type
-from memoryctl.stores.protocols import Direction, GraphMemory, GraphTraversal
+from memoryctl.query_terms import DIRECTIONS, MAX_HOPS
+from memoryctl.stores.protocols import GraphMemory, GraphTraversal
 
 MENTIONS = "MENTIONS"
-_DIRECTIONS: tuple[Direction, ...] = ("out", "in", "both")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,19 +57,6 @@ class PreparedBatch:
     @property
     def ids(self) -> list[str]:
         return [m["id"] for m in self.memories]
-
-
-@dataclass(frozen=True, slots=True)
-class CheckedTraversal:
-    agent_id: str | None
-    start_key: str
-    relation_types: tuple[str, ...]  # each validated; empty = any type (the set is open)
-    hops: int  # 1..MAX_HOPS
-    direction: Direction
-    limit: int | None
-    created_from: datetime | None = None
-    created_to: datetime | None = None
-    newest_first: bool = False
 
 
 def _check_text(value: Any, what: str, max_len: int = 2048) -> str:
@@ -157,13 +143,16 @@ def prepare_batch(items: Sequence[GraphMemory]) -> PreparedBatch:
     )
 
 
-def check_traversal(query: GraphTraversal) -> CheckedTraversal:
-    """Validate every part of a traversal that may end up spliced into a query as a literal."""
+def check_traversal(query: GraphTraversal) -> GraphTraversal:
+    """The traversal as the engines may run it, or ``InputError``: every part that may end up
+    spliced into a statement as a literal is checked, relation types de-duplicated and sorted,
+    times made aware. The same type as asked, so a field added to ``GraphTraversal`` is checked
+    here and read by the engines, with no twin to keep in step."""
     hops = query.hops
     if type(hops) is not int or not 1 <= hops <= MAX_HOPS:
         raise InputError(f"hops must be an integer from 1 to {MAX_HOPS}, not {hops!r}")
-    if query.direction not in _DIRECTIONS:
-        raise InputError(f"direction must be one of {', '.join(_DIRECTIONS)}, not {query.direction!r}")
+    if query.direction not in DIRECTIONS:
+        raise InputError(f"direction must be one of {', '.join(DIRECTIONS)}, not {query.direction!r}")
     if isinstance(query.relation_types, str):
         raise InputError("relation_types is a list of relationship types, not one string")
     types = tuple(sorted({validate_relation_type(t) for t in query.relation_types}))
@@ -173,16 +162,13 @@ def check_traversal(query: GraphTraversal) -> CheckedTraversal:
     agent = validate_agent_id(query.agent_id) if query.agent_id is not None else None
     if type(query.newest_first) is not bool:
         raise InputError("newest_first is a boolean")
-    return CheckedTraversal(
-        agent,
-        _check_text(query.start_key, "start entity key"),
-        types,
-        hops,
-        query.direction,
-        limit,
-        _aware(query.created_from) if query.created_from is not None else None,
-        _aware(query.created_to) if query.created_to is not None else None,
-        query.newest_first,
+    return replace(
+        query,
+        agent_id=agent,
+        start_key=_check_text(query.start_key, "start entity key"),
+        relation_types=types,
+        created_from=_aware(query.created_from) if query.created_from is not None else None,
+        created_to=_aware(query.created_to) if query.created_to is not None else None,
     )
 
 

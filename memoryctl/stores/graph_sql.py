@@ -28,9 +28,9 @@ from psycopg.rows import tuple_row
 from memoryctl.errors import InputError, StoreError, StoreUnavailable
 from memoryctl.stores import names
 from memoryctl.stores.graph_core import GraphCore, RelationshipRow
-from memoryctl.stores.graph_semantics import CheckedTraversal, PreparedBatch, node_ref
+from memoryctl.stores.graph_semantics import PreparedBatch, node_ref
 from memoryctl.stores.pg import set_local_timeout
-from memoryctl.stores.protocols import GraphRecord
+from memoryctl.stores.protocols import GraphRecord, GraphTraversal
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -261,7 +261,7 @@ class SqlGraphBackend:
 
         self._run(work)
 
-    def traverse(self, query: CheckedTraversal) -> list[uuid.UUID]:
+    def traverse(self, query: GraphTraversal) -> list[uuid.UUID]:
         q = query
         assert q.direction in _STEP  # the step fragment is picked by a validated key
         text = _TRAVERSE + (" LIMIT %(limit)s" if q.limit is not None else "")
@@ -286,7 +286,7 @@ class SqlGraphBackend:
 
         return cast(list[uuid.UUID], self._run(work))
 
-    def fanout(self, query: CheckedTraversal) -> int:
+    def fanout(self, query: GraphTraversal) -> int:
         q = query
         assert q.direction in _STEP
         side = {"out": "g.src = s.key", "in": "g.dst = s.key", "both": "(g.src = s.key OR g.dst = s.key)"}[q.direction]
@@ -307,10 +307,10 @@ class SqlGraphBackend:
 
         return cast(int, self._run(work))
 
-    def near_entities(self, query: CheckedTraversal) -> frozenset[str] | None:
+    def near_entities(self, query: GraphTraversal) -> frozenset[str] | None:
         return None  # connected() does not use it here
 
-    def connected(self, query: CheckedTraversal, ids: list[str], near: frozenset[str] | None) -> set[uuid.UUID]:
+    def connected(self, query: GraphTraversal, ids: list[str], near: frozenset[str] | None) -> set[uuid.UUID]:
         """Here by intersection with the full traversal: correct, not cheap (a recursive CTE walks
         forward from the start anyway). The planner asks ``fanout`` first and this store's
         ``cheap_membership`` is False, so the engine keeps the graph-first plan on it."""

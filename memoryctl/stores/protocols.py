@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
-Direction = Literal["out", "in", "both"]
-MetaOp = Literal["=", "!=", "<", "<=", ">", ">=", "in"]
+from memoryctl.query_terms import Direction, MetaOp
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +216,7 @@ class GraphTraversal:
     agent_id: str | None
     start_key: str
     relation_types: Sequence[str] = ()  # empty = any type
-    hops: int = 1  # 1..MAX_HOPS (memoryctl.declaration.table)
+    hops: int = 1  # 1..MAX_HOPS (memoryctl.query_terms)
     direction: Direction = "both"
     limit: int | None = None
     # Restrict the memories returned (not the path) to [created_from, created_to), and order them

@@ -238,3 +238,39 @@ def test_a_query_is_checked_by_the_declaration(fields: dict[str, object], messag
         MemoryQuery(text="x", agent_id="a", **fields).validate()  # type: ignore[arg-type]
     with pytest.raises(InputError, match="hops must be from 1 to 3, not 4"):
         GraphFilter(EntityRef("User", "Alice"), hops=4)
+
+
+def test_the_query_operations_defaults_are_memory_querys() -> None:
+    """A query sent with nothing but its text, through any surface, is ``MemoryQuery``'s default
+    query: the declaration's defaults and the query model's agree."""
+    from memoryctl.declaration.table import QUERY
+
+    sent = MemoryQuery.from_params(QUERY.validate({"text": "where is Alice"}), agent_id="a")
+    assert sent.as_dict() == MemoryQuery(text="where is Alice", agent_id="a").as_dict()
+
+
+def test_the_query_operations_parameters_parse_into_memory_query() -> None:
+    from memoryctl.declaration.table import QUERY
+
+    params = QUERY.validate(
+        {
+            "text": "x",
+            "entity": "User:Alice",
+            "via": ["KNOWS"],
+            "hops": 2,
+            "direction": "out",
+            "since": "2026-01-01T00:00:00Z",
+            "until": "2026-02-01T00:00:00Z",
+            "where": ["kind = note"],
+            "combine": "or",
+            "limit": 5,
+            "retrieval": "dense",
+            "half_life": "off",
+        }
+    )
+    q = MemoryQuery.from_params(params, agent_id="a")
+    assert q.graph == GraphFilter(EntityRef.parse("User:Alice"), ("KNOWS",), 2, "out")
+    assert (q.since, q.until) == (datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 2, 1, tzinfo=UTC))
+    assert q.where == (Where("kind", "=", "note"),)
+    assert (q.combine, q.limit, q.retrieval, q.agent_id) == ("or", 5, "dense", "a")
+    assert (q.half_life, q.decay) == (None, False)  # "off" overrides a configured half-life
