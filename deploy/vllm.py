@@ -42,7 +42,7 @@ from pyinfra.facts.files import Sha256File
 from pyinfra.operations import apt, files, pip, server, systemd
 
 from deploy import aptsources, gpuboot, gpulock, versions
-from deploy.common import component, keep_running, secrets, service_account, template
+from deploy.common import component, exits_zero, keep_running, secrets, service_account, template
 from deploy.facts import CUDA_CHECK, CudaDevice, NvidiaBoot
 from deploy.osrelease import release
 from deploy.settings import REPO
@@ -207,14 +207,22 @@ def after_generate(instance: str) -> object | None:
 def answers(ports: dict[str, object]) -> None:
     """Success means vLLM answers: each unit ready (bounded, with progress) and one real request of
     its kind with its answer's shape checked (one more per loaded generation adapter); a failure
-    stops the run with the unit's last journal lines (deploy/node/vllm_smoke.py)."""
+    stops the run with the unit's last journal lines (deploy/node/vllm_smoke.py).
+
+    The smoke runs every time as the step's execution-time condition, its output kept in a file:
+    when vLLM answers, the step has nothing to do and the run changes nothing (the second run after
+    a deploy must report no change); when it does not, the step prints that output and fails."""
     units = [
         f"--unit vllm@{name}=http://{host.data.mesh_address}:{port}:{'generate' if name == 'generate' else 'embed'}"
         for name, port in ports.items()
     ]
+    label = "-".join(str(name) for name in ports)
+    output = f"/run/memoryctl-vllm-smoke-{label}.log"
+    smoke = f"/usr/bin/python3 {SMOKE} smoke --env {CONFIG_DIR}/vllm.env --timeout 900 {' '.join(units)}"
     server.shell(
         name=f"vLLM answers: {', '.join(f'vllm@{name}' for name in ports)}",
-        commands=[f"/usr/bin/python3 {SMOKE} smoke --env {CONFIG_DIR}/vllm.env --timeout 900 {' '.join(units)}"],
+        commands=[f"cat {output} >&2; exit 1"],
+        _if=lambda: not exits_zero(f"{smoke} >{output} 2>&1"),
     )
 
 
