@@ -89,7 +89,7 @@ def patroni_api() -> Iterator[tuple[str, dict[str, Any]]]:
         server.shutdown()
 
 
-def _script(tmp_path: Path, url: str, upgradable: str) -> tuple[Path, dict[str, str]]:
+def _script(tmp_path: Path, url: str | None, upgradable: str) -> tuple[Path, dict[str, str]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, text in (
@@ -153,6 +153,21 @@ def test_a_replica_installs_with_restarts_forbidden_then_restarts_etcd_and_patro
     assert not (tmp_path / "policy-rc.d").exists()  # and allowed again afterwards
     assert (bin_dir / "systemctl.log").read_text().splitlines() == ["restart etcd.service", "restart patroni.service"]
     assert _run(script, env, "pending").returncode == 1  # nothing left
+
+
+def test_an_etcd_member_without_patroni_counts_as_a_replica_and_restarts_etcd_only(tmp_path: Path) -> None:
+    """The gpu node of the reference layout: an etcd member, no PostgreSQL. Its script is rendered
+    with no Patroni URL (the drill found it failing every step: a JSON null pasted into Python)."""
+    script, env = _script(
+        tmp_path, None, UPGRADABLE.replace("patroni/", "x-patroni/").replace("postgresql-17/", "x-pg/")
+    )
+    pending = _run(script, env, "pending", "--role", "replica")
+    assert pending.returncode == 0, pending.stdout + pending.stderr
+    assert _run(script, env, "pending", "--role", "leader").returncode == 1
+    run = _run(script, env, "upgrade")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (tmp_path / "bin" / "apt-get.log").read_text().splitlines()[1].endswith("etcd-server")
+    assert (tmp_path / "bin" / "systemctl.log").read_text().splitlines() == ["restart etcd.service"]
 
 
 def test_the_leader_refuses_to_upgrade_and_hands_over_to_the_synchronous_standby(
