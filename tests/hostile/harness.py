@@ -175,7 +175,12 @@ class Harness:
     def _http_op(self, case: Case, params: dict[str, Any]) -> Outcome | None:
         assert self.served is not None
         if case.op == "import":
-            query = urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in params.items()})
+            # A lone surrogate has no UTF-8 spelling: a client sends the bytes it would have
+            # (surrogatepass), which the service must refuse as bad input, not stumble over.
+            query = urlencode(
+                {k: str(v).lower() if isinstance(v, bool) else v for k, v in params.items()},
+                errors="surrogatepass",
+            )
             status, head, data = self.served.request(f"/v1/import?{query}", jsonl(case.lines or []))
         else:
             status, head, data = self.served.request(f"/v1/{case.op}", _jsonable(params))
