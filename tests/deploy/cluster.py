@@ -299,8 +299,9 @@ def peer_api(name: str, path: str, method: str = "GET", body: Any = None) -> Any
     return json.loads(out)["result"]
 
 
-def wait_for(what: str, check: Any, timeout: float, interval: float = 2.0) -> Any:
-    """Poll ``check()`` until it returns something truthy; fail with ``what`` after ``timeout`` s."""
+def wait_for(what: str, check: Any, timeout: float, interval: float = 2.0, describe: Any = None) -> Any:
+    """Poll ``check()`` until it returns something truthy; fail with ``what`` after ``timeout`` s.
+    ``describe()``, when given, says what the state was at the end (a bare ``False`` tells nothing)."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -308,7 +309,13 @@ def wait_for(what: str, check: Any, timeout: float, interval: float = 2.0) -> An
         if last:
             return last
         time.sleep(interval)
-    raise AssertionError(f"{what}: not reached in {timeout:.0f} s (last: {last!r})"[:2000])
+    state = ""
+    if describe is not None:
+        try:
+            state = f"; state: {json.dumps(describe(), default=str)}"
+        except Exception as exc:  # the description must not hide the timeout
+            state = f"; state unreadable: {exc!r}"
+    raise AssertionError(f"{what}: not reached in {timeout:.0f} s (last: {last!r}){state}"[:6000])
 
 
 if __name__ == "__main__":

@@ -37,6 +37,22 @@ def _step(
     return replicas.next_step(live, others, collections, kw.get("missing", []), kw.get("patience", True))
 
 
+def test_a_layout_that_cannot_be_read_is_due_not_done(
+    replicas: types.ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The deploy runs the placement when ``--check`` says a step is due: an unreadable layout (a
+    peer that just rejoined, a timeout on a busy node) must not read as "every replica placed"."""
+
+    def unreadable() -> None:
+        raise OSError("timed out")
+
+    monkeypatch.setattr(replicas, "api_key", lambda: "key")
+    monkeypatch.setattr(replicas, "layout", unreadable)
+    monkeypatch.setattr(replicas.sys, "argv", ["memoryctl-qdrant-replicas", "--check"])
+    assert replicas.main() == 0
+    assert "cannot read the layout" in capsys.readouterr().err
+
+
 def test_a_replaced_peer_gets_the_shards_that_lost_a_replica(replicas: types.ModuleType) -> None:
     # Peer 2 was lost and removed; peer 4 is its blank successor: shards 0 and 2 have one replica left.
     shards = {0: {1: A}, 1: {1: A, 3: A}, 2: {3: A}}
