@@ -43,7 +43,8 @@ from pyinfra.facts.files import Directory, Link
 from pyinfra.facts.systemd import SystemdStatus
 from pyinfra.operations import files, server, systemd
 
-from deploy import nightly, vllm
+from deploy import layout as mctl
+from deploy import night, vllm
 from deploy.common import component, keep_running, template
 
 ROOT = "/var/lib/memoryctl-embedding"
@@ -65,19 +66,19 @@ SLOT_GPU_SHARE = 0.08
 
 def base_model_dir() -> str | None:
     """The directory of the weights the slots serve first (``None``: no slots)."""
-    stated = nightly.settings().get("embedding_base_model")
+    stated = night.settings().get("embedding_base_model")
     if stated:
         return str(stated)
     return "standin" if vllm.mode() == "standin" else None
 
 
 def enabled() -> bool:
-    return nightly.enabled() and base_model_dir() is not None
+    return night.enabled() and base_model_dir() is not None
 
 
 def base_name() -> str:
     """The base model's name in the versions directory: what slot a answers to at first."""
-    stated = nightly.settings().get("embedding_base_model")
+    stated = night.settings().get("embedding_base_model")
     return PurePosixPath(str(stated)).name if stated else STANDIN_BASE
 
 
@@ -87,7 +88,7 @@ def base_served_name() -> str:
     that ran one ``vllm@embed`` keeps its recorded model (``http:BAAI/bge-m3``) and its collections
     when it gets the slots: no migration for the upgrade. Without a GPU the base is the stand-in's
     MiniLM, named as such."""
-    if nightly.settings().get("embedding_base_model"):
+    if night.settings().get("embedding_base_model"):
         name = vllm.served_models()["embedding"]
         if not SERVED_NAME.fullmatch(name):  # it goes into a unit's shell line
             raise ValueError(f"components.vllm.embedding_model {name!r}: letters, digits and . _ / - + only")
@@ -117,7 +118,7 @@ def nightly_settings() -> dict[str, Any]:
         ],
         # Production trains with memoryctl-lora's defaults unless components.nightly.embedding_lora says
         # (inventory/local.yaml: the seeded settings of the tests' nights).
-        "embedding_lora": dict(nightly.settings().get("embedding_lora", {})),
+        "embedding_lora": dict(night.settings().get("embedding_lora", {})),
     }
 
 
@@ -128,8 +129,6 @@ def units() -> list[str]:
 def command() -> str:
     if vllm.mode() == "vllm":
         return f"{vllm.VENV}/bin/vllm serve"
-    from deploy import memoryctl as mctl
-
     return f"{mctl.VENV}/bin/python {vllm.PREFIX}/vllm_standin.py serve"
 
 
@@ -138,8 +137,8 @@ def base_model_missing() -> bool:
     base model is not there (a file where the directory should be counts as missing). Checked first
     so a deploy that stops here has changed nothing that names the slots (every node's
     memoryctl.toml, the vLLM units)."""
-    stated = nightly.settings().get("embedding_base_model")
-    if not (stated and enabled() and nightly.on_this_host()) or host.get_fact(Directory, path=str(stated)):
+    stated = night.settings().get("embedding_base_model")
+    if not (stated and enabled() and night.on_this_host()) or host.get_fact(Directory, path=str(stated)):
         return False
     message = (
         f"{host.name}: components.nightly.embedding_base_model {stated} is not a directory: download the"
@@ -152,12 +151,10 @@ def base_model_missing() -> bool:
 @deploy("Embedding slots")
 def embedding_slots() -> None:
     """After deploy/nightly.py on the gpu node: its user, its venv (the stand-in's Python) exist."""
-    from deploy import memoryctl as mctl
-
     files.directory(name=f"Directory {ROOT}", path=ROOT, user=mctl.USER, group="vllm", mode="2750")
     files.directory(name=f"Directory {VERSIONS}", path=VERSIONS, user=mctl.USER, group="vllm", mode="2750")
     base = f"{VERSIONS}/{base_name()}"
-    stated = nightly.settings().get("embedding_base_model")
+    stated = night.settings().get("embedding_base_model")
     if host.get_fact(Link, path=base) is None:
         # Made once: the night never touches it, and an operator may point it elsewhere.
         found = f'"$({mctl.VENV}/bin/python -c {shlex.quote(STANDIN_BASE_PATH)})"'

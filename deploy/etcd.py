@@ -1,7 +1,7 @@
 """etcd, the consensus store Patroni keeps the PostgreSQL leader lock in (docs/ha.md).
 
 Only deployed when PostgreSQL is replicated (``components.postgres.members`` names two or more
-nodes, :func:`deploy.patroni.enabled`), on the nodes ``components.etcd.members`` declares (default:
+nodes, :func:`deploy.topology.patroni_enabled`), on the nodes ``components.etcd.members`` declares (default:
 the inventory's first three): three members keep a quorum with any one node lost; a node added
 later (a Qdrant peer, an agent host) is not a member unless declared.
 
@@ -38,6 +38,7 @@ from pyinfra.operations import apt, files, server, systemd
 
 from deploy.common import START_RETRIES, after_mesh, exits_zero, inventory, secrets, template
 from deploy.pki import CertificateAuthority
+from deploy.topology import patroni_enabled
 
 CLIENT_PORT = 2379
 PEER_PORT = 2380
@@ -54,9 +55,7 @@ def members() -> list[str]:
 
 
 def is_member() -> bool:
-    from deploy import patroni
-
-    return patroni.enabled() and host.name in members()
+    return patroni_enabled() and host.name in members()
 
 
 def mesh_ports() -> list[int]:

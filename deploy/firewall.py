@@ -17,7 +17,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, server, systemd
 
-from deploy import backup, embedding_slots, etcd, monitoring, nightly, patroni
+from deploy import backup, embedding_slots, etcd, monitoring, night, patroni
 from deploy.common import START_RETRIES, component, has_role, inventory, template
 from deploy.memoryctl import serve_port
 
@@ -67,7 +67,7 @@ def mesh_ports() -> list[int]:
         ports.update(QDRANT_PORTS)
     if has_role("db"):
         ports.add(serve_port())  # memoryctl serve's HTTP side, for agents on the mesh
-    if embedding_slots.enabled() and nightly.on_this_host():
+    if embedding_slots.enabled() and night.on_this_host():
         ports.update(embedding_slots.SLOTS.values())  # the second embedding slot (8002)
     ports.update(etcd.mesh_ports(), patroni.mesh_ports())  # replicated PostgreSQL (docs/ha.md)
     ports.update(backup.mesh_ports(), monitoring.mesh_ports())  # day two: pgBackRest, rsync, exporters

@@ -24,22 +24,25 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip, systemd
 
-from deploy import backup, embedding_slots, nightly, patroni
+from deploy import backup, embedding_slots, patroni
 from deploy.common import component, keep_running, secrets, service_account, sudoers, template
+from deploy.layout import (
+    CONFIG,
+    DATA_DIR,
+    LOG_DIR,
+    PREFIX,
+    REMOTE_WHEELHOUSE,
+    SERVE_PORT,
+    SERVE_SOCKET,
+    SERVE_UNIT,
+    USER,
+    VENV,
+)
+from deploy.night import enabled as night_on_gpu
 from deploy.qdrant import collection_layout
 from deploy.vllm import served_models
 from deploy.wheelhouse import controller_wheelhouse, install_offline
 
-PREFIX = "/opt/memoryctl"
-VENV = f"{PREFIX}/venv"
-REMOTE_WHEELHOUSE = f"{PREFIX}/wheelhouse"
-CONFIG = "/etc/memoryctl/memoryctl.toml"
-LOG_DIR = "/var/log/memoryctl"
-DATA_DIR = "/var/lib/memoryctl"
-USER = "memoryctl"
-SERVE_UNIT = "/etc/systemd/system/memoryctl-serve.service"
-SERVE_SOCKET = "/run/memoryctl/serve.sock"
-SERVE_PORT = 8765
 # name -> (schedule, command). reconcile every 10 minutes (the design's cadence) repairs what it
 # finds, so a store that lost writes is refilled within minutes; its run record says what it fixed.
 DEFAULT_JOBS = {
@@ -66,7 +69,7 @@ def memoryctl() -> None:
     config = config_file(serve=True, night=None)
     schedules = {name: schedule for name, (schedule, _) in DEFAULT_JOBS.items()} | settings.get("schedules", {})
     # The night runs on the gpu node where there is one (deploy/nightly.py), not here as well.
-    here = [name for name in DEFAULT_JOBS if not (name == "nightly" and nightly.enabled())]
+    here = [name for name in DEFAULT_JOBS if not (name == "nightly" and night_on_gpu())]
     jobs = [{"name": name, "command": DEFAULT_JOBS[name][1], "schedule": schedules[name]} for name in here]
     template(
         "memoryctl/cron.j2",
@@ -138,7 +141,7 @@ def config_file(*, serve: bool, night: dict[str, Any] | None) -> Any:
         serve_socket=SERVE_SOCKET,
         serve_port=serve_port(),
         nightly=night,
-        nightly_on_gpu=nightly.enabled(),
+        nightly_on_gpu=night_on_gpu(),
         user="root",
         group=USER,
         mode="640",

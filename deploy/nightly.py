@@ -36,55 +36,26 @@ from pyinfra.api import deploy
 from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, pip, server, systemd
 
-from deploy import versions, vllm
-from deploy.common import component, has_role, inventory, service_account, sudoers, template
+from deploy import embedding_slots, versions, vllm
+from deploy.common import service_account, sudoers, template
 from deploy.lora_wheelhouse import lora_wheelhouse
+from deploy.night import (
+    ADAPTER_SERVE_UNIT,
+    ADAPTERS_DIR,
+    DEFAULT_GENERATION_LORA,
+    GENERATION_UNIT,
+    MODELS_DIR,
+    TINY_BASE,
+    generation_base_model,
+    schedule,
+    settings,
+)
 from deploy.versions import torch_build
 from deploy.wheelhouse import install_offline, projects
-
-ADAPTERS_DIR = "/var/lib/memoryctl-adapters"
-MODELS_DIR = "/var/lib/memoryctl/models"
-TINY_BASE = f"{MODELS_DIR}/tiny-qwen2"
-SCHEDULE = "15 2 * * *"
-GENERATION_UNIT = "vllm@generate"
-# Loads the active generation adapter again whenever vllm@generate starts (vLLM forgets it).
-ADAPTER_SERVE_UNIT = "memoryctl-adapter-serve"
-# What the tests' nights train with (tests/integration/test_nightly.py); production sets its own
-# steps. The gate's noise floor: a candidate must lower the held-out loss by more than 0.01 nats
-# to replace the served adapter (measured on the local nodes' tiny model: a first night 5.75 ->
-# 5.50 against the base, a second night on the same kind of turns 0.001-0.005 against the first:
-# a swap for nothing), docs/nightly.md.
-DEFAULT_GENERATION_LORA = {"steps": 20, "min_examples": 8, "min_heldout": 2, "min_loss_improvement": 0.01}
-
-
-def settings() -> dict[str, Any]:
-    return component("nightly")
-
-
-def enabled() -> bool:
-    """The night trains on the gpu node when there is one with vLLM (or its stand-in) on it."""
-    if not inventory().group("gpu"):
-        return False
-    return bool(settings().get("enabled", vllm.mode() != "off"))
-
-
-def on_this_host() -> bool:
-    """The first gpu node runs the night (one registry, one vLLM to load into)."""
-    gpu = inventory().group("gpu")
-    return enabled() and has_role("gpu") and bool(gpu) and host.name == gpu[0]
-
-
-def generation_base_model() -> str | None:
-    stated = settings().get("generation_base_model")
-    if stated:
-        return str(stated)
-    return TINY_BASE if vllm.mode() == "standin" else None
 
 
 def memoryctl_settings() -> dict[str, Any]:
     """The ``[nightly]`` table of the gpu node's memoryctl.toml."""
-    from deploy import embedding_slots
-
     pause = list(settings().get("pause_units", [GENERATION_UNIT]))
     return {
         "adapters_dir": ADAPTERS_DIR,
@@ -94,10 +65,6 @@ def memoryctl_settings() -> dict[str, Any]:
         "generation_lora": {**DEFAULT_GENERATION_LORA, **settings().get("generation_lora", {})},
         **embedding_slots.nightly_settings(),
     }
-
-
-def schedule() -> str:
-    return str(settings().get("schedule", SCHEDULE))
 
 
 @deploy("Nightly LoRA cycle")

@@ -47,6 +47,10 @@ from pyinfra.operations import apt, files, server, systemd
 from deploy import etcd, patroni_settings
 from deploy.common import after_mesh, component, inventory, secrets, template
 from deploy.facts import MaintenanceMarker, PatroniCluster, PatroniDynamicConfig
+from deploy.scram import scram_verifier
+from deploy.topology import PatroniSettingsError as PatroniSettingsError
+from deploy.topology import patroni_enabled as enabled
+from deploy.topology import postgres_members as members
 
 REST_PORT = 8008
 PKI_DIR = "/etc/patroni/pki"
@@ -67,37 +71,6 @@ DCS = {
     "retry_timeout": RETRY_TIMEOUT,
     "maximum_lag_on_failover": 1048576,
 }
-
-
-class PatroniSettingsError(ValueError):
-    """``components.postgres.members`` that cannot be deployed as written."""
-
-
-def members() -> list[str]:
-    """The PostgreSQL members, the ``db`` node first; ``[db node]`` unless the inventory names more."""
-    inv = inventory()
-    db = inv.group("db")[0]
-    stated = list(component("postgres").get("members") or [db])
-    unknown = [name for name in stated if name not in inv.nodes]
-    if unknown:
-        raise PatroniSettingsError(f"postgres.members names unknown nodes {unknown}; known: {sorted(inv.nodes)}")
-    if stated[0] != db:
-        raise PatroniSettingsError(
-            f"postgres.members must start with the db node ({db}): it holds the data the cluster starts from"
-        )
-    if len(set(stated)) != len(stated):
-        raise PatroniSettingsError(f"postgres.members names a node twice: {stated}")
-    outside = [name for name in stated if name not in inv.etcd_members()] if len(stated) > 1 else []
-    if outside:
-        raise PatroniSettingsError(
-            f"postgres.members {outside} must be etcd members too (components.etcd.members): a primary moves"
-            " etcd's leader off its own node (etcd-leader-away), which needs an etcd member there"
-        )
-    return stated
-
-
-def enabled() -> bool:
-    return len(members()) > 1
 
 
 def is_member() -> bool:
@@ -256,7 +229,6 @@ def replication_roles() -> None:
     from pyinfra.facts.postgres import PostgresRoles
 
     from deploy.common import with_secret_file
-    from deploy.postgres import scram_verifier
 
     installed = "postgres" in host.get_fact(Users)
     roles = host.get_fact(PostgresRoles, **AS_POSTGRES) if installed else {}

@@ -24,10 +24,6 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import os
 from typing import Any
 
 from pyinfra import host
@@ -40,6 +36,7 @@ from deploy import aptsources, patroni, patroni_settings, versions
 from deploy.common import START_RETRIES, after_mesh, component, secrets, template, with_secret_file
 from deploy.facts import PostgresAnswers, PostgresExtensions, PostgresPreloaded, PostgresRoleMemberships
 from deploy.osrelease import release
+from deploy.scram import scram_verifier
 
 DATABASE = "memoryctl"
 ROLE = "memoryctl"
@@ -99,18 +96,6 @@ def check_no_other_major(version: int) -> None:
 
 def timescaledb_enabled() -> bool:
     return bool(component("timescaledb").get("enabled", False))
-
-
-def scram_verifier(password: str, salt: bytes | None = None, iterations: int = 4096) -> str:
-    """PostgreSQL's stored form of a SCRAM-SHA-256 password (RFC 5802/7677; what
-    ``password_encryption = scram-sha-256`` stores): the server never sees the password itself."""
-    salt = salt if salt is not None else os.urandom(16)
-    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
-    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
-    stored_key = hashlib.sha256(client_key).digest()
-    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
-    b64 = lambda raw: base64.b64encode(raw).decode()  # noqa: E731
-    return f"SCRAM-SHA-256${iterations}:{b64(salt)}${b64(stored_key)}:{b64(server_key)}"
 
 
 @deploy("PostgreSQL")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from deploy import embedding_slots, etcd, nightly, package_roll, patroni, qdrant
+from deploy import embedding_slots, etcd, night, nightly, package_roll, patroni, qdrant
 from deploy.backup import backup
 from deploy.base import base
 from deploy.common import barrier, has_role, inventory
@@ -70,7 +70,7 @@ def everything() -> None:
     if has_role("index"):
         neo4j()
     if has_role("gpu"):
-        vllm(embed=not (embedding_slots.enabled() and nightly.on_this_host()))
+        vllm(embed=not (embedding_slots.enabled() and night.on_this_host()))
     if has_role("db"):
         memoryctl()
     # The graph rebuilt from the db node once every index node's Neo4j runs (pyinfra orders one
@@ -78,7 +78,7 @@ def everything() -> None:
     barrier("Neo4j runs on every index node")
     if has_role("db"):
         rebuild_where_blank()
-    if nightly.on_this_host():
+    if night.on_this_host():
         nightly.nightly()
         if embedding_slots.enabled():
             embedding_slots.embedding_slots()

@@ -266,7 +266,7 @@ def test_nights_from_the_gpu_nodes_cron_train_gate_hot_load_and_roll_back(import
     s2 = steps(second)
     assert second["status"] == "ok", second
     # More turns of the same kind: the candidate does not beat the served adapter by the gate's
-    # noise floor (min_loss_improvement 0.01, deploy/nightly.py), so nothing changes.
+    # noise floor (min_loss_improvement 0.01, deploy/night.py), so nothing changes.
     decided = s2["generation"]
     assert decided["status"] == "rejected", decided
     assert decided["gate_metrics"]["improvement"] <= decided["gate_metrics"]["min_improvement"], decided

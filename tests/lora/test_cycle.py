@@ -48,7 +48,7 @@ def test_the_generation_cycle_gates_with_the_configured_min_loss_improvement(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A night whose held-out loss improves by less than ``min_loss_improvement`` (the deploy sets
-    0.01: deploy/nightly.py) registers nothing. Training is
+    0.01: deploy/night.py) registers nothing. Training is
     replaced by its measured outcome: what is under test is which floor the cycle gates with."""
     from memoryctl_lora import train_generation
     from memoryctl_lora._common import TrainResult

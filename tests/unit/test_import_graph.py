@@ -1,4 +1,5 @@
-"""memoryctl's import graph has no cycle, between modules or between its subpackages.
+"""The import graphs have no cycle: memoryctl's between modules and between its subpackages, and
+deploy/'s and memoryctl-lora's between modules (issue 43, item 5).
 
 Every import counts: module level, inside functions (lazy) and under ``TYPE_CHECKING``, because a
 cycle is a design fact (two parts that each need the other), whenever the import runs. Read from
@@ -14,15 +15,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "memoryctl"
+# (package folder, the folder its module names are relative to): memoryctl, the controller's
+# deploy/ (run from the repository), memoryctl-lora's package (lora/ is its distribution's root).
+PACKAGES = {
+    "memoryctl": (PACKAGE, ROOT),
+    "deploy": (ROOT / "deploy", ROOT),
+    "memoryctl_lora": (ROOT / "lora" / "memoryctl_lora", ROOT / "lora"),
+}
 CONTROLLER_SIDE = ("wireguard", "deploy")  # top-level folders memoryctl never imports: they are not installed
 
 
-def modules() -> dict[str, Path]:
-    """Module name -> file, for every module of memoryctl."""
+def modules(package: str = "memoryctl") -> dict[str, Path]:
+    """Module name -> file, for every module of ``package`` (a key of PACKAGES)."""
+    folder, root = PACKAGES[package]
     found = {}
-    files = [Path(d, f) for d, _, names in os.walk(PACKAGE) for f in names if f.endswith(".py")]
+    files = [Path(d, f) for d, _, names in os.walk(folder) for f in names if f.endswith(".py")]
     for path in sorted(files):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        parts = list(path.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         found[".".join(parts)] = path
@@ -44,9 +53,9 @@ def imported(name: str, path: Path) -> Iterator[str]:
             yield from (f"{base}.{alias.name}" for alias in node.names)
 
 
-def graph(group: int | None = None) -> dict[str, set[str]]:
-    """Edges between memoryctl's modules; with ``group``, between their first ``group`` name parts."""
-    known = modules()
+def graph(group: int | None = None, package: str = "memoryctl") -> dict[str, set[str]]:
+    """Edges between the modules of ``package``; with ``group``, between their first ``group`` name parts."""
+    known = modules(package)
 
     def node(name: str) -> str:
         return name if group is None else ".".join(name.split(".")[:group])
@@ -95,6 +104,20 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_cycle_between_modules() -> None:
     assert cycles(graph()) == []
+
+
+def test_no_cycle_between_deploy_modules() -> None:
+    """deploy/'s shared answers (who runs what, where memoryctl lives, the night's declaration) are
+    pure modules below the operation modules (deploy/topology.py, layout.py, night.py, scram.py)."""
+    edges = graph(package="deploy")
+    assert {"deploy.etcd", "deploy.patroni", "deploy.nightly", "deploy.topology"} <= set(edges)
+    assert cycles(edges) == []
+
+
+def test_no_cycle_between_memoryctl_lora_modules() -> None:
+    edges = graph(package="memoryctl_lora")
+    assert "memoryctl_lora.train_generation" in edges
+    assert cycles(edges) == []
 
 
 def test_no_cycle_between_subpackages() -> None:

@@ -22,8 +22,9 @@ import yaml
 from deploy.firewall import FirewallSettingsError, firewall
 from deploy.memoryctl import memoryctl
 from deploy.neo4j import neo4j
-from deploy.postgres import PostgresSettingsError, postgresql, scram_verifier
+from deploy.postgres import PostgresSettingsError, postgresql
 from deploy.qdrant import qdrant
+from deploy.scram import scram_verifier
 from deploy.versions import NEO4J, QDRANT
 from deploy.vllm import vllm
 from deploy.wireguard import wireguard
@@ -619,7 +620,7 @@ def test_the_night_runs_from_the_gpu_nodes_cron_with_the_registry_vllm_loads_fro
     loaded = config.load_settings(path)
     assert loaded.nightly.generation_lora["min_examples"] == 8 and loaded.vllm.url == "http://10.77.0.3:8000"
     # the floor a night must beat the served adapter by: a second night on the same kind of turns
-    # measured 0.001-0.005 better, a swap for nothing (deploy/nightly.py; issue 42 item 5)
+    # measured 0.001-0.005 better, a swap for nothing (deploy/night.py; issue 42 item 5)
     assert loaded.nightly.generation_lora["min_loss_improvement"] == 0.01
     rule = p.upload("/etc/sudoers.d/memoryctl-nightly")
     assert (
