@@ -42,6 +42,7 @@ from deploy.topology import patroni_enabled
 
 CLIENT_PORT = 2379
 PEER_PORT = 2380
+METRICS_PORT = 2381  # /metrics and /health, plain HTTP on the mesh address (Prometheus scrapes it)
 PKI_DIR = "/etc/etcd/pki"
 DATA_DIR = "/var/lib/etcd/memoryctl"
 JOIN_ENV = "/var/lib/etcd/memoryctl-join.env"
@@ -59,7 +60,7 @@ def is_member() -> bool:
 
 
 def mesh_ports() -> list[int]:
-    return [CLIENT_PORT, PEER_PORT] if is_member() else []
+    return [CLIENT_PORT, PEER_PORT, METRICS_PORT] if is_member() else []
 
 
 def _mesh(name: str) -> str:
@@ -107,6 +108,7 @@ def etcd() -> None:
         mesh_address=host.data.mesh_address,
         client_port=CLIENT_PORT,
         peer_port=PEER_PORT,
+        metrics_port=METRICS_PORT,
         initial_cluster=initial_cluster(),
         token=f"memoryctl-{inventory().name}",
         pki_dir=PKI_DIR,

@@ -41,7 +41,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
-from deploy import backup, patroni
+from deploy import backup, embedding_slots, etcd, patroni, vllm
 from deploy.common import TEMPLATES, after_mesh, component, has_role, inventory, keep_running, secrets, template
 from deploy.facts import PostgresRoleNames
 from deploy.opsnode import ops_node
@@ -93,6 +93,31 @@ def monitor_node() -> str:
 
 def qdrant_peers() -> list[str]:
     return inventory().qdrant_peers()
+
+
+def vllm_targets() -> dict[str, dict[str, str]]:
+    """Every vLLM instance's ``/metrics`` (not behind the API key, as in vLLM), by node: the
+    ``generate`` instance and the embedding one on each gpu node, or on the node that runs the night
+    with embedding slots, both slots (deploy/roles.py decides the same)."""
+    if vllm.mode() == "off":
+        return {}
+    cluster = inventory()
+    gpu = cluster.group("gpu")
+    found: dict[str, dict[str, str]] = {}
+    for name in gpu:
+        address = cluster.nodes[name]["mesh"]
+        embedding = dict(embedding_slots.SLOTS) if embedding_slots.enabled() and name == gpu[0] else {"embed": 8001}
+        units = {"generate": 8000, **embedding}
+        found[name] = {unit: f"{address}:{port}" for unit, port in units.items()}
+    return found
+
+
+def etcd_targets() -> dict[str, str]:
+    """Every etcd member's metrics listener (plain HTTP on the mesh, deploy/etcd.py), when etcd runs."""
+    if not patroni.enabled():
+        return {}
+    mesh = {name: node["mesh"] for name, node in inventory().nodes.items()}
+    return {name: f"{mesh[name]}:{etcd.METRICS_PORT}" for name in etcd.members()}
 
 
 def mesh_ports() -> list[int]:
@@ -385,6 +410,8 @@ def prometheus(routes: Receivers) -> None:
         patroni_port=patroni.REST_PORT,
         qdrant_peers={name: mesh[name] for name in qdrant_peers()} if component("qdrant").get("source") else {},
         qdrant_key_file=QDRANT_KEY_FILE,
+        vllm_targets=vllm_targets(),
+        etcd_targets=etcd_targets(),
         mode="644",
     )
     _checked_server(

@@ -44,7 +44,7 @@ from memoryctl.stores import names
 from tests.deploy import e2e_data
 from tests.deploy.cluster import BASE_OVERLAYS, CLUSTER, MESH, REPO, memoryctl, node, put, run_deploy, wait_for
 from tests.deploy.conftest import SINGLE_SERVER, record
-from tests.deploy.test_monitoring import DB, OPS, psql, sh, timed
+from tests.deploy.test_monitoring import DB, OPS, prometheus, psql, sh, timed
 from tests.deploy.test_upgrades import overlay
 
 pytestmark = pytest.mark.deploy
@@ -226,7 +226,28 @@ def test_the_cluster_leads_from_the_db_node_with_a_synchronous_standby(ha: dict[
     assert leader() == "node1", cluster_view()
     health = memoryctl("health", "--json")
     assert health.returncode == 0, health.stdout + health.stderr
-    record("ha_cluster", cluster_view())
+
+    # Prometheus scrapes what the conversion added: every etcd member's metrics listener and both
+    # Patroni members (issue 40 item 4), and every etcd member sees a leader.
+    def scraped() -> dict[str, list[str]] | None:
+        targets = [
+            t for t in prometheus("/api/v1/targets")["activeTargets"] if t["labels"]["job"] in ("etcd", "patroni")
+        ]
+        up = {
+            job: sorted(t["labels"]["node"] for t in targets if t["labels"]["job"] == job and t["health"] == "up")
+            for job in ("etcd", "patroni")
+        }
+        return up if up == {"etcd": sorted(MESH), "patroni": ["node1", "node2"]} else None
+
+    def with_leader() -> list[str] | None:
+        found = prometheus("/api/v1/query?query=etcd_server_has_leader")["result"]
+        nodes = sorted(r["metric"]["node"] for r in found if r["value"][1] == "1")
+        return nodes if nodes == sorted(MESH) else None
+
+    targets = lambda: prometheus("/api/v1/targets")["activeTargets"]  # noqa: E731
+    jobs = wait_for("etcd and Patroni scraped on every member", scraped, timeout=180, interval=5, describe=targets)
+    wait_for("every etcd member sees a leader", with_leader, timeout=60, interval=5)
+    record("ha_cluster", {**cluster_view(), "scraped": jobs})
 
 
 # On demand (`scripts/test --drills`): three deploy runs with two rolls, 9 minutes of CI's 60; it passed

@@ -70,7 +70,7 @@ def test_backups_are_taken_and_monitored(imported: e2e_data.DataSet) -> None:
         timeout=120,
     )
     jobs = sorted({t["labels"]["job"] for t in targets})
-    assert jobs == ["alertmanager", "node", "postgres", "prometheus", "qdrant"], jobs
+    assert jobs == ["alertmanager", "node", "postgres", "prometheus", "qdrant", "vllm"], jobs
     # memoryctl's own metrics arrive through the textfile collector: run the cron lines now (as cron
     # would, as their user) instead of waiting up to five minutes for them.
     for line in sh(DB, "cat /etc/cron.d/memoryctl-metrics").splitlines():

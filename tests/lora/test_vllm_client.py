@@ -258,3 +258,54 @@ def test_make_extractor_passes_the_served_adapter_setting() -> None:
     assert isinstance(llm, LlmExtractor)
     assert (llm._use_served_adapter, llm._adapter_check_s) == (True, 5)
     llm.close()
+
+
+def _samples(text: str) -> dict[str, float]:
+    """``name{labels}`` -> value, from Prometheus text (comments skipped)."""
+    found = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            found[series] = float(value)
+    return found
+
+
+def test_the_standin_exports_vllms_engine_metrics_counted_from_what_it_answered(standin: VLLMStandin) -> None:
+    """The deploy scrapes every vLLM instance (deploy/monitoring.py): the stand-in answers with vLLM
+    0.19.1's names and labels, not behind the key, and counts only the engine requests it answered."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with httpx.Client(base_url=standin.url, timeout=10) as http:
+        assert (
+            http.post("/v1/embeddings", json={"input": ["one two three", "four"]}, headers=headers).status_code == 200
+        )
+        chat = {"messages": [{"role": "user", "content": "hi"}]}
+        assert http.post("/v1/chat/completions", json=chat, headers=headers).status_code == 200
+        assert http.post("/v1/chat/completions", json={**chat, "model": "nope"}, headers=headers).status_code == 404
+        answer = http.get("/metrics")  # no key: vLLM's /metrics is not behind --api-key
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/plain")
+    samples = _samples(answer.text)
+    labels = f'engine="0",model_name="{standin.state.base_model}"'
+    assert samples[f'vllm:request_success_total{{{labels},finished_reason="stop"}}'] == 2  # the 404 is not one
+    assert samples[f"vllm:prompt_tokens_total{{{labels}}}"] == 4 + 1  # 4 words embedded, 1 chat prompt token
+    assert samples[f"vllm:generation_tokens_total{{{labels}}}"] == 1
+    assert samples[f"vllm:e2e_request_latency_seconds_count{{{labels}}}"] == 2
+    assert samples[f'vllm:e2e_request_latency_seconds_bucket{{{labels},le="+Inf"}}'] == 2
+    assert samples[f"vllm:num_requests_running{{{labels}}}"] == 0
+    assert samples[f"vllm:num_requests_waiting{{{labels}}}"] == 0
+    assert samples[f"vllm:kv_cache_usage_perc{{{labels}}}"] == 0
+    # Buckets are cumulative and end at the count.
+    buckets = [v for k, v in samples.items() if k.startswith("vllm:e2e_request_latency_seconds_bucket")]
+    assert buckets == sorted(buckets) and buckets[-1] == 2
+
+
+def test_a_scrape_is_answered_while_a_request_holds_the_standin(standin: VLLMStandin) -> None:
+    """One request at a time holds the server: a scrape during it still answers, and counts it."""
+    with standin.lock, standin.state.metrics.lock:
+        standin.state.metrics.running = 1  # as a request holding the server has it
+        standin.state.metrics.waiting = 3
+    with standin.lock, httpx.Client(base_url=standin.url, timeout=5) as http:
+        text = http.get("/metrics").text
+    samples = _samples(text)
+    labels = f'engine="0",model_name="{standin.state.base_model}"'
+    assert samples[f"vllm:num_requests_running{{{labels}}}"] == 1
+    assert samples[f"vllm:num_requests_waiting{{{labels}}}"] == 3

@@ -7,6 +7,12 @@ client uses, with the request/response shapes and error behaviour of vLLM's ``se
 
 * ``GET /health`` → 200, empty body; not behind the API key (as in vLLM).
 * ``GET /version`` → ``{"version": "0.19.1"}`` (:data:`VLLM_VERSION`, the locked vLLM's).
+* ``GET /metrics`` → Prometheus text with the names, types and labels vLLM 0.19.1's V1 engine
+  exports (vllm/v1/metrics/loggers.py, ``model_name`` and ``engine`` labels) for what the deploy's
+  rules watch: ``vllm:num_requests_running``/``waiting``, ``vllm:kv_cache_usage_perc`` (always 0
+  here: the stand-in has no KV cache), ``vllm:request_success_total``, the token counters and the
+  ``vllm:e2e_request_latency_seconds`` histogram, counted from the requests it really answered;
+  not behind the API key (as in vLLM), and answered while a request holds the server.
 * ``GET /v1/models`` → ``{"object": "list", "data": [...]}``: base model cards (``parent: null``)
   then one card per loaded adapter (``root`` = its path, ``parent`` = the base model).
 * ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path", "load_inplace"}`` → 200 plain text
@@ -59,6 +65,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -106,6 +113,10 @@ LORA_ANSWERS: dict[str, dict[str, Any]] = {
     },
     "unload_not_found": {"code": 404, "type": "NotFoundError", "message": "The lora adapter '{name}' cannot be found."},
 }
+# vLLM 0.19.1's buckets for vllm:e2e_request_latency_seconds (vllm/v1/metrics/loggers.py).
+LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0)
+# The routes that are requests to the engine (what vLLM's request metrics count).
+ENGINE_ROUTES = ("/v1/embeddings", "/v1/chat/completions")
 # What the request models require (vllm/entrypoints/serve/lora/protocol.py): absent → pydantic's 400.
 REQUIRED_FIELDS = {"/v1/load_lora_adapter": ("lora_name", "lora_path"), "/v1/unload_lora_adapter": ("lora_name",)}
 
@@ -129,6 +140,69 @@ class StandinState:
     fail_unload: set[str] = field(default_factory=set)
     fail_requests: bool = False  # every chat/embedding request answers 500 (the deploy's smoke drill)
     requests: list[tuple[str, str]] = field(default_factory=list)  # (method, path) log
+    metrics: EngineMetrics = field(default_factory=lambda: EngineMetrics())
+
+
+@dataclass
+class EngineMetrics:
+    """What ``GET /metrics`` reports, counted from the engine requests the stand-in answered."""
+
+    waiting: int = 0  # arrived, not yet holding the server (it answers one request at a time)
+    running: int = 0
+    success: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    latency_counts: list[int] = field(default_factory=lambda: [0] * len(LATENCY_BUCKETS))
+    latency_sum: float = 0.0
+    latency_count: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def finished(self, seconds: float, prompt_tokens: int, generation_tokens: int) -> None:
+        with self.lock:
+            self.success += 1
+            self.prompt_tokens += prompt_tokens
+            self.generation_tokens += generation_tokens
+            self.latency_sum += seconds
+            self.latency_count += 1
+            for i, bound in enumerate(LATENCY_BUCKETS):
+                if seconds <= bound:
+                    self.latency_counts[i] += 1
+
+    def exposition(self, model: str) -> str:
+        labels = f'engine="0",model_name={json.dumps(model)}'
+        with self.lock:
+            lines = [
+                "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+                "# TYPE vllm:num_requests_running gauge",
+                f"vllm:num_requests_running{{{labels}}} {self.running}",
+                "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+                "# TYPE vllm:num_requests_waiting gauge",
+                f"vllm:num_requests_waiting{{{labels}}} {self.waiting}",
+                "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
+                "# TYPE vllm:kv_cache_usage_perc gauge",
+                f"vllm:kv_cache_usage_perc{{{labels}}} 0.0",
+                "# HELP vllm:request_success_total Count of successfully processed requests.",
+                "# TYPE vllm:request_success_total counter",
+                f'vllm:request_success_total{{{labels},finished_reason="stop"}} {self.success}',
+                "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.",
+                "# TYPE vllm:prompt_tokens_total counter",
+                f"vllm:prompt_tokens_total{{{labels}}} {self.prompt_tokens}",
+                "# HELP vllm:generation_tokens_total Number of generation tokens processed.",
+                "# TYPE vllm:generation_tokens_total counter",
+                f"vllm:generation_tokens_total{{{labels}}} {self.generation_tokens}",
+                "# HELP vllm:e2e_request_latency_seconds Histogram of e2e request latency in seconds.",
+                "# TYPE vllm:e2e_request_latency_seconds histogram",
+            ]
+            lines += [
+                f'vllm:e2e_request_latency_seconds_bucket{{{labels},le="{bound}"}} {n}'
+                for bound, n in zip(LATENCY_BUCKETS, self.latency_counts, strict=True)
+            ]
+            lines += [
+                f'vllm:e2e_request_latency_seconds_bucket{{{labels},le="+Inf"}} {self.latency_count}',
+                f"vllm:e2e_request_latency_seconds_sum{{{labels}}} {self.latency_sum}",
+                f"vllm:e2e_request_latency_seconds_count{{{labels}}} {self.latency_count}",
+            ]
+        return "\n".join(lines) + "\n"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -138,7 +212,11 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     # -- helpers ---------------------------------------------------------------------------
+    _answered = 0  # the status code of the last answer (the request metrics count the 200s)
+    _tokens = (0, 0)  # (prompt, generation) tokens of the last engine answer
+
     def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
+        self._answered = code
         data = (
             body if isinstance(body, bytes) else (body.encode() if isinstance(body, str) else json.dumps(body).encode())
         )
@@ -175,6 +253,9 @@ class _Handler(BaseHTTPRequestHandler):
     # -- routes ----------------------------------------------------------------------------
     def do_GET(self) -> None:
         st = self.server.state
+        if self.path == "/metrics":  # outside the lock: a scrape is answered while a request runs
+            self._send(200, st.metrics.exposition(st.base_model), "text/plain; version=0.0.4; charset=utf-8")
+            return
         with self.server.lock:
             st.requests.append(("GET", self.path))
             if not self._authorised():
@@ -214,7 +295,27 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         st = self.server.state
+        if self.path not in ENGINE_ROUTES:
+            self._post()
+            return
+        metrics, started = st.metrics, time.monotonic()
+        with metrics.lock:
+            metrics.waiting += 1
+        try:
+            self._post(metrics)
+        finally:
+            with metrics.lock:
+                metrics.running -= 1
+        if self._answered == 200:
+            metrics.finished(time.monotonic() - started, *self._tokens)
+
+    def _post(self, metrics: EngineMetrics | None = None) -> None:
+        st = self.server.state
         with self.server.lock:
+            if metrics is not None:
+                with metrics.lock:
+                    metrics.waiting -= 1
+                    metrics.running += 1
             st.requests.append(("POST", self.path))
             if not self._authorised():
                 return
@@ -321,6 +422,7 @@ class _Handler(BaseHTTPRequestHandler):
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "stop", "stop_reason": None}
         usage = {"prompt_tokens": 1, "total_tokens": 2, "completion_tokens": 1, "prompt_tokens_details": None}
         answer = {"id": "chatcmpl-standin", "object": "chat.completion", "created": 0, "model": model}
+        self._tokens = (usage["prompt_tokens"], usage["completion_tokens"])
         self._send(200, {**answer, "choices": [choice], "usage": usage})
 
     def _embeddings(self, body: dict[str, Any]) -> None:
@@ -337,6 +439,7 @@ class _Handler(BaseHTTPRequestHandler):
         vectors = st.embed(inputs) if st.embed else [deterministic_vector(t, st.embedding_dim) for t in inputs]
         data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
         tokens = sum(len(t.split()) for t in inputs)
+        self._tokens = (tokens, 0)
         self._send(
             200,
             {

@@ -81,6 +81,16 @@ def test_prometheus_scrapes_every_target_over_the_mesh(tmp_path: Path) -> None:
     assert targets["patroni"] == ["10.77.0.1:8008", "10.77.0.2:8008"]  # both members' Patroni /metrics
     assert sorted(targets["qdrant"]) == ["10.77.0.1:6333", "10.77.0.2:6333", "10.77.0.3:6333"]  # every peer
     assert jobs["qdrant"]["authorization"]["credentials_file"] == "/etc/prometheus/qdrant-api-key"
+    # etcd's metrics listener on every member (plain HTTP on the mesh; the client port needs a certificate).
+    assert targets["etcd"] == ["10.77.0.1:2381", "10.77.0.2:2381", "10.77.0.3:2381"]
+    # Every vLLM instance of the gpu node: generate, and the two embedding slots the night repoints.
+    units = {sc["labels"]["unit"]: sc["targets"] for sc in jobs["vllm"]["static_configs"]}
+    assert units == {
+        "vllm@generate": ["10.77.0.3:8000"],
+        "vllm@embed-a": ["10.77.0.3:8001"],
+        "vllm@embed-b": ["10.77.0.3:8002"],
+    }
+    assert "authorization" not in jobs["vllm"]  # vLLM's /metrics is not behind --api-key
     assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["10.77.0.3:9093"]
     assert "--web.listen-address=10.77.0.3:9090" in p.upload("/etc/default/prometheus")
     assert "--cluster.listen-address= " in p.upload("/etc/default/prometheus-alertmanager")
@@ -95,7 +105,7 @@ def test_prometheus_scrapes_every_target_over_the_mesh(tmp_path: Path) -> None:
         [promtool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "30 rules found" in result.stdout
+    assert "41 rules found" in result.stdout
 
 
 def _amtool_accepts(tmp_path: Path, name: str, text: str, secret_files: dict[str, str] | None = None) -> None:

@@ -69,8 +69,8 @@ def _no_commands(p: Plan) -> None:
 def test_firewall_plan_and_no_op() -> None:
     fresh = plan(firewall, "node1")
     rules = fresh.upload("/etc/nftables.conf")
-    # etcd (2379, 2380) and Patroni's REST API (8008): the local inventory's PostgreSQL is a cluster.
-    ports = "2379, 2380, 5432, 6333, 6334, 6335, 8008, 8432, 8765, 9100, 9187"
+    # etcd (2379, 2380, its metrics 2381) and Patroni's REST API (8008): the local inventory's PostgreSQL is a cluster.
+    ports = "2379, 2380, 2381, 5432, 6333, 6334, 6335, 8008, 8432, 8765, 9100, 9187"
     assert "policy drop" in rules and f"tcp dport {{ {ports} }}" in rules
     assert fresh.op("Check the ruleset").conditional
     again = plan(firewall, "node1", _present(fresh, ["nftables"], ["nftables"]))
@@ -92,9 +92,9 @@ def test_nftables_ruleset_is_valid(node: str, tmp_path: Path) -> None:
         # day two: 8432 pgBackRest, 9100 node_exporter, 9187 postgres_exporter, 873 rsync (snapshots),
         # 9090/9093 Prometheus/Alertmanager; the Patroni cluster (node1, node2): 2379/2380 etcd on
         # every node, 5432 PostgreSQL, 8008 Patroni's REST API and 8432 pgBackRest on both members
-        ("node1", "2379, 2380, 5432, 6333, 6334, 6335, 8008, 8432, 8765, 9100, 9187"),
-        ("node2", "2379, 2380, 5432, 6333, 6334, 6335, 7474, 7687, 8008, 8432, 9100"),
-        ("node3", "873, 2379, 2380, 6333, 6334, 6335, 8000, 8001, 8002, 8432, 9090, 9093, 9100"),
+        ("node1", "2379, 2380, 2381, 5432, 6333, 6334, 6335, 8008, 8432, 8765, 9100, 9187"),
+        ("node2", "2379, 2380, 2381, 5432, 6333, 6334, 6335, 7474, 7687, 8008, 8432, 9100"),
+        ("node3", "873, 2379, 2380, 2381, 6333, 6334, 6335, 8000, 8001, 8002, 8432, 9090, 9093, 9100"),
     ],
 )
 def test_each_node_opens_its_services_on_the_mesh_only(node: str, ports: str) -> None:
