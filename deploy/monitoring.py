@@ -58,6 +58,9 @@ RESTART_SCRIPT = "/usr/local/sbin/memoryctl-restart-metrics"
 # (PostgreSQL's postmaster is found by name: under Patroni it is not a unit's main process).
 RESTART_WATCHED = {"patroni": "patroni.service", "etcd": "etcd.service", "qdrant": "qdrant.service"}
 WAL_SCRIPT = "/usr/local/sbin/memoryctl-wal-metrics"
+GPU_SCRIPT = "/usr/local/sbin/memoryctl-gpu-metrics"
+# Where there is no GPU (vllm.mode standin): nvidia-smi's query interface, STAND-IN (named so).
+NVIDIA_SMI_STANDIN = "/usr/local/sbin/memoryctl-nvidia-smi-standin"
 RULES_DIR = "/etc/prometheus/rules"
 QDRANT_KEY_FILE = "/etc/prometheus/qdrant-api-key"
 RECEIVER_SECRETS_DIR = "/etc/prometheus/alertmanager-secrets"
@@ -328,6 +331,13 @@ def exporters() -> None:
         units=RESTART_WATCHED,
         mode="755",
     )
+    gpu = has_role("gpu") and vllm.mode() != "off"
+    if gpu:
+        smi = "/usr/bin/nvidia-smi"
+        if vllm.mode() == "standin":
+            template("node-exporter/nvidia-smi-standin.j2", NVIDIA_SMI_STANDIN, mode="755")
+            smi = NVIDIA_SMI_STANDIN
+        template("node-exporter/gpu-metrics.j2", GPU_SCRIPT, textfile_dir=TEXTFILE_DIR, nvidia_smi=smi, mode="755")
     template(
         "node-exporter/cron.j2",
         "/etc/cron.d/memoryctl-metrics",
@@ -335,6 +345,7 @@ def exporters() -> None:
         wireguard_script=WIREGUARD_SCRIPT,
         restart_script=RESTART_SCRIPT,
         wal_script=WAL_SCRIPT if archives else None,
+        gpu_script=GPU_SCRIPT if gpu else None,
         memoryctl_jobs=MEMORYCTL_JOBS if db else [],
         run_as="memoryctl",
         config_path="/etc/memoryctl/memoryctl.toml",

@@ -78,12 +78,20 @@ def test_backups_are_taken_and_monitored(imported: e2e_data.DataSet) -> None:
             user, command = line.split(None, 6)[5:]
             sh(DB, f"sudo -u {user} sh -c {shlex.quote(command)}")
     sh(DB, "/usr/local/sbin/memoryctl-wal-metrics")  # the archive queue (issue 40), as cron runs it each minute
+    sh(OPS, "/usr/local/sbin/memoryctl-gpu-metrics")  # the gpu node's GPU (its nvidia-smi STAND-IN here)
     for metric in (
         "memoryctl_healthy",
         "memoryctl_backup_last_success_timestamp_seconds",
         "memoryctl_wal_archive_queue_max_bytes",
+        'memoryctl_gpu_memory_used_bytes{name="STAND-IN (no GPU)"}',
+        "vllm:num_requests_waiting",
     ):
-        wait_for(f"{metric} in Prometheus", lambda m=metric: prometheus(f"/api/v1/query?query={m}")["result"], 60)
+        query = urllib.parse.quote(metric)
+        wait_for(f"{metric} in Prometheus", lambda q=query: prometheus(f"/api/v1/query?query={q}")["result"], 60)
+    # The GPU collector ran against the stand-in: up, and the vLLM stand-ins' memory as its "used".
+    (gpu_used,) = prometheus("/api/v1/query?query=memoryctl_gpu_memory_used_bytes")["result"]
+    (gpu_up,) = prometheus("/api/v1/query?query=memoryctl_gpu_up")["result"]
+    assert gpu_up["value"][1] == "1" and float(gpu_used["value"][1]) > 0, (gpu_up, gpu_used)
     # The queue limit Prometheus sees is the one pgBackRest enforces on the db node.
     limit = sh(DB, "sed -n 's/^archive-push-queue-max=//p' /etc/pgbackrest.conf").strip()
     query = urllib.parse.quote(f'memoryctl_wal_archive_queue_max_bytes{{node="{DB}"}}')

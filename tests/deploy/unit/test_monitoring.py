@@ -105,7 +105,7 @@ def test_prometheus_scrapes_every_target_over_the_mesh(tmp_path: Path) -> None:
         [promtool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "41 rules found" in result.stdout
+    assert "46 rules found" in result.stdout
 
 
 def _amtool_accepts(tmp_path: Path, name: str, text: str, secret_files: dict[str, str] | None = None) -> None:
@@ -354,3 +354,79 @@ def test_restart_metrics_show_replaced_executables_and_a_pending_reboot(tmp_path
     ]
     lint = subprocess.run([promtool, "check", "metrics"], input=out, capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def _gpu_script(tmp_path: Path, node: str = "node3") -> tuple[Any, Path, Path]:
+    p = plan(monitoring, node)
+    textfile, bin_dir = tmp_path / "textfile", tmp_path / "bin"
+    textfile.mkdir()
+    bin_dir.mkdir()
+    script = tmp_path / "gpu-metrics"
+    text = p.upload("/usr/local/sbin/memoryctl-gpu-metrics").replace("/var/lib/prometheus/node-exporter", str(textfile))
+    script.write_text(text.replace("smi=/usr/local/sbin/memoryctl-nvidia-smi-standin", f"smi={bin_dir}/nvidia-smi"))
+    return p, script, textfile
+
+
+def test_gpu_metrics_from_nvidia_smis_query_and_the_kernels_xid_lines(tmp_path: Path) -> None:
+    """The gpu node's collector against a stand-in ``nvidia-smi`` (two boards, one that does not report
+    its temperature) and a stand-in ``journalctl`` (two Xid lines since boot)."""
+    promtool = _tool("promtool")
+    p, script, textfile = _gpu_script(tmp_path)
+    assert "* * * * * root /usr/local/sbin/memoryctl-gpu-metrics" in p.upload("/etc/cron.d/memoryctl-metrics")
+    bin_dir = tmp_path / "bin"
+    rows = "0, GPU-aa, NVIDIA RTX 4000 SFF Ada Generation, 17000, 20475, 93, 71\\n1, GPU-bb, Board, 0, 1024, 0, [N/A]"
+    (bin_dir / "nvidia-smi").write_text(f'#!/bin/sh\nprintf "{rows}\\n"\n')
+    xid = "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus."
+    (bin_dir / "journalctl").write_text(f"#!/bin/sh\necho '{xid}'\necho '{xid}'\n")
+    for tool in ("nvidia-smi", "journalctl"):
+        (bin_dir / tool).chmod(0o755)
+    subprocess.run(["sh", str(script)], check=True, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    out = (textfile / "gpu.prom").read_text()
+    samples = [line for line in out.splitlines() if not line.startswith("#")]
+    board = 'gpu="0",uuid="GPU-aa",name="NVIDIA RTX 4000 SFF Ada Generation"'
+    other = 'gpu="1",uuid="GPU-bb",name="Board"'
+    assert samples == [
+        "memoryctl_gpu_up 1",
+        f"memoryctl_gpu_memory_used_bytes{{{board}}} {17000 * 1048576}",
+        f"memoryctl_gpu_memory_total_bytes{{{board}}} {20475 * 1048576}",
+        f"memoryctl_gpu_utilization_ratio{{{board}}} 0.93",
+        f"memoryctl_gpu_temperature_celsius{{{board}}} 71",
+        f"memoryctl_gpu_memory_used_bytes{{{other}}} 0",
+        f"memoryctl_gpu_memory_total_bytes{{{other}}} {1024 * 1048576}",
+        f"memoryctl_gpu_utilization_ratio{{{other}}} 0",
+        f"memoryctl_gpu_temperature_celsius{{{other}}} NaN",
+        "memoryctl_gpu_xid_errors 2",
+    ]
+    lint = subprocess.run([promtool, "check", "metrics"], input=out, capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_gpu_metrics_say_down_when_nvidia_smi_does_not_answer(tmp_path: Path) -> None:
+    _, script, textfile = _gpu_script(tmp_path)
+    bin_dir = tmp_path / "bin"
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed: driver not loaded' >&2\nexit 9\n")
+    (bin_dir / "journalctl").write_text("#!/bin/sh\nexit 1\n")  # no journal: no Xid lines, not a failure
+    for tool in ("nvidia-smi", "journalctl"):
+        (bin_dir / tool).chmod(0o755)
+    subprocess.run(["sh", str(script)], check=True, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    samples = [line for line in (textfile / "gpu.prom").read_text().splitlines() if not line.startswith("#")]
+    assert samples == ["memoryctl_gpu_up 0", "memoryctl_gpu_xid_errors 0"]
+
+
+def test_the_nvidia_smi_standin_answers_the_collectors_query_in_its_format(tmp_path: Path) -> None:
+    """Where there is no GPU the collector runs against a named stand-in of nvidia-smi's query
+    interface: one row of seven fields, the node's memory as its total, refusing other queries."""
+    p = plan(monitoring, "node3")
+    standin = tmp_path / "nvidia-smi-standin"
+    standin.write_text(p.upload("/usr/local/sbin/memoryctl-nvidia-smi-standin"))
+    query = "--query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu,temperature.gpu"
+    row = subprocess.run(
+        ["python3", str(standin), query, "--format=csv,noheader,nounits"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    fields = row.split(", ")
+    assert fields[:3] == ["0", "GPU-STANDIN", "STAND-IN (no GPU)"] and len(fields) == 7, row
+    meminfo_kib = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0])
+    assert int(fields[4]) == meminfo_kib // 1024 and int(fields[3]) >= 0
+    refused = subprocess.run(["python3", str(standin), "--query-gpu=power.draw"], capture_output=True, text=True)
+    assert refused.returncode == 2 and "unsupported query" in refused.stderr
+    assert "/usr/local/sbin/memoryctl-nvidia-smi-standin" in p.upload("/usr/local/sbin/memoryctl-gpu-metrics")
