@@ -89,6 +89,21 @@ def test_changed_text_is_updated_not_duplicated(cluster: MemoryClient) -> None:
     assert counts(cluster) == {"postgres": 1, "qdrant": 1, "neo4j": 1}
 
 
+def test_a_metadata_value_changed_between_false_and_0_is_an_update(cluster: MemoryClient) -> None:
+    """Python says ``False == 0`` and ``1 == True``; JSON does not: each change is stored (the
+    hostile-client harness found ``false`` -> ``0`` reported unchanged and dropped)."""
+    mid = uuid.uuid4()
+    cluster.add([Memory(id=mid, text="flags", agent_id="a1", metadata={"x": [False, {"y": True}]})])
+    for metadata in ({"x": [0, {"y": True}]}, {"x": [0, {"y": 1}]}, {"x": [0.0, {"y": 1}]}):
+        out = cluster.add([Memory(id=mid, text="flags", agent_id="a1", metadata=metadata)])
+        stored = cluster.get(mid).metadata
+        if metadata["x"][0] == 0.0 and isinstance(metadata["x"][0], float):
+            assert (out.updated, out.unchanged) == (0, 1), stored  # 0 and 0.0: one JSON number
+        else:
+            assert (out.updated, out.unchanged) == (1, 0), (metadata, stored)
+        assert json.dumps(stored) == json.dumps({"x": [0, {"y": metadata["x"][1]["y"]}]}), stored
+
+
 def test_bad_lines_reported_and_skipped_or_refused(cluster: MemoryClient, tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text(
