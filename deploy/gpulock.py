@@ -18,6 +18,9 @@ from pathlib import Path
 
 LOCKS = Path(__file__).resolve().parent / "locks"
 LOCK = LOCKS / "vllm.txt"
+# The training venv's (the nightly's, on the GPU node): memoryctl-lora's closure on the same torch and
+# CUDA line (scripts/lock-gpu; deploy/nightly.py installs it with the same rules).
+LORA_LOCK = LOCKS / "lora.txt"
 # Packages whose version is the CUDA release they belong to (major.minor first): the CUDA line.
 # (cuFFT, cuRAND, cuSOLVER, cuSPARSE, cuFile have their own numbering: they follow the overrides.)
 CUDA_VERSIONED = (

@@ -1,13 +1,12 @@
 """memoryctl-lora's wheelhouse for the node that trains (deploy/nightly.py), built on the controller.
 
 The training distribution (``lora/``, committed source at ``$MEMORYCTL_SOURCE_REF`` like the
-memoryctl wheel) and every dependency it pulls in, as binary wheels for the *nodes'* platform,
-pinned to the versions the controller itself runs: the ones its tests trained with
-(tests/lora, tests/integration/test_nightly*.py). torch is not among them: it is the one
-dependency whose build depends on the node's hardware, so it comes from where that hardware's
-torch comes from (:mod:`deploy.nightly`): on a GPU node the torch vLLM pins (CUDA, from PyPI, added
-here as ``torch==<pin>`` with its own dependencies), on a node without a GPU Debian's CPU build
-(``python3-torch``, the venv sees it through ``--system-site-packages``).
+memoryctl wheel), and on a node without a GPU every dependency it pulls in, as binary wheels for
+the *nodes'* platform, pinned to the versions the controller itself runs: the ones its tests
+trained with (tests/lora, tests/integration/test_nightly*.py). torch is not among them: there the
+node takes Debian's CPU build (``python3-torch``, seen through ``--system-site-packages``). A GPU
+node gets memoryctl-lora's own wheel only (``closure=False``): it installs the closure itself from
+deploy/locks/lora.txt, so a production controller needs no memoryctl-lora installed.
 """
 
 from __future__ import annotations
@@ -74,23 +73,26 @@ _built: dict[tuple[Path, str | None], Path] = {}
 _building = threading.Lock()
 
 
-def lora_wheelhouse(torch: str | None) -> Path:
+def lora_wheelhouse(torch: str | None, closure: bool = True) -> Path:
     """The wheelhouse for this host's platform, built if its source, pins or ``torch`` changed.
 
-    ``torch``: a version to fetch from PyPI with its dependencies (a GPU node), or None (the node
-    takes its distribution's torch). Once per process, as :func:`deploy.wheelhouse.ensure_wheelhouse`."""
+    ``torch``: a version to fetch from PyPI with its dependencies, or None (the node takes its
+    distribution's torch). ``closure`` False: memoryctl-lora's own wheel only — a GPU node installs
+    the rest from deploy/locks/lora.txt itself (deploy/nightly.py), so the controller needs neither
+    memoryctl-lora installed nor the CUDA torch passing through it. Once per process, as
+    :func:`deploy.wheelhouse.ensure_wheelhouse`."""
     platform = node_platform(release())
     base = resolve_path(str(component("memoryctl").get("wheelhouse", ".cache/wheelhouse")))
-    path = base / f"lora-{platform.tag}"
+    path = base / (f"lora-{platform.tag}" if closure else f"lora-only-{platform.tag}")
     with _building:
         if (path, torch) not in _built:
-            _built[(path, torch)] = _build(path, platform, torch)
+            _built[(path, torch)] = _build(path, platform, torch, closure)
         return _built[(path, torch)]
 
 
-def _build(path: Path, platform: Platform, torch: str | None) -> Path:
+def _build(path: Path, platform: Platform, torch: str | None, closure: bool = True) -> Path:
     path.mkdir(parents=True, exist_ok=True)
-    pins = pinned_closure()
+    pins = pinned_closure() if closure else []
     wanted = {"source": _git("rev-parse", f"{source_ref()}:{LORA}") or "worktree", "pins": pins, "torch": torch}
     with open(path / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -107,7 +109,8 @@ def _build(path: Path, platform: Platform, torch: str | None) -> Path:
                 wheel = [*pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(path)]
                 subprocess.run([*wheel, _export(Path(scratch))], check=True)
             fetch = [*pip, "download", "--quiet", *platform.pip_args(), "--dest", str(path)]
-            subprocess.run([*fetch, "--no-deps", *pins], check=True)
+            if pins:
+                subprocess.run([*fetch, "--no-deps", *pins], check=True)
             if torch:
                 subprocess.run([*fetch, f"torch=={torch}"], check=True)
             stamp.write_text(json.dumps(wanted))

@@ -6,11 +6,12 @@ host whose vLLM loads from it, and memoryctl reaches the three stores over the m
 One PostgreSQL advisory lock (``nightly``) and the cron entry's ``flock -n`` keep two nights from
 overlapping wherever they are started.
 
-- memoryctl and memoryctl-lora in ``/opt/memoryctl/venv`` from the controller's wheelhouses
-  (:mod:`deploy.wheelhouse`, :mod:`deploy.lora_wheelhouse`), the venv with
-  ``--system-site-packages``: torch is the distribution's where the node has no GPU (Debian's
-  ``python3-torch``, a CPU build; ``components.vllm.mode`` ``standin``), and the torch vLLM pins
-  (CUDA, PyPI) where it has one (mode ``vllm``).
+- memoryctl and memoryctl-lora in ``/opt/memoryctl/venv``, the venv with
+  ``--system-site-packages``. Where the node has a GPU (``components.vllm.mode`` ``vllm``) the
+  node installs memoryctl-lora's closure itself from deploy/locks/lora.txt (PyPI, hashes required:
+  the vLLM lock's torch and CUDA line) and the controller sends memoryctl's and memoryctl-lora's own
+  wheels only; without one (``standin``) torch is Debian's CPU build (``python3-torch``) and the rest
+  of the closure comes from the controller's wheelhouse (:mod:`deploy.lora_wheelhouse`).
 - ``/etc/memoryctl/memoryctl.toml``: the db node's, without ``[serve]`` (no service here), with
   ``[nightly]``: the adapter registry ``/var/lib/memoryctl-adapters`` (group ``vllm``: vLLM reads what
   it loads), the generation base model's directory, ``pause_units`` (``vllm@generate``: on the
@@ -29,14 +30,16 @@ overlapping wherever they are started.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.files import File
+from pyinfra.facts.files import File, Sha256File
 from pyinfra.operations import apt, files, pip, server, systemd
 
-from deploy import embedding_slots, versions, vllm
+from deploy import embedding_slots, gpulock, versions, vllm
+from deploy import memoryctl as mctl
 from deploy.common import service_account, sudoers, template
 from deploy.lora_wheelhouse import lora_wheelhouse
 from deploy.night import (
@@ -67,10 +70,26 @@ def memoryctl_settings() -> dict[str, Any]:
     }
 
 
+def install_training_lock(build: versions.TorchBuild) -> object | None:
+    """The training venv's closure exactly as deploy/locks/lora.txt says, fetched by the node from
+    PyPI: ``--require-hashes``, ``--no-deps`` (the lock is the whole closure, on the vLLM lock's
+    torch and CUDA line: :mod:`deploy.gpulock`), wheels only. Planned while the installed lock differs
+    from this one (a copy is kept after a successful install)."""
+    lock = gpulock.LORA_LOCK.read_bytes()
+    cuda = gpulock.cuda_line(gpulock.parse(lock.decode(), str(gpulock.LORA_LOCK)))
+    staged, installed = f"{mctl.PREFIX}/lora.lock", f"{mctl.PREFIX}/lora.lock.installed"
+    files.put(name="The training lock (deploy/locks/lora.txt)", src=str(gpulock.LORA_LOCK), dest=staged, mode="644")
+    if host.get_fact(Sha256File, path=installed) == hashlib.sha256(lock).hexdigest():
+        return None
+    pip_install = f"{mctl.VENV}/bin/pip install --require-hashes --no-deps --only-binary :all: -r {staged}"
+    return server.shell(
+        name=f"memoryctl-lora's closure with torch {build.torch} (CUDA {cuda}) from the lock, hashes required",
+        commands=[pip_install, f"cp {staged} {installed}"],
+    )
+
+
 @deploy("Nightly LoRA cycle")
 def nightly() -> None:
-    from deploy import memoryctl as mctl
-
     torch = None
     if vllm.mode() == "standin":
         # Debian's torch (CPU); the venv below sees it. GPU nodes take vLLM's torch (CUDA) instead.
@@ -103,11 +122,16 @@ def nightly() -> None:
     files.directory(name="Install prefix", path=mctl.PREFIX, mode="755")
     pip.venv(name="Python venv with the system's torch", path=mctl.VENV, python="python3", site_packages=True)
     mctl.install_into(mctl.VENV, keep_upload=False)  # the gpu node's disk: torch and the models first
-    build = torch_build(versions.VLLM) if vllm.mode() == "vllm" else None
-    wheels = lora_wheelhouse(build.torch if build else None)
-    # The wheelhouse is the whole closure but torch's own: installed as it is, without pip resolving
-    # (Debian's torch declares `sympy==1.13.1` in its metadata and ships another sympy, which pip
-    # refuses), then imported once to show the training stack loads.
+    if vllm.mode() == "vllm":
+        # A GPU node builds its training stack itself, from the lock (PyPI, hashes required): the
+        # controller sends memoryctl-lora's own wheel only (issue 41 item 5).
+        install_training_lock(torch_build(versions.VLLM))
+        wheels = lora_wheelhouse(None, closure=False)
+    else:
+        wheels = lora_wheelhouse(None)
+    # The wheelhouse (without a GPU: the whole closure but torch's own) is installed as it is,
+    # without pip resolving (Debian's torch declares `sympy==1.13.1` in its metadata and ships
+    # another sympy, which pip refuses), then imported once to show the training stack loads.
     install_offline(
         wheels,
         mctl.VENV,

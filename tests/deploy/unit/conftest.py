@@ -62,5 +62,5 @@ def no_wheel_build(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
         (wheels / name).write_bytes(name.encode())
     monkeypatch.setattr(deploy.memoryctl, "controller_wheelhouse", lambda: wheels)
     monkeypatch.setattr(deploy.vllm, "controller_wheelhouse", lambda: wheels)
-    monkeypatch.setattr(deploy.nightly, "lora_wheelhouse", lambda torch: wheels)
+    monkeypatch.setattr(deploy.nightly, "lora_wheelhouse", lambda torch, closure=True: wheels)
     return wheels

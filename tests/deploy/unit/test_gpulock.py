@@ -120,3 +120,30 @@ def test_every_requirement_of_the_locked_vllm_is_in_the_lock_at_an_allowed_versi
         if locked is None or not requirement.specifier.contains(locked.version, prereleases=True):
             unmet.append(f"{requirement} (lock: {locked.version if locked else 'missing'})")
     assert applied > 50 and unmet == []
+
+
+def test_the_training_lock_is_memoryctl_loras_closure_on_the_vllm_locks_torch_and_cuda_line() -> None:
+    """deploy/locks/lora.txt (issue 41 item 5): what the GPU node installs its training venv from,
+    hashed, on the vLLM lock's torch, Triton and CUDA libraries, with every requirement of
+    memoryctl-lora at the version the tests train with (constraints.txt, its Python >= 3.12 lines)."""
+    training = gpulock.parse(gpulock.LORA_LOCK.read_text(), "lora.txt")
+    serving = gpulock.load()
+    assert len(training) > 50 and all(package.hashes for package in training.values())
+    assert gpulock.cuda_line(training) == gpulock.cuda_line(serving) == "12.9"
+    torch_side = [name for name in training if name in ("torch", "triton") or name.startswith(("nvidia-", "cuda-"))]
+    assert "torch" in torch_side and len(torch_side) > 10
+    assert all(training[name].version == serving[name].version for name in torch_side), torch_side
+    pyproject = (REPO / "lora" / "pyproject.toml").read_text()
+    required = {gpulock.normalise(m) for m in re.findall(r'^    "([A-Za-z0-9_.-]+)[=<>]', pyproject, re.M)}
+    assert required - set(training) == {"memoryctl"}  # memoryctl comes from the controller's wheelhouse
+    tested = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        pin = re.match(r"^([A-Za-z0-9_.-]+)==([^\s;]+)(.*)$", line)
+        if pin and "< '3.12'" not in pin[3]:
+            tested[gpulock.normalise(pin[1])] = pin[2]
+    inputs = gpulock.parse_pins((gpulock.LOCKS / "lora.in").read_text())
+    assert all(training[gpulock.normalise(name)].version == version for name, version in inputs.items())
+    held = {
+        name: (p.version, tested[name]) for name, p in training.items() if name in tested and name not in torch_side
+    }
+    assert all(locked == wanted for locked, wanted in held.values()), held

@@ -415,3 +415,50 @@ def test_pyinfra_is_pinned_to_the_tested_range() -> None:
     assert '"pyinfra>=3.10,<3.11"' in pyproject
     major, minor = (int(x) for x in installed_version("pyinfra").split(".")[:2])
     assert (major, minor) == (3, 10)
+
+
+def test_the_gpu_nodes_training_venv_comes_from_its_lock_not_through_the_controller(
+    inventory: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 41 item 5: on a GPU node the nightly's venv installs deploy/locks/lora.txt from PyPI
+    itself (hashes required); the controller sends memoryctl-lora's own wheel, built without
+    memoryctl-lora installed on the controller (its closure is not read from the controller)."""
+    import deploy.lora_wheelhouse
+    import deploy.nightly
+    from deploy.nightly import nightly
+
+    asked: list[tuple[str | None, bool]] = []
+    wheels = tmp_path / "lora-wheels"
+    wheels.mkdir()
+    (wheels / "memoryctl_lora-0.1.0-py3-none-any.whl").write_bytes(b"w")
+    monkeypatch.setattr(
+        deploy.nightly, "lora_wheelhouse", lambda torch, closure=True: asked.append((torch, closure)) or wheels
+    )
+    p = plan(nightly, "mem-gpu", inventory=inventory)
+    assert asked == [(None, False)]
+    lock = " ".join(p.op("memoryctl-lora's closure with torch 2.10.0 (CUDA 12.9) from the lock").commands)
+    assert (
+        "/opt/memoryctl/venv/bin/pip install --require-hashes --no-deps --only-binary :all: -r /opt/memoryctl/lora.lock"
+        in lock
+    )
+    assert p.upload("/opt/memoryctl/lora.lock") == f"<file {deploy.nightly.gpulock.LORA_LOCK}>"  # the file itself
+
+    # The wheel build itself: memoryctl-lora's own wheel, nothing asked of the controller's installs.
+    def not_installed(name: str) -> None:
+        raise deploy.lora_wheelhouse.PackageNotFoundError(name)
+
+    commands: list[list[str]] = []
+    monkeypatch.setattr(deploy.lora_wheelhouse, "distribution", not_installed)
+
+    def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        commands.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout="", stderr="")
+
+    monkeypatch.setattr(deploy.lora_wheelhouse.subprocess, "run", run)
+    monkeypatch.setattr(deploy.lora_wheelhouse, "_export", lambda into: "lora")
+    built = deploy.lora_wheelhouse._build(
+        tmp_path / "house", deploy.wheelhouse.node_platform(RELEASES[13]), None, False
+    )
+    assert built == tmp_path / "house"
+    pips = [cmd[3] for cmd in commands if cmd[1:3] == ["-m", "pip"]]
+    assert pips == ["wheel"]  # memoryctl-lora's own wheel; no `pip download` of any dependency
