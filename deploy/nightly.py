@@ -30,12 +30,11 @@ overlapping wherever they are started.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.files import File, Sha256File
+from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, pip, server, systemd
 
 from deploy import embedding_slots, gpulock, versions, vllm
@@ -72,19 +71,14 @@ def memoryctl_settings() -> dict[str, Any]:
 
 def install_training_lock(build: versions.TorchBuild) -> object | None:
     """The training venv's closure exactly as deploy/locks/lora.txt says, fetched by the node from
-    PyPI: ``--require-hashes``, ``--no-deps`` (the lock is the whole closure, on the vLLM lock's
-    torch and CUDA line: :mod:`deploy.gpulock`), wheels only. Planned while the installed lock differs
-    from this one (a copy is kept after a successful install)."""
-    lock = gpulock.LORA_LOCK.read_bytes()
-    cuda = gpulock.cuda_line(gpulock.parse(lock.decode(), str(gpulock.LORA_LOCK)))
-    staged, installed = f"{mctl.PREFIX}/lora.lock", f"{mctl.PREFIX}/lora.lock.installed"
-    files.put(name="The training lock (deploy/locks/lora.txt)", src=str(gpulock.LORA_LOCK), dest=staged, mode="644")
-    if host.get_fact(Sha256File, path=installed) == hashlib.sha256(lock).hexdigest():
-        return None
-    pip_install = f"{mctl.VENV}/bin/pip install --require-hashes --no-deps --only-binary :all: -r {staged}"
-    return server.shell(
-        name=f"memoryctl-lora's closure with torch {build.torch} (CUDA {cuda}) from the lock, hashes required",
-        commands=[pip_install, f"cp {staged} {installed}"],
+    PyPI, on the vLLM lock's torch and CUDA line (:func:`deploy.vllm.install_locked`)."""
+    cuda = gpulock.cuda_line(gpulock.parse(gpulock.LORA_LOCK.read_text(), str(gpulock.LORA_LOCK)))
+    return vllm.install_locked(
+        gpulock.LORA_LOCK,
+        mctl.VENV,
+        f"{mctl.PREFIX}/lora.lock",
+        "The training lock (deploy/locks/lora.txt)",
+        f"memoryctl-lora's closure with torch {build.torch} (CUDA {cuda}) from the lock, hashes required",
     )
 
 

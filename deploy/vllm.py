@@ -249,20 +249,28 @@ def install_vllm(build: versions.TorchBuild) -> list[object]:
 
 
 def install_lock(build: versions.TorchBuild) -> object | None:
-    """The venv exactly as deploy/locks/vllm.txt says: ``--require-hashes`` (a wheel whose hash is not
-    in the lock is refused), ``--no-deps`` (the lock is the whole closure, CUDA overrides included:
-    :mod:`deploy.gpulock`), wheels only. Planned while the installed lock differs from this one (a copy
-    is kept after a successful install), so an unchanged lock restarts nothing."""
-    lock = gpulock.LOCK.read_bytes()
-    staged, installed = f"{PREFIX}/vllm.lock", f"{PREFIX}/vllm.lock.installed"
-    files.put(name="The GPU lock (deploy/locks/vllm.txt)", src=str(gpulock.LOCK), dest=staged, mode="644")
-    if host.get_fact(Sha256File, path=installed) == hashlib.sha256(lock).hexdigest():
-        return None
-    pip_install = f"{VENV}/bin/pip install --require-hashes --no-deps --only-binary :all: -r {staged}"
-    return server.shell(
-        name=f"vLLM {versions.VLLM} with torch {build.torch} (CUDA {build.cuda}) from the lock, hashes required",
-        commands=[pip_install, f"cp {staged} {installed}"],
+    """The venv exactly as deploy/locks/vllm.txt says (:func:`install_locked`)."""
+    return install_locked(
+        gpulock.LOCK,
+        VENV,
+        f"{PREFIX}/vllm.lock",
+        "The GPU lock (deploy/locks/vllm.txt)",
+        f"vLLM {versions.VLLM} with torch {build.torch} (CUDA {build.cuda}) from the lock, hashes required",
     )
+
+
+def install_locked(lock: Path, venv: str, staged: str, upload: str, install: str) -> object | None:
+    """``venv`` exactly as the lock file says: ``--require-hashes`` (a wheel whose hash is not in the
+    lock is refused), ``--no-deps`` (the lock is the whole closure, CUDA overrides included:
+    :mod:`deploy.gpulock`), wheels only, fetched by the node. Planned while the installed lock differs
+    from this one (a copy is kept after a successful install), so an unchanged lock restarts nothing.
+    ``upload`` and ``install`` name the two operations."""
+    installed = f"{staged}.installed"
+    files.put(name=upload, src=str(lock), dest=staged, mode="644")
+    if host.get_fact(Sha256File, path=installed) == hashlib.sha256(lock.read_bytes()).hexdigest():
+        return None
+    pip_install = f"{venv}/bin/pip install --require-hashes --no-deps --only-binary :all: -r {staged}"
+    return server.shell(name=install, commands=[pip_install, f"cp {staged} {installed}"])
 
 
 def gpu_driver() -> None:
