@@ -186,7 +186,7 @@ class MemoryClient:
         progress: Callable[[int], None] | None = None,
     ) -> WriteOutcome:
         """Import a JSONL file in batches. Bad lines are skipped and reported (or, strict, refused)."""
-        default_agent = validate_agent_id(agent_id) if agent_id else self.settings.default_agent
+        default_agent = validate_agent_id(agent_id) if agent_id is not None else self.settings.default_agent
         out = WriteOutcome()
         try:
             stream = path.open("rb")

@@ -24,7 +24,9 @@ def agent_of(client: MemoryClient, p: dict[str, Any]) -> str:
     operation that has a default agent takes it from here, so that it is decided in one place."""
     from memoryctl.model import validate_agent_id
 
-    return validate_agent_id(p["agent"]) if p.get("agent") else client.settings.default_agent
+    # An empty --agent is refused, not taken for "none given": an unset variable in a script
+    # ("--agent $AGENT") must not read or write the default agent's memories.
+    return validate_agent_id(p["agent"]) if p.get("agent") is not None else client.settings.default_agent
 
 
 def agent_scope(client: MemoryClient, p: dict[str, Any]) -> str | None:
@@ -36,7 +38,7 @@ def only_agent(p: dict[str, Any]) -> str | None:
     """An optional restriction (get, forget, reconcile): no default agent."""
     from memoryctl.model import validate_agent_id
 
-    return validate_agent_id(p["agent"]) if p.get("agent") else None
+    return validate_agent_id(p["agent"]) if p.get("agent") is not None else None
 
 
 def pending_warning(outcome: WriteOutcome) -> Reply:

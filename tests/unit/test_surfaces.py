@@ -136,3 +136,26 @@ def test_rules_let_a_valid_call_through_and_flags_replace_name_checks() -> None:
     annotations = {op.tool: mcp.tool(op).annotations for op in mcp.TOOLS.values()}
     assert {t for t, a in annotations.items() if a is not None and a.destructive_hint} == {"forget"}
     assert [op.name for op in OPERATIONS.values() if op.service_status] == ["health"]
+
+
+class _Settings:
+    default_agent = "support"
+
+
+class _Client:
+    settings = _Settings()
+
+
+@pytest.mark.parametrize("given", ["", " ", "a b"])
+def test_an_empty_or_invalid_agent_is_refused_not_taken_for_the_default(given: str) -> None:
+    """``--agent "$AGENT"`` with the variable unset must not read or write the default agent's
+    memories (the hostile harness, seed 142861580: a query for '' answered memories of 'support')."""
+    from memoryctl.operations.memories import agent_of, agent_scope, only_agent
+
+    with pytest.raises(InputError, match="invalid agent id"):
+        agent_of(_Client(), {"agent": given})  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="invalid agent id"):
+        only_agent({"agent": given})
+    assert agent_of(_Client(), {"agent": None}) == "support"  # type: ignore[arg-type]
+    assert agent_scope(_Client(), {"all_agents": True, "agent": None}) is None  # type: ignore[arg-type]
+    assert only_agent({"agent": None}) is None
