@@ -15,6 +15,7 @@ whole fast path; it speaks HTTP/1.1 over the socket with the standard library in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -128,11 +129,18 @@ def discover(settings: Settings) -> ServiceClient | None:
 
 
 def _check_text(params: Mapping[str, Any]) -> None:
-    """Refuse, before anything is sent, an argument that is not text (an unpaired surrogate: what
-    Python makes of bytes that are not UTF-8 on a command line). JSON cannot carry it, and the
-    encoder's UnicodeEncodeError was a traceback (found by the hostile-client harness)."""
+    """Refuse, before anything is sent, an argument JSON cannot carry: text that is not text (an
+    unpaired surrogate: what Python makes of bytes that are not UTF-8 on a command line) or a
+    number that is not finite. The encoder's errors were tracebacks (found by the hostile-client
+    harness)."""
     for key, value in params.items():
         for item in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(item, float) and not math.isfinite(item):
+                # `--threshold inf` parses as a float; JSON has no spelling for it and the encoder's
+                # ValueError was a traceback (the hostile-client harness, seed 2396642252).
+                raise InputError(
+                    f"--{key.replace('_', '-')}: {item} is not a finite number", hint="give a finite number"
+                )
             if isinstance(item, str):
                 try:
                     item.encode("utf-8")

@@ -47,6 +47,7 @@ SEED = int(os.environ.get("MEMORYCTL_HOSTILE_SEED") or random.SystemRandom().ran
 REGRESSION_SEEDS: tuple[int, ...] = (
     2949410635,  # a metadata value updated from false to 0 was taken for "unchanged" (stores/records.py)
     142861580,  # `--agent ""` was taken for "no agent given": the default agent's memories answered
+    2396642252,  # `--threshold inf` through the service: the JSON encoder's ValueError, a traceback
 )
 RUN_SEEDS = [SEED, *(s for s in REGRESSION_SEEDS if s != SEED)]
 SEED_IDS = ["fresh", *(f"regression-{s}" for s in RUN_SEEDS[1:])]  # stable test ids, the seed printed

@@ -38,3 +38,21 @@ def test_the_service_client_refuses_an_argument_that_is_not_text() -> None:
     with pytest.raises(InputError) as err:
         _check_text({"since": "a\udfffb"})
     assert "--since: not valid UTF-8 text" in str(err.value) and err.value.exit_code == ExitCode.USAGE
+
+
+def test_a_number_json_cannot_carry_is_refused_before_it_is_sent_to_the_service() -> None:
+    """``--threshold inf`` parses as a float; JSON has no spelling for it and the HTTP client's
+    encoder raised a traceback (hostile-client seed 2396642252). Now: exit 2 naming the argument."""
+    import math
+
+    import pytest
+
+    from memoryctl.errors import ExitCode, InputError
+    from memoryctl.serve.client import _check_text
+
+    _check_text({"threshold": 0.5, "limit": 3, "half_life": "7d"})
+    for value in (math.inf, -math.inf, math.nan):
+        with pytest.raises(InputError) as err:
+            _check_text({"text": "x", "threshold": value})
+        assert "--threshold:" in str(err.value) and "not a finite number" in str(err.value)
+        assert err.value.exit_code == ExitCode.USAGE
