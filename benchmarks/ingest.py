@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memoryctl.client import MemoryClient
 from memoryctl.config import load_settings
-from memoryctl.importer import memory_from_json
+from memoryctl.write.importer import memory_from_json
 
 USERS = [f"user{i}" for i in range(200)]
 PROJECTS = [f"project-{i}" for i in range(30)]

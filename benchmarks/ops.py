@@ -57,7 +57,6 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memoryctl.config import load_settings
-from memoryctl.delivery import graph_memory, vector_point
 from memoryctl.model import EntityRef, Memory, parse_duration
 from memoryctl.ops.model_migration import Migrator
 from memoryctl.ops.models import parse_model_spec
@@ -66,6 +65,7 @@ from memoryctl.stack import Stack
 from memoryctl.stores.protocols import GraphStore
 from memoryctl.stores.vector_edge import EdgeVectorStore
 from memoryctl.stores.vector_qdrant import QdrantVectorStore
+from memoryctl.write.outbox import graph_memory, vector_point
 
 WORDS = "alpha beta gamma delta project meeting customer invoice deploy server cluster memory graph vector".split()
 

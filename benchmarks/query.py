@@ -89,7 +89,6 @@ if str(ROOT) not in sys.path:
 
 from memoryctl.client import MemoryClient  # noqa: E402
 from memoryctl.config import load_settings  # noqa: E402
-from memoryctl.delivery import graph_memory, vector_point  # noqa: E402
 from memoryctl.model import EntityRef, Memory, MemoryRef, Relation  # noqa: E402
 from memoryctl.query.engine import QueryEngine  # noqa: E402
 from memoryctl.query.fusion import rrf  # noqa: E402
@@ -104,6 +103,7 @@ from memoryctl.stores.protocols import VectorFilter  # noqa: E402
 from memoryctl.stores.records import RecordStore, row_to_memory  # noqa: E402
 from memoryctl.stores.schema import apply_schema  # noqa: E402
 from memoryctl.stores.vector_edge import EdgeVectorStore  # noqa: E402
+from memoryctl.write.outbox import graph_memory, vector_point  # noqa: E402
 
 KINDS = ("dialogue", "note", "event", "decision", "task")
 KIND_WEIGHTS = (0.45, 0.25, 0.15, 0.1, 0.05)

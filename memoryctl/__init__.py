@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from memoryctl._version import __version__
 
 if TYPE_CHECKING:
-    from memoryctl.client import MemoryClient, WriteOutcome
+    from memoryctl.client import MemoryClient
     from memoryctl.config import Settings, load_settings
     from memoryctl.errors import (
         ConfigError,
@@ -30,9 +30,11 @@ if TYPE_CHECKING:
     from memoryctl.model import EntityRef, Memory, MemoryRef, Relation
     from memoryctl.query.results import Hit, QueryResult
     from memoryctl.query.spec import GraphFilter, MemoryQuery, Where
+    from memoryctl.write.pipeline import WriteOutcome
 
 _HOMES = {
-    "memoryctl.client": ("MemoryClient", "WriteOutcome"),
+    "memoryctl.client": ("MemoryClient",),
+    "memoryctl.write.pipeline": ("WriteOutcome",),
     "memoryctl.config": ("Settings", "load_settings"),
     "memoryctl.errors": (
         "ConfigError",

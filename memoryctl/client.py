@@ -1,27 +1,23 @@
-"""``MemoryClient``: the Python API. The CLI is a thin shell over it.
+"""``MemoryClient``: the Python API, a facade over the stack. The CLI is a thin shell over it.
 
-Writes land in PostgreSQL first (one transaction with their outbox rows) and are then delivered
-inline, best effort; whatever could not be delivered stays in the outbox for ``sync``. A result
-says what is pending so callers (and the CLI's exit code 3) can tell "stored" from "searchable".
+Writes are ``memoryctl/write/``'s (``Writes``): they land in PostgreSQL first (one transaction with
+their outbox rows) and are then delivered inline, best effort; whatever could not be delivered
+stays in the outbox for ``sync``. Queries are ``memoryctl/query/``'s (``QueryEngine``); the
+maintenance operations are imported when called.
 """
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memoryctl.config import Settings, load_settings
-from memoryctl.delivery import Deliverer, DeliveryReport
-from memoryctl.errors import InputError, MemoryctlError, NotFoundError, StoreUnavailable
-from memoryctl.importer import BadLine, read_jsonl
-from memoryctl.model import Memory, dedupe_entities, validate_agent_id, validate_kind, validate_meta_key
+from memoryctl.errors import InputError, MemoryctlError, NotFoundError
+from memoryctl.model import Memory, validate_kind, validate_meta_key
 from memoryctl.ops.runs import recorded_run
 from memoryctl.query.engine import QueryEngine
 from memoryctl.query.guard import Guard
@@ -30,10 +26,10 @@ from memoryctl.query.relational import RelationalQueries
 from memoryctl.query.results import QueryResult
 from memoryctl.query.spec import MemoryQuery
 from memoryctl.stack import Stack
-from memoryctl.stores.records import UpsertResult
 from memoryctl.stores.schema import apply_schema, schema_state
 from memoryctl.vocabulary import Vocabulary
-from memoryctl.write_delivery import WriteDelivery
+from memoryctl.write.outbox import DeliveryReport
+from memoryctl.write.pipeline import WriteOutcome, Writes
 
 if TYPE_CHECKING:  # the operations are imported when called: `import memoryctl` stays light
     from memoryctl.backup.status import BackupReport
@@ -44,52 +40,7 @@ if TYPE_CHECKING:  # the operations are imported when called: `import memoryctl`
     from memoryctl.ops.reembed import ReembedReport
     from memoryctl.query.rerank import CrossEncoder, RerankSettings
 
-IMPORT_BATCH = 500
-# Batches of other pending deliveries a single add or forget takes along (an import takes them all):
-# enough to drain what a killed process left within a few writes, bounded so one add stays quick.
-BACKLOG_PER_WRITE = 1
-# A commit takes 0.1-0.3 s on the cluster; one still running after this is waiting out a failover
-# (or a lost standby): the service then asks the delivery stores whether they answer.
-PROBE_AFTER_S = 1.0
 MAX_HEALTH_DEADLINE_S = 60.0
-# How long a write waits for its own outbox rows when another delivery holds them (a concurrent
-# write's backlog batch, a `sync`): that delivery is moving them right now, so waiting tells the
-# caller the truth ("searchable") instead of "pending"; longer than this, it says what holds them.
-OWN_ROWS_WAIT_S = 15.0
-
-
-@dataclass(slots=True)
-class WriteOutcome:
-    ids: list[uuid.UUID] = field(default_factory=list)
-    inserted: int = 0
-    updated: int = 0
-    unchanged: int = 0
-    invalid: list[BadLine] = field(default_factory=list)
-    delivery: DeliveryReport = field(default_factory=DeliveryReport)
-    pending: dict[str, int] = field(default_factory=dict)  # store -> memories awaiting delivery
-
-    def add(self, result: UpsertResult) -> None:
-        self.inserted += len(result.inserted)
-        self.updated += len(result.updated)
-        self.unchanged += len(result.unchanged)
-
-    @property
-    def degraded(self) -> list[str]:
-        return sorted(store for store, n in self.pending.items() if n)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "inserted": self.inserted,
-            "updated": self.updated,
-            "unchanged": self.unchanged,
-            "invalid": [{"line": b.line, "error": b.error} for b in self.invalid],
-            "pending": self.pending,
-            "delivery": self.delivery.as_dict(),
-        }
-
-
-def _conflict_line(n: int, m: Memory) -> BadLine:
-    return BadLine(n, f"id {m.id} already belongs to another agent: an id names one memory of one agent")
 
 
 class MemoryClient:
@@ -98,9 +49,6 @@ class MemoryClient:
     def __init__(self, settings: Settings | None = None, *, stack: Stack | None = None) -> None:
         self.settings = settings or load_settings()
         self.stack = stack or Stack(self.settings)
-        # How long a write waits for its delivery after the commit (None: as long as it takes);
-        # `memoryctl serve` sets [write] delivery_budget_s on the cluster profile.
-        self.write_budget_s: float | None = None
 
     def __enter__(self) -> MemoryClient:
         return self
@@ -126,55 +74,33 @@ class MemoryClient:
         }
 
     # ---- writes -------------------------------------------------------------------------------
-    def _enrich(self, m: Memory) -> Memory:
-        """Add what the configured extractor finds to what the caller gave explicitly."""
-        found = self.stack.extractor.extract(m.text, m.id)
-        if found.entities:
-            m.entities = dedupe_entities([*m.entities, *found.entities], m.agent_id)
-        if found.relations:
-            m.relations = [*m.relations, *found.relations]
-        return m
-
     @cached_property
     def vocabulary(self) -> Vocabulary:
         return Vocabulary.from_settings(self.settings.graph)
 
+    @cached_property
+    def writes(self) -> Writes:
+        """The write path (``memoryctl/write/pipeline.py``)."""
+        return Writes(
+            self.stack,
+            self.vocabulary,
+            default_agent=self.settings.default_agent,
+            breaker_reset_s=self.settings.write.breaker_reset_s,
+        )
+
+    @property
+    def write_budget_s(self) -> float | None:
+        """How long a write waits for its delivery after the commit (None: as long as it takes);
+        `memoryctl serve` sets [write] delivery_budget_s on the cluster profile."""
+        return self.writes.budget_s
+
+    @write_budget_s.setter
+    def write_budget_s(self, seconds: float | None) -> None:
+        self.writes.budget_s = seconds
+
     def add(self, memories: Sequence[Memory], *, deliver: bool = True, extract: bool = True) -> WriteOutcome:
-        out = WriteOutcome()
-        batch = [self.vocabulary.check_memory(self._enrich(m) if extract else m) for m in memories]
-        with self._probe_if_slow(deliver):
-            result = self.stack.records.upsert(batch)
-        out.ids = [m.id for m in batch]
-        out.add(result)
-        self._settle(out, result.changed if deliver else [], pending_ids=out.ids)
-        return out
-
-    def _settle(
-        self, out: WriteOutcome, changed: Sequence[uuid.UUID], *, pending_ids: Sequence[uuid.UUID] | None
-    ) -> None:
-        """Deliver what a committed write changed and count what is still pending.
-
-        The write has committed by now, so losing PostgreSQL here (a failover's broken connection, a
-        switchover's shutdown) must not report it as failed: the caller would take a stored memory
-        for a lost one. Its outbox rows are committed with it, so the next write or ``sync``
-        delivers them; the outcome says "stored, delivery pending" (exit 3) with the reason, and
-        counts the changed memories as pending wherever their delivery was not confirmed (the
-        drill found a switchover turning a committed add into exit 1, issue 26).
-        """
-        try:
-            if changed:
-                out.delivery = self._deliver_write(changed)
-            out.pending = self._pending(pending_ids)
-        except StoreUnavailable as exc:
-            if exc.store != "postgres":
-                raise
-            reason = f"{exc.message}, after the write committed: its outbox entries deliver it later"
-            behind = [
-                t for t in ("vector", "graph") if t in out.delivery.failed or out.delivery.delivered[t] < len(changed)
-            ]
-            for target in behind:
-                out.delivery.failed.setdefault(target, reason)
-            out.pending = {self.stack.store_names[t]: len(changed) if t in behind else 0 for t in ("vector", "graph")}
+        """Store ``memories`` (with what the extractor finds in them) and deliver them."""
+        return self.writes.add(memories, deliver=deliver, extract=extract)
 
     def import_jsonl(
         self,
@@ -186,91 +112,11 @@ class MemoryClient:
         progress: Callable[[int], None] | None = None,
     ) -> WriteOutcome:
         """Import a JSONL file in batches. Bad lines are skipped and reported (or, strict, refused)."""
-        default_agent = validate_agent_id(agent_id) if agent_id is not None else self.settings.default_agent
-        out = WriteOutcome()
-        try:
-            stream = path.open("rb")
-        except OSError as exc:
-            raise InputError(f"cannot read {path}: {exc.strerror}") from None
-        with stream:
-            if strict:
-                parsed = list(
-                    self.vocabulary.screen(read_jsonl(stream, default_agent=default_agent, forced_agent=agent_id))
-                )
-                bad = [p for _, p in parsed if isinstance(p, BadLine)] + self._conflicting_lines(parsed)
-                if bad:
-                    out.invalid = sorted(bad, key=lambda b: b.line)
-                    return out
-                source: Iterable[tuple[int, Memory | BadLine]] = parsed
-            else:
-                source = self.vocabulary.screen(read_jsonl(stream, default_agent=default_agent, forced_agent=agent_id))
-            batch: list[tuple[int, Memory]] = []
-            for n, item in source:
-                if isinstance(item, BadLine):
-                    out.invalid.append(item)
-                    if progress:
-                        progress(1)
-                    continue
-                batch.append((n, item))
-                if len(batch) >= IMPORT_BATCH:
-                    self._import_batch(batch, out, deliver, progress)
-                    batch = []
-            if batch:
-                self._import_batch(batch, out, deliver, progress)
-        working = [t for t in ("vector", "graph") if t not in out.delivery.failed]
-        if deliver and working:
-            # What is still pending for a store that took this import: e.g. what a killed run of
-            # the same import left behind (its lines are unchanged now, so nothing above sent them).
-            out.delivery.merge(self._deliver([], targets=working, backlog=-1))
-        out.invalid.sort(key=lambda b: b.line)
-        out.pending = self._pending(None)
-        return out
-
-    def _conflicting_lines(self, parsed: Sequence[tuple[int, Memory | BadLine]]) -> list[BadLine]:
-        """``--strict`` refuses a file before writing anything: the lines whose id is another agent's."""
-        lines = [(n, m) for n, m in parsed if isinstance(m, Memory)]
-        owners = self.stack.records.owners([m.id for _, m in lines])
-        for _, m in lines:
-            owners.setdefault(m.id, m.agent_id)  # the first line of a new id owns it within the file
-        return [_conflict_line(n, m) for n, m in lines if owners[m.id] != m.agent_id]
-
-    def _import_batch(
-        self,
-        batch: list[tuple[int, Memory]],
-        out: WriteOutcome,
-        deliver: bool,
-        progress: Callable[[int], None] | None,
-    ) -> None:
-        result = self.stack.records.upsert([self._enrich(m) for _, m in batch], skip_conflicts=True)
-        out.add(result)
-        conflicts = set(result.conflicts)
-        out.ids.extend(m.id for i, (_, m) in enumerate(batch) if i not in conflicts)
-        out.invalid.extend(_conflict_line(*batch[i]) for i in result.conflicts)
-        if deliver and result.changed:
-            # A store that failed once in this import is not retried per batch: sync will.
-            targets = [t for t in ("vector", "graph") if t not in out.delivery.failed]
-            out.delivery.merge(self._deliver(result.changed, targets=targets))
-        if progress:
-            progress(len(batch))
+        return self.writes.import_jsonl(path, agent_id=agent_id, strict=strict, deliver=deliver, progress=progress)
 
     def forget(self, ids: Sequence[uuid.UUID], *, agent_id: str | None = None) -> WriteOutcome:
-        """Soft delete: hidden from every query path at once; purged later by reconcile.
-
-        All or nothing: an id that names no memory (of ``agent_id``, when given) is an error
-        before anything is forgotten (the harness found ``forget KNOWN UNKNOWN`` exiting 1 "no
-        memory" with KNOWN forgotten all the same). Forgetting a forgotten memory changes nothing.
-        """
-        owners = self.stack.records.owners(ids)
-        missing = [i for i in ids if i not in owners or (agent_id is not None and owners[i] != agent_id)]
-        if missing:
-            raise NotFoundError(
-                f"no memory {', '.join(map(str, missing))}" + (f" for agent {agent_id!r}" if agent_id else ""),
-                hint="check the id with `memoryctl get ID`; nothing was forgotten",
-            )
-        done = self.stack.records.soft_delete(ids, agent_id=agent_id)
-        out = WriteOutcome(ids=list(done), updated=len(done))
-        self._settle(out, done, pending_ids=done)
-        return out
+        """Soft delete, all or nothing: hidden from every query path at once; purged later by reconcile."""
+        return self.writes.forget(ids, agent_id=agent_id)
 
     def sync(
         self, *, batch: int = 256, trigger: str | None = None, actor: str | None = None
@@ -279,100 +125,13 @@ class MemoryClient:
         (``trigger``/``actor``: the caller's, when the service runs it for someone else)."""
         with recorded_run(self.stack.runs, "sync", trigger=trigger, actor=actor) as rec:
             self.stack.records.retry_now()
-            report = self._deliver(None, batch=batch)
-            pending = self._pending(None)
+            report = self.writes.deliver(None, batch=batch)
+            pending = self.writes.pending(None)
             rec.counts = {**report.delivered, "pending": pending}
             if any(pending.values()):
                 rec.status = "partial"
                 rec.error = "; ".join(f"{t}: {e}" for t, e in report.failed.items()) or None
         return report, pending
-
-    def _deliver(
-        self,
-        ids: Sequence[uuid.UUID] | None,
-        *,
-        batch: int = 256,
-        targets: Sequence[str] = ("vector", "graph"),
-        backlog: int = 0,
-    ) -> DeliveryReport:
-        """Deliver ``ids`` (None: everything due); then, to each store that just took them, up to
-        ``backlog`` batches of what else is due (-1: all of it, deferred rows made due first).
-
-        The backlog is work a killed import or an earlier outage left behind: a store that works
-        again gets it from the next write, nobody has to know to run ``sync`` (issue 22, item 3).
-        """
-        vectors = self.stack.vectors() if "vector" in targets else None
-        graph = self.stack.graph() if "graph" in targets else None
-        usable = [t for t, store in (("vector", vectors), ("graph", graph)) if t in targets and store is not None]
-        deliverer = Deliverer(self.stack.records, vectors, graph, self.stack.embedder if vectors else None)
-        report = deliverer.deliver(
-            memory_ids=ids, batch=batch, targets=usable, wait_held_s=OWN_ROWS_WAIT_S if ids else None
-        )
-        working = [t for t in usable if t not in report.failed]
-        if ids is not None and backlog and working:
-            if backlog < 0:
-                self.stack.records.retry_now(working)
-            report.merge(deliverer.deliver(batch=batch, targets=working, max_batches=None if backlog < 0 else backlog))
-        for target in targets:
-            if target not in usable:
-                report.failed[target] = self.stack.unavailable.get(self.stack.store_names[target], "unavailable")
-        return report
-
-    @contextmanager
-    def _probe_if_slow(self, deliver: bool) -> Iterator[None]:
-        """In the budgeted path: a commit still running after ``PROBE_AFTER_S`` has the delivery
-        stores asked whether they answer (memoryctl/write_delivery.py says why)."""
-        if self.write_budget_s is None or not deliver:
-            yield
-            return
-        budget = self.write_budget_s
-        timer = threading.Timer(
-            PROBE_AFTER_S, lambda: self._write_delivery.probe(("vector", "graph"), self._ping, budget)
-        )
-        timer.daemon = True
-        timer.start()
-        try:
-            yield
-        finally:
-            timer.cancel()
-
-    def _ping(self, target: str) -> None:
-        store = self.stack.vectors() if target == "vector" else self.stack.graph()
-        if store is not None:
-            store.ping()
-
-    @cached_property
-    def _write_delivery(self) -> WriteDelivery:
-        return WriteDelivery(reset_s=self.settings.write.breaker_reset_s)
-
-    def _deliver_write(self, ids: Sequence[uuid.UUID]) -> DeliveryReport:
-        """A committed write's own delivery: in the service on the cluster profile both stores at
-        once within ``[write] delivery_budget_s`` (memoryctl/write_delivery.py says why), then a
-        batch of backlog each; elsewhere one store after the other, as long as it takes."""
-        if self.write_budget_s is None:
-            # One store after the other, each connection held only for its own delivery: with both
-            # at once a write holds two of the pool's connections, and the embedded service under 8
-            # clients starved its queries of connections ("postgres: no answer within 2.0s",
-            # tests/e2e/test_serve_load.py in the fresh-clone rehearsal).
-            return self._deliver(ids, backlog=BACKLOG_PER_WRITE)
-        # The budget is for a store that stopped answering, not for opening one: a store not open
-        # yet (the service's first write) opens here, bounded by its own timeouts.
-        self.stack.vectors()
-        self.stack.graph()
-        return self._write_delivery.run(
-            ("vector", "graph"),
-            own=lambda target: self._deliver(ids, targets=[target]),
-            backlog=lambda target: self._backlog(target, BACKLOG_PER_WRITE),
-            store_name=lambda target: self.stack.store_names[target],
-            budget_s=self.write_budget_s,
-        )
-
-    def _backlog(self, target: str, batches: int) -> DeliveryReport:
-        """Up to ``batches`` of what else is due to ``target``, which just took a write."""
-        vectors = self.stack.vectors() if target == "vector" else None
-        graph = self.stack.graph() if target == "graph" else None
-        deliverer = Deliverer(self.stack.records, vectors, graph, self.stack.embedder if vectors else None)
-        return deliverer.deliver(targets=[target], max_batches=batches)
 
     def set_aside(self, *, limit: int = 1000) -> list[dict[str, Any]]:
         """Outbox rows delivery set aside after they failed alone, oldest first, with their error."""
@@ -385,10 +144,6 @@ class MemoryClient:
     def drop_set_aside(self, rows: Sequence[int] | None = None) -> int:
         """Delete rows set aside (all, or these outbox row ids); how many."""
         return self.stack.records.drop_set_aside(rows)
-
-    def _pending(self, ids: Sequence[uuid.UUID] | None) -> dict[str, int]:
-        counts = self.stack.records.pending_count(ids)
-        return {self.stack.store_names[t]: counts.get(t, 0) for t in ("vector", "graph")}
 
     # ---- reads --------------------------------------------------------------------------------
     @cached_property

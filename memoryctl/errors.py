@@ -121,7 +121,7 @@ class StoreError(MemoryctlError):
 class BadRecord(StoreError):
     """The store answered that this data cannot be taken or read (a PostgreSQL data exception, a
     Qdrant 400, a Neo4j type or constraint error): retrying the same record cannot help, so the
-    outbox sets it aside instead of letting it hold back every other delivery (memoryctl.delivery).
+    outbox sets it aside instead of letting it hold back every other delivery (memoryctl.write.outbox).
     """
 
 

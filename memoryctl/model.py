@@ -438,3 +438,12 @@ def dedupe_entities(entities: Iterable[EntityRef], agent_id: str) -> list[Entity
     for e in entities:
         seen.setdefault(e.key(agent_id), e)
     return list(seen.values())
+
+
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    """An input line refused, and why: the JSONL importer's and the vocabulary's verdict on one
+    line of an import, which skips it and goes on (or, ``--strict``, refuses the file)."""
+
+    line: int
+    error: str

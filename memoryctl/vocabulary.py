@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from memoryctl.config import GraphSettings
 from memoryctl.errors import InputError
-from memoryctl.importer import BadLine
-from memoryctl.model import EntityRef, Memory
+from memoryctl.model import BadLine, EntityRef, Memory
 from memoryctl.query.spec import MemoryQuery
 
 MENTIONS = "MENTIONS"

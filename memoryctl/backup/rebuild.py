@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from memoryctl.delivery import graph_memory
 from memoryctl.ops.runs import recorded_run
+from memoryctl.write.outbox import graph_memory
 
 if TYPE_CHECKING:
     from memoryctl.stack import Stack

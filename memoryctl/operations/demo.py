@@ -22,9 +22,9 @@ AGENT = "demo"
 
 
 def run_demo(client: MemoryClient) -> dict[str, Any]:
-    from memoryctl.importer import memory_from_json
     from memoryctl.model import EntityRef, parse_datetime, parse_duration
     from memoryctl.query.spec import GraphFilter, MemoryQuery, Where, parse_since
+    from memoryctl.write.importer import memory_from_json
 
     lines = resources.files("memoryctl.samples").joinpath(SAMPLE).read_text().splitlines()
     records = [json.loads(line) for line in lines if line.strip()]

@@ -15,8 +15,9 @@ from memoryctl.errors import ExitCode, InputError
 from memoryctl.operations.reply import Reply
 
 if TYPE_CHECKING:
-    from memoryctl.client import MemoryClient, WriteOutcome
+    from memoryctl.client import MemoryClient
     from memoryctl.operations import Call
+    from memoryctl.write.pipeline import WriteOutcome
 
 
 def agent_of(client: MemoryClient, p: dict[str, Any]) -> str:
@@ -152,7 +153,7 @@ def import_(client: MemoryClient, call: Call) -> Reply:
         raise InputError(f"{p['file']} is not a readable file")
     advance = None
     if call.progress is not None:
-        from memoryctl.importer import count_lines
+        from memoryctl.write.importer import count_lines
 
         total, report = count_lines(upload), call.progress
         advance = lambda n: report("importing", n, total)  # noqa: E731

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from memoryctl.delivery import Deliverer, DeliveryReport
 from memoryctl.model import parse_duration
 from memoryctl.ops.needs import Stores
 from memoryctl.ops.pgstate import OpsState
@@ -40,6 +39,7 @@ from memoryctl.ops.streams import paged_join, record_key, row_key
 from memoryctl.stores import names
 from memoryctl.stores.protocols import GraphRecord, GraphStore, VectorRecord, VectorStore
 from memoryctl.stores.records import RecordStore
+from memoryctl.write.outbox import Deliverer, DeliveryReport
 
 if TYPE_CHECKING:
     from memoryctl.embed import Embedder

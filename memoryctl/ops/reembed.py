@@ -16,13 +16,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memoryctl.delivery import vector_point
 from memoryctl.errors import StoreError
 from memoryctl.model import Memory
 from memoryctl.ops.streams import paged_join, prefetch, record_key, row_key
 from memoryctl.stores import names
 from memoryctl.stores.protocols import VectorStore
 from memoryctl.stores.records import RecordStore
+from memoryctl.write.outbox import vector_point
 
 if TYPE_CHECKING:
     from memoryctl.embed import Embedder

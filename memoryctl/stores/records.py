@@ -368,7 +368,7 @@ class RecordStore:
             )
 
     def set_aside(self, failed: Sequence[tuple[OutboxItem, str]]) -> None:
-        """Take rows out of the queue, each with the error it failed with alone (``memoryctl.delivery``).
+        """Take rows out of the queue, each with the error it failed with alone (``memoryctl.write.outbox``).
 
         A row set aside is an outbox row due at ``infinity``: never claimed, not counted as
         pending, listed by ``set_aside_rows`` and put back (``retry_set_aside``) or dropped

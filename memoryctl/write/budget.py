@@ -21,9 +21,9 @@ pending, instead of after another budget.
 The budget is the service's: it answers agents that must not hang on a lost node, keeps the
 delivery that outlives the budget going in its daemon thread, and lives long enough for a breaker
 to matter. A one-shot command or a library call (a batch of 300 memories, a test's seed) delivers
-one store after the other as before (``MemoryClient._deliver_write``), bounded by each store's own
-timeouts, and reports what happened. Rows
-are delivered by idempotent upserts, so a late delivery racing a later one is harmless.
+one store after the other as before (``Writes._deliver_write`` in ``memoryctl/write/pipeline.py``),
+bounded by each store's own timeouts, and reports what happened. Rows are delivered by idempotent
+upserts, so a late delivery racing a later one is harmless.
 """
 
 from __future__ import annotations
@@ -31,21 +31,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from functools import partial
 
-from memoryctl.delivery import DeliveryReport
-from memoryctl.query.guard import Breaker
-
-
-@dataclass
-class _Run:
-    """One store's delivery in its thread: the write's own rows first, then any backlog."""
-
-    own_done: threading.Event = field(default_factory=threading.Event)
-    all_done: threading.Event = field(default_factory=threading.Event)
-    own: DeliveryReport | None = None
-    backlog: DeliveryReport | None = None
-    error: BaseException | None = None
+from memoryctl.deadline import Breaker, Breakers, Call, deadline_in
+from memoryctl.write.outbox import DeliveryReport
 
 
 class WriteDelivery:
@@ -53,49 +42,32 @@ class WriteDelivery:
 
     def __init__(self, *, reset_s: float) -> None:
         self.reset_s = reset_s
-        self._breakers: dict[str, Breaker] = {}
+        self._breakers = Breakers(failures_to_open=1, reset_s=reset_s)
         self._lock = threading.Lock()
         self._probing: set[str] = set()
 
     def breaker(self, target: str) -> Breaker:
-        with self._lock:
-            if target not in self._breakers:
-                self._breakers[target] = Breaker(failures_to_open=1, reset_s=self.reset_s)
-            return self._breakers[target]
+        return self._breakers[target]
 
-    def probe(self, targets: Sequence[str], ping: Callable[[str], object], timeout_s: float) -> list[threading.Thread]:
-        """Ask each target that is not being asked already whether it answers, each in a daemon
-        thread; a target whose ``ping`` fails, or does not answer within ``timeout_s``, has its
-        breaker opened. An answer changes nothing (a store that answers a ping may still fail a
-        delivery: only a delivery closes a breaker). Returns the threads (tests join them)."""
-        threads = []
+    def probe(self, targets: Sequence[str], ping: Callable[[str], object], timeout_s: float) -> list[Call[None]]:
+        """Ask each target that is not being asked already whether it answers, in the background;
+        a target whose ``ping`` fails, or does not answer within ``timeout_s``, has its breaker
+        opened. An answer changes nothing (a store that answers a ping may still fail a delivery:
+        only a delivery closes a breaker). Returns the probes (tests wait for them)."""
+        probes = []
         for target in targets:
             with self._lock:
                 if target in self._probing:
                     continue
                 self._probing.add(target)
-            thread = threading.Thread(
-                target=self._probe_one, args=(target, ping, timeout_s), daemon=True, name=f"probe-{target}"
-            )
-            thread.start()
-            threads.append(thread)
-        return threads
+            probes.append(Call(partial(self._probe_one, target, ping, timeout_s), name=f"probe-{target}"))
+        return probes
 
     def _probe_one(self, target: str, ping: Callable[[str], object], timeout_s: float) -> None:
-        answered = threading.Event()
-        failed: list[BaseException] = []
-
-        def ask() -> None:
-            try:
-                ping(target)
-            except Exception as exc:  # any failure to answer counts, as a failed delivery would
-                failed.append(exc)
-            finally:
-                answered.set()
-
-        threading.Thread(target=ask, daemon=True, name=f"ping-{target}").start()
         try:
-            if not answered.wait(timeout_s) or failed:
+            answer = Call(partial(ping, target), name=f"ping-{target}")
+            # Any failure to answer counts, as a failed delivery would.
+            if not answer.wait(timeout_s) or answer.error is not None:
                 self.breaker(target).record(False)
         finally:
             with self._lock:
@@ -118,9 +90,9 @@ class WriteDelivery:
         ``budget_s`` None: every store is waited for as long as it takes (its own timeouts bound it).
         """
         started = time.perf_counter()
-        deadline = None if budget_s is None else started + budget_s
+        deadline = deadline_in(budget_s)
         report = DeliveryReport()
-        runs: dict[str, _Run] = {}
+        runs: dict[str, tuple[Call[DeliveryReport], Call[DeliveryReport | None]]] = {}
         for target in targets:
             breaker = self.breaker(target)
             if not breaker.allow():
@@ -130,52 +102,35 @@ class WriteDelivery:
                     f" (a write tries again {self.reset_s:g} s after the failure; or `memoryctl sync`)"
                 )
                 continue
-            run = runs[target] = _Run()
-            threading.Thread(
-                target=_deliver, args=(run, target, own, backlog), daemon=True, name=f"deliver-{target}"
-            ).start()
-        for target, run in runs.items():
+            mine = Call(partial(own, target), name=f"deliver-{target}")
+            runs[target] = (mine, Call(partial(_backlog_after, mine, target, backlog), name=f"backlog-{target}"))
+        for target, (mine, _) in runs.items():
             breaker = self.breaker(target)
-            if not run.own_done.wait(_left(deadline)):
+            if not mine.wait_until(deadline):
                 breaker.record(False)
                 report.failed[target] = (
                     f"{store_name(target)} did not take it within {budget_s:g} s of the commit; the outbox delivers it"
                 )
                 continue
-            if run.error is not None:
-                raise run.error
-            assert run.own is not None
-            breaker.record(target not in run.own.failed)
-            report.merge(run.own)
-        for run in runs.values():
-            if run.own is not None and run.all_done.wait(_left(deadline)):
-                if run.backlog is not None:
-                    report.merge(run.backlog)
+            taken = mine.outcome()
+            breaker.record(target not in taken.failed)
+            report.merge(taken)
+        for mine, rest in runs.values():
+            if mine.done and mine.error is None and rest.wait_until(deadline) and rest.result is not None:
+                report.merge(rest.result)
         report.seconds = time.perf_counter() - started
         return report
 
 
-def _left(deadline: float | None) -> float | None:
-    return None if deadline is None else max(0.0, deadline - time.perf_counter())
-
-
-def _deliver(
-    run: _Run,
-    target: str,
-    own: Callable[[str], DeliveryReport],
-    backlog: Callable[[str], DeliveryReport] | None,
-) -> None:
+def _backlog_after(
+    own: Call[DeliveryReport], target: str, backlog: Callable[[str], DeliveryReport] | None
+) -> DeliveryReport | None:
+    """``backlog(target)`` once ``target`` took the write's own rows; None when it did not, or when
+    the backlog failed (it is other writes' rows: the outbox keeps them)."""
+    own.wait()
+    if backlog is None or own.error is not None or target in own.outcome().failed:
+        return None
     try:
-        run.own = own(target)
-    except BaseException as exc:  # handed to the waiting caller, which raises it
-        run.error = exc
-        return
-    finally:
-        run.own_done.set()
-    try:
-        if backlog is not None and target not in run.own.failed:
-            run.backlog = backlog(target)
-    except Exception:  # the backlog is other writes' rows: the outbox keeps them
-        run.backlog = None
-    finally:
-        run.all_done.set()
+        return backlog(target)
+    except Exception:
+        return None

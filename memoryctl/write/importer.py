@@ -15,13 +15,13 @@ import codecs
 import json
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from memoryctl.errors import InputError
 from memoryctl.model import (
     DEFAULT_KIND,
+    BadLine,
     EntityRef,
     Memory,
     Relation,
@@ -32,12 +32,6 @@ from memoryctl.model import (
 )
 
 ALLOWED_FIELDS = frozenset({"id", "agent_id", "text", "kind", "created_at", "entities", "relations", "metadata"})
-
-
-@dataclass(frozen=True, slots=True)
-class BadLine:
-    line: int
-    error: str
 
 
 def memory_from_json(obj: Any, *, default_agent: str) -> Memory:

@@ -19,8 +19,8 @@ import psycopg
 import pytest
 
 from memoryctl.client import MemoryClient
-from memoryctl.delivery import Deliverer
 from memoryctl.model import Memory
+from memoryctl.write.outbox import Deliverer
 
 pytestmark = pytest.mark.integration
 
@@ -66,8 +66,8 @@ def test_a_write_waits_for_its_rows_another_delivery_holds(cluster: MemoryClient
     backlog = threading.Thread(target=lambda: reports.append(other.deliver(targets=("graph",))))
     backlog.start()
     assert claimed.wait(10), "the other delivery never claimed the row"
-    report = cluster._deliver([memory.id], targets=("graph",))  # the write's own delivery
-    pending = cluster._pending([memory.id])  # what `add` answers from (exit 3 when not 0)
+    report = cluster.writes.deliver([memory.id], targets=("graph",))  # the write's own delivery
+    pending = cluster.writes.pending([memory.id])  # what `add` answers from (exit 3 when not 0)
     backlog.join(15)
     assert reports and reports[0].delivered["graph"] == 1
     assert report.failed == {}
@@ -79,12 +79,12 @@ def test_a_write_says_what_holds_its_rows_when_the_wait_runs_out(
     cluster: MemoryClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Held past the bound: an honest "pending" naming the holder, and the row still queued."""
-    monkeypatch.setattr("memoryctl.client.OWN_ROWS_WAIT_S", 0.2)
+    monkeypatch.setattr("memoryctl.write.pipeline.OWN_ROWS_WAIT_S", 0.2)
     memory = Memory(text="held for good", agent_id="stuck")
     cluster.add([memory], deliver=False)
     with cluster.stack.records.claim("graph", limit=10, memory_ids=[memory.id]) as items:
         assert [i.memory_id for i in items] == [memory.id]
-        report = cluster._deliver([memory.id], targets=("graph",))
+        report = cluster.writes.deliver([memory.id], targets=("graph",))
         items[:] = []  # this holder delivered nothing: the row stays
     assert "held by another delivery" in report.failed["graph"]
     assert cluster.stack.records.pending_count([memory.id]) == {"vector": 1, "graph": 1}

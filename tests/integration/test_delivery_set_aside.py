@@ -16,10 +16,10 @@ import psycopg
 import pytest
 
 from memoryctl.client import MemoryClient
-from memoryctl.delivery import Deliverer
 from memoryctl.errors import StoreError
 from memoryctl.health import prometheus
 from memoryctl.model import Memory
+from memoryctl.write.outbox import Deliverer
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from memoryctl.client import IMPORT_BATCH, MemoryClient
-from memoryctl.delivery import Deliverer, vector_point
+from memoryctl.client import MemoryClient
 from memoryctl.embed import make_embedder
 from memoryctl.errors import StoreError
 from memoryctl.health import check
@@ -33,6 +32,8 @@ from memoryctl.ops.reconcile import Reconciler, reconcile
 from memoryctl.ops.reembed import reembed_changed
 from memoryctl.stack import Stack
 from memoryctl.stores.protocols import GraphMemory
+from memoryctl.write.outbox import Deliverer, vector_point
+from memoryctl.write.pipeline import IMPORT_BATCH
 from tests.conftest import cluster_settings, write_cluster_config
 
 pytestmark = pytest.mark.integration

@@ -21,12 +21,12 @@ import pytest
 
 from memoryctl.client import MemoryClient
 from memoryctl.config import PostgresSettings
-from memoryctl.delivery import Deliverer
 from memoryctl.model import Memory
 from memoryctl.stack import postgres_pool
 from memoryctl.stores.pg import WriteInDoubt
 from memoryctl.stores.records import RecordStore
 from memoryctl.stores.schema import apply_schema
+from memoryctl.write.outbox import Deliverer
 from tests.pg_servers import Server, wait_until
 from tests.relay import BreakingRelay, close_both
 
@@ -207,7 +207,9 @@ def test_losing_postgres_after_the_commit_does_not_fail_the_write(
     what was pending, and the caller got exit 1 for a stored, searchable memory. Here the server
     terminates the sessions at that point; then once more right after the commit, before the
     delivery."""
-    monkeypatch.setattr(cluster, "_deliver_write", _then_sessions_terminated(cluster._deliver_write, pg_dsn))
+    monkeypatch.setattr(
+        cluster.writes, "_deliver_write", _then_sessions_terminated(cluster.writes._deliver_write, pg_dsn)
+    )
     first = Memory(text="the switchover happened right after this", agent_id="a1")
     outcome = cluster.add([first])
     monkeypatch.undo()

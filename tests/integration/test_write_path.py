@@ -331,7 +331,7 @@ def test_lexical_terms_follow_every_write(cluster: MemoryClient) -> None:
 def test_delivery_writes_each_batch_in_id_order(cluster: MemoryClient) -> None:
     """A vector store lists equal-score points in write order; the same data written in the same
     order answers the same query the same way, whatever order PostgreSQL returned the rows in."""
-    from memoryctl.delivery import Deliverer
+    from memoryctl.write.outbox import Deliverer
 
     class Recording:
         def __init__(self, inner: object) -> None:
@@ -373,7 +373,7 @@ def test_a_delivery_of_named_ids_waits_for_rows_another_delivery_holds(cluster: 
     import threading
     import time
 
-    from memoryctl.delivery import Deliverer, DeliveryReport
+    from memoryctl.write.outbox import Deliverer, DeliveryReport
 
     stack = cluster.stack
     mems = [Memory(id=uuid.uuid4(), agent_id="held", text=f"held memory {i}") for i in range(12)]

@@ -127,6 +127,18 @@ def test_no_cycle_between_subpackages() -> None:
     assert cycles(edges) == []
 
 
+def test_the_write_path_sits_between_the_stores_and_the_facade() -> None:
+    """memoryctl.write takes what it needs from the stack through a protocol (``WriteStores``), so
+    the maintenance operations (which deliver through ``write.outbox``) and the stack (which picks
+    the embedder through ``ops``) stay below it; the query engine and the write path do not know
+    each other; the facade, the operations and the service are above it."""
+    edges = graph(group=2)
+    above = {"memoryctl.client", "memoryctl.stack", "memoryctl.ops", "memoryctl.operations", "memoryctl.serve"}
+    assert edges["memoryctl.write"] and not edges["memoryctl.write"] & (above | {"memoryctl.query"})
+    assert "memoryctl.write" not in edges["memoryctl.query"]
+    assert "memoryctl.write" in edges["memoryctl.client"] and "memoryctl.write" in edges["memoryctl.ops"]
+
+
 def test_the_checker_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []

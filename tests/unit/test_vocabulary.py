@@ -9,8 +9,7 @@ import pytest
 
 from memoryctl.config import GraphSettings, load_settings
 from memoryctl.errors import ConfigError, InputError
-from memoryctl.importer import BadLine
-from memoryctl.model import EntityRef, Memory, MemoryRef, Relation
+from memoryctl.model import BadLine, EntityRef, Memory, MemoryRef, Relation
 from memoryctl.query.spec import GraphFilter, MemoryQuery
 from memoryctl.vocabulary import Vocabulary
 

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from memoryctl.delivery import DeliveryReport
 from memoryctl.errors import StoreUnavailable
-from memoryctl.write_delivery import WriteDelivery
+from memoryctl.write.budget import WriteDelivery
+from memoryctl.write.outbox import DeliveryReport
 
 # Only for a delivery that hangs when the code under test is broken: generous, never a measure.
 HANG_GUARD_S = 30.0
@@ -177,8 +177,8 @@ def test_a_probe_opens_the_breaker_of_a_store_that_does_not_answer_and_only_of_t
             release.wait(30)  # a lost node: no answer
 
     writes = WriteDelivery(reset_s=3600)
-    for thread in writes.probe(("vector", "graph"), ping, timeout_s=0.2):
-        thread.join(5)
+    for probe in writes.probe(("vector", "graph"), ping, timeout_s=0.2):
+        probe.wait(5)
     assert writes.breaker("graph").state == "open" and writes.breaker("vector").state == "closed"
 
     calls: list[str] = []
@@ -198,8 +198,8 @@ def test_a_probe_that_fails_opens_the_breaker_and_one_in_flight_is_not_started_t
         raise StoreUnavailable("neo4j", "connection refused")
 
     writes = WriteDelivery(reset_s=3600)
-    for thread in writes.probe(("graph",), refused, timeout_s=5):
-        thread.join(5)
+    for probe in writes.probe(("graph",), refused, timeout_s=5):
+        probe.wait(5)
     assert writes.breaker("graph").state == "open"
 
     release = threading.Event()
@@ -213,6 +213,6 @@ def test_a_probe_that_fails_opens_the_breaker_and_one_in_flight_is_not_started_t
     first = again.probe(("vector",), hanging, timeout_s=5)
     assert again.probe(("vector",), hanging, timeout_s=5) == []  # still asking: not asked twice
     release.set()
-    for thread in first:
-        thread.join(5)
+    for probe in first:
+        probe.wait(5)
     assert asked == ["vector"] and again.breaker("vector").state == "closed"
