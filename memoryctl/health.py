@@ -11,14 +11,15 @@ source of truth — is down or does not answer in time; degraded (exit 3) when i
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from memoryctl._version import __version__
+from memoryctl.deadline import Call, deadline_in
 from memoryctl.errors import ExitCode, MemoryctlError
 from memoryctl.health_nightly import nightly_probe
 from memoryctl.health_pg import (
@@ -72,11 +73,12 @@ class HealthReport:
 
 
 def run_probes(probes: dict[str, Probe], deadline_s: float) -> HealthReport:
+    """Every probe at once, each in a daemon thread; one that has not answered by the deadline is
+    reported as timed out (and goes on in its thread)."""
     report = HealthReport()
-    results: dict[str, dict[str, Any]] = {}
     started = time.perf_counter()
 
-    def call(name: str, probe: Probe) -> None:
+    def call(probe: Probe) -> dict[str, Any]:
         t0 = time.perf_counter()
         try:
             res = probe()
@@ -86,18 +88,21 @@ def run_probes(probes: dict[str, Probe], deadline_s: float) -> HealthReport:
         except Exception as exc:  # a probe must never take the command down
             res = {"status": "down", "error": f"{type(exc).__name__}: {exc}"}
         res["latency_ms"] = round((time.perf_counter() - t0) * 1000, 1)
-        results[name] = res
+        return res
 
-    threads = {n: threading.Thread(target=call, args=(n, p), daemon=True, name=f"probe-{n}") for n, p in probes.items()}
-    for t in threads.values():
-        t.start()
-    for name, t in threads.items():
-        t.join(max(0.0, deadline_s - (time.perf_counter() - started)))
-        report.components[name] = results.get(name) or {
-            "status": "timeout",
-            "error": f"no answer within {deadline_s:.1f}s",
-            "latency_ms": round(deadline_s * 1000, 1),
-        }
+    deadline = deadline_in(deadline_s)
+    running = [(n, Call(partial(call, p), name=f"probe-{n}")) for n, p in probes.items()]
+    for name, probe in running:
+        answered = probe.wait_until(deadline) and probe.error is None
+        report.components[name] = (
+            probe.outcome()
+            if answered
+            else {
+                "status": "timeout",
+                "error": f"no answer within {deadline_s:.1f}s",
+                "latency_ms": round(deadline_s * 1000, 1),
+            }
+        )
     report.seconds = time.perf_counter() - started
     return report
 

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-import time
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memoryctl.deadline import Call, deadline_in
 from memoryctl.errors import MemoryctlError
 
 if TYPE_CHECKING:
@@ -99,12 +99,8 @@ def nightly_probe(stack: Stack, *, timeout_s: float) -> dict[str, Any]:
     time, what is served)."""
     from memoryctl.ops.pgstate import OpsState
 
-    asked = time.monotonic()
-    answer: dict[str, Any] = {}
-    vllm = threading.Thread(
-        target=lambda: answer.update(_served_generation(stack, timeout_s)), daemon=True, name="nightly-vllm"
-    )
-    vllm.start()
+    deadline = deadline_in(timeout_s)
+    vllm = Call(partial(_served_generation, stack, timeout_s), name="nightly-vllm")
     last = stack.runs.last_with_details("nightly")
     try:
         recorded = OpsState(stack.pool).active_embedding()
@@ -123,8 +119,7 @@ def nightly_probe(stack: Stack, *, timeout_s: float) -> dict[str, Any]:
             last_night_status=last["status"],
             last_night_at=started.isoformat(timespec="seconds"),
         )
-    vllm.join(max(0.0, timeout_s - (time.monotonic() - asked)))
-    served = dict(answer) if not vllm.is_alive() else {}
+    served = dict(vllm.result or {}) if vllm.wait_until(deadline) else {}
     if not served:
         served = {"generation_adapter": None, "generation_note": f"vLLM did not answer within {timeout_s:g} s"}
     loaded = served.pop("loaded_adapters", None)

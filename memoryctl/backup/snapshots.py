@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from memoryctl.backup.qdrant import QdrantSnapshots
 from memoryctl.backup.target import MANIFEST, BackupError, SnapshotTarget, make_target
+from memoryctl.deadline import poll_until
 from memoryctl.diskspace import cleaned_up
 from memoryctl.errors import ConfigError, StoreError
 from memoryctl.ops.runs import recorded_run
@@ -181,35 +182,30 @@ def restore_qdrant(stack: Stack, *, name: str | None = None) -> dict[str, Any]:
 
 def _active_replicas(api: QdrantSnapshots, collection: str, wait_s: float = 60.0) -> dict[int, list[str]]:
     """The replicas of a collection just created on a cluster take a moment to become active."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return api.replicas(collection)
-        except StoreError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)
+    polled = poll_until(
+        lambda: api.replicas(collection), ready=lambda _: True, timeout_s=wait_s, interval_s=1.0, retry_on=(StoreError,)
+    )
+    if polled.error is not None:
+        raise polled.error
+    return polled.value or {}
 
 
 def _settled(api: QdrantSnapshots, collection: str, placement: dict[int, list[str]], wait_s: float = 120.0) -> None:
     """Every replica active again. A snapshot uploaded with ``priority=snapshot`` to one replica
     makes the cluster mark the shard's other replicas out of date until they have caught up, and
     until then a read of the collection fails ("does not have enough active replicas")."""
-    deadline = time.monotonic() + wait_s
     want = {shard: sorted(peers) for shard, peers in placement.items()}
-    while True:
-        try:
-            now = {shard: sorted(peers) for shard, peers in api.replicas(collection).items()}
-        except StoreError:
-            now = {}
-        if now == want:
-            return
-        if time.monotonic() > deadline:
-            raise BackupError(
-                f"{collection}: replicas not all active {wait_s:.0f} s after the restore (now {now}, want {want})",
-                hint="check `memoryctl health` (Qdrant cluster status), then run the restore again",
-            )
-        time.sleep(1.0)
+
+    def now() -> dict[int, list[str]]:
+        return {shard: sorted(peers) for shard, peers in api.replicas(collection).items()}
+
+    polled = poll_until(now, ready=want.__eq__, timeout_s=wait_s, interval_s=1.0, retry_on=(StoreError,))
+    if not polled.ok:
+        raise BackupError(
+            f"{collection}: replicas not all active {wait_s:.0f} s after the restore (now {polled.value or {}},"
+            f" want {want})",
+            hint="check `memoryctl health` (Qdrant cluster status), then run the restore again",
+        )
 
 
 def _restore_all(stack: Stack, api: QdrantSnapshots, local: Path, manifest: dict[str, Any]) -> dict[str, int]:

@@ -23,11 +23,11 @@ loaded, never a stale one.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 from memoryctl.config import EmbedderSettings, EmbeddingSlot, Settings
+from memoryctl.deadline import poll_until
 from memoryctl.errors import ConfigError, StoreError
 from memoryctl.ops.gpu_pause import PauseFailed, run_unit_command
 from memoryctl.vllm import VLLMClient
@@ -67,20 +67,20 @@ def wait_until_served(settings: Settings, url: str, name: str, interval_s: float
     """Poll ``/v1/models`` until ``name`` is served; the seconds it took, or PauseFailed."""
     deadline_s = settings.nightly.vllm_ready_s
     api_key = settings.embedder.api_key.get_secret_value() if settings.embedder.api_key else None
-    t0 = time.monotonic()
     with VLLMClient(url, api_key=api_key, settings="embedder", timeout_s=5.0) as client:
-        while True:
-            try:
-                if name in {m.id for m in client.models(retry=False).base}:
-                    return time.monotonic() - t0
-            except StoreError:
-                pass  # restarting: not listening yet
-            if time.monotonic() - t0 > deadline_s:
-                raise PauseFailed(
-                    f"the embedding server at {url} does not serve {name!r} {deadline_s:.0f} s after its restart",
-                    hint="check the slot unit's log; raise [nightly] vllm_ready_s if it is only slow",
-                )
-            time.sleep(interval_s)
+        # A StoreError is a server restarting: not listening yet.
+        polled = poll_until(
+            lambda: name in {m.id for m in client.models(retry=False).base},
+            timeout_s=deadline_s,
+            interval_s=interval_s,
+            retry_on=(StoreError,),
+        )
+    if not polled.ok:
+        raise PauseFailed(
+            f"the embedding server at {url} does not serve {name!r} {deadline_s:.0f} s after its restart",
+            hint="check the slot unit's log; raise [nightly] vllm_ready_s if it is only slow",
+        )
+    return polled.seconds
 
 
 def serve_on_idle_slot(

@@ -21,13 +21,13 @@ Without ``pause_units`` (the default; a GPU with room for both) nothing is stopp
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 from memoryctl.config import Settings
+from memoryctl.deadline import poll_until
 from memoryctl.errors import MemoryctlError, StoreError
 from memoryctl.vllm import VLLMClient
 
@@ -58,19 +58,16 @@ def run_unit_command(settings: Settings, verb: str, units: list[str]) -> None:
 
 def wait_until_ready(client: VLLMClient, deadline_s: float, interval_s: float = 1.0) -> float:
     """Poll ``/health`` until vLLM answers 200; the seconds it took, or PauseFailed at the deadline."""
-    t0 = time.monotonic()
-    while True:
-        try:
-            if client.health(timeout_s=5.0):
-                return time.monotonic() - t0
-        except StoreError:
-            pass  # not listening yet
-        if time.monotonic() - t0 > deadline_s:
-            raise PauseFailed(
-                f"vLLM at {client.url} did not answer /health within {deadline_s:.0f} s after its start",
-                hint="see `journalctl -u vllm@generate`; raise [nightly] vllm_ready_s if it is only slow",
-            )
-        time.sleep(interval_s)
+    # A StoreError is a server not listening yet.
+    polled = poll_until(
+        lambda: client.health(timeout_s=5.0), timeout_s=deadline_s, interval_s=interval_s, retry_on=(StoreError,)
+    )
+    if not polled.ok:
+        raise PauseFailed(
+            f"vLLM at {client.url} did not answer /health within {deadline_s:.0f} s after its start",
+            hint="see `journalctl -u vllm@generate`; raise [nightly] vllm_ready_s if it is only slow",
+        )
+    return polled.seconds
 
 
 @contextmanager

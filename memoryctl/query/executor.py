@@ -13,12 +13,13 @@ What the candidates' scores become is the ranking's business (``memoryctl.query.
 from __future__ import annotations
 
 import dataclasses
-import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import assert_never
 
+from memoryctl.deadline import Call
 from memoryctl.errors import MemoryctlError
 from memoryctl.query.calls import Leg, StoreCalls
 from memoryctl.query.fusion import RRF_K, LegScale, relevance, rrf, text_scales
@@ -122,11 +123,12 @@ def _any_of(shape: AnyOf, calls: StoreCalls) -> Ranked:
             legs[name] = []
             calls.ctx.note(f"{name} leg failed: {exc.message}")
 
-    threads = [threading.Thread(target=run_leg, args=leg, daemon=True) for leg in shape.legs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    # No deadline of their own: each store call of a leg is under its store's timeout. A leg's
+    # store failure is a note (run_leg); anything else is a bug, raised here rather than lost.
+    running = [Call(partial(run_leg, *leg), name=f"leg-{leg[0]}") for leg in shape.legs]
+    for leg_call in running:
+        leg_call.wait()
+        leg_call.outcome()
     for name, _ in shape.legs:
         calls.ctx.steps.extend(leg_calls[name].ctx.steps)
     fused = rrf({name: [i for i, _ in res] for name, res in legs.items()}, membership=frozenset({"graph", "where"}))
