@@ -78,6 +78,11 @@ class InProcessModel:
     def batch_size(self) -> int:
         return self._batch_size
 
+    def load(self) -> None:
+        """Load the model now, if it is not loaded yet (seconds, once per process): the query loads
+        it before its embedding runs under the query's timeout."""
+        return None
+
     def informative(self, text: str) -> bool:
         return has_content(text)
 

@@ -100,6 +100,9 @@ class LocalE5Embedder(InProcessModel):
     def __init__(self, *, batch_size: int = 64, model_id: str | None = None) -> None:
         super().__init__(EmbeddingModelInfo(model_id=model_id or default_model_id(), dim=E5_DIM), batch_size)
 
+    def load(self) -> None:
+        _get_engine()
+
     def _passages(self, batch: list[str]) -> Any:
         return np.concatenate(map_parts(_get_engine().passage, batch), axis=0)
 

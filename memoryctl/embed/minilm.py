@@ -124,6 +124,9 @@ class MiniLMEmbedder(InProcessModel):
         model = _models.get(self._checksum)
         return model if model is not None else _load(self._adapter, self._checksum)
 
+    def load(self) -> None:
+        self._model()
+
     def _run(self, batch: list[str]) -> Any:
         return self._model().encode(
             batch,

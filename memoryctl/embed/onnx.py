@@ -142,6 +142,9 @@ class OnnxMiniLMEmbedder(InProcessModel):
         row: FloatArray = finish_vectors(_encode([clean_text(text)]), 1, ONNX_DIM, who="all-MiniLM-L6-v2 (onnx)")[0]
         return row
 
+    def load(self) -> None:
+        _load()
+
     def informative(self, text: str) -> bool:
         """Whether WordPiece finds a token of its vocabulary in ``text`` (emoji, and the characters
         it has no piece for, are [UNK]: "🎉" and "😀" are the same input to the model)."""

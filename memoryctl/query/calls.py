@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from memoryctl.embed.base import STORE as EMBEDDER
+from memoryctl.embed.base import InProcessModel
 from memoryctl.errors import MemoryctlError, StoreUnavailable
 from memoryctl.query import dense_question
 from memoryctl.query.context import QueryContext, Running
@@ -232,8 +234,7 @@ class StoreCalls:
         (``query/dense_question.py``); None when the model sees nothing in it (only emoji or
         characters it has no token for: every such text is the same vector, which would score
         cosine 1.0 against any memory of only such characters), and the dense leg then has nothing
-        to rank by. Not under the store timeout: a local model's first call loads it (seconds, once
-        per process), and the http embedder enforces its own timeout and retries."""
+        to rank by."""
         if stage.without_names not in self._embedded:
             self._embedded[stage.without_names] = self._embed_now(stage, embedder)
         return self._embedded[stage.without_names]
@@ -251,8 +252,13 @@ class StoreCalls:
                 " characters): the dense leg did not rank"
             )
             return None
-        with self.ctx.step("embed.query", "embedder", detail):
-            vector: list[float] = embedder.embed_query(text).tolist()
+        if isinstance(embedder, InProcessModel):
+            embedder.load()  # the first query of a process loads the model: not charged to the timeout
+        with self.ctx.step("embed.query", EMBEDDER, detail):
+            # Under the timeout and breaker a store has: an embedder that does not answer (a lost
+            # GPU node: the http embedder's own timeout and retries add up to minutes) costs the
+            # query its timeout, and the dense leg degrades to the lexical one.
+            vector: list[float] = self.ctx.guard.call(EMBEDDER, lambda: embedder.embed_query(text).tolist())
             return vector
 
     def _without_names(self, text: str) -> str:

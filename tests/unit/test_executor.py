@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import socket
+import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from memoryctl.deadline import Call
+from memoryctl.embed import Embedder, HttpEmbedder
 from memoryctl.errors import StoreError, StoreUnavailable
 from memoryctl.model import EntityRef, Memory
 from memoryctl.query.calls import settled, settled_search
@@ -52,7 +56,14 @@ class Stack:
     """The fakes an engine is built from, and the engine."""
 
     def __init__(
-        self, world: World, *, graph: FakeGraph | None = None, vectors: FakeVectors | None = None, **options: int
+        self,
+        world: World,
+        *,
+        graph: FakeGraph | None = None,
+        vectors: FakeVectors | None = None,
+        embedder: Embedder = EMBEDDER,
+        guard: Guard | None = None,
+        **options: int,
     ) -> None:
         self.world = world
         self.rows, self.relational = FakeRows(world), FakeRelational(world)
@@ -65,8 +76,8 @@ class Stack:
             self.relational,
             vectors=lambda: self.vectors if self.vectors_up else None,
             graph=lambda: self.graph if self.graph_up else None,
-            embedder=lambda: EMBEDDER,
-            guard=Guard(timeout_s=5.0),
+            embedder=lambda: embedder,
+            guard=guard or Guard(timeout_s=5.0),
             unavailable={"qdrant": "refused", "neo4j": "refused"},
             recalls=self.recalls,
             options=PlanOptions(**options),
@@ -215,6 +226,68 @@ def test_vector_store_down_falls_back_to_full_text(world: World) -> None:
     assert dense.hits and "fallback.lexical" in [st.name for st in dense.steps]  # asked for now
     raw = s.engine.run(MemoryQuery(vector=EMBEDDER.embed_query("rollback").tolist(), agent_id="a"))
     assert raw.hits == [] and any("raw vector" in n for n in raw.notes)
+
+
+class SilentServer:
+    """A TCP server on loopback that accepts every connection and never answers (a lost GPU node
+    whose kernel still takes the connection): it counts the connections it took."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True, name="silent-server").start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:  # closed
+                return
+            self.held.append(conn)
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.fixture
+def silent() -> Iterator[SilentServer]:
+    server = SilentServer()
+    yield server
+    server.close()
+
+
+# Only for a query that hangs when the code under test is broken: generous, never a measure, and
+# shorter than the http embedder's own 30 s timeout (its default), which the query must not wait out.
+QUERY_HANG_GUARD_S = 20.0
+
+
+def test_an_embedder_that_never_answers_costs_the_query_its_store_timeout(world: World, silent: SilentServer) -> None:
+    """The question's embedding runs under the store timeout and breaker like a store call: the
+    http embedder's own timeout and retries (30 s, 3 retries: about two minutes) are not waited
+    out; the dense leg degrades to the lexical one, with the reason."""
+    embedder = HttpEmbedder(silent.url, "silent-model", dim=64)  # the defaults: timeout 30 s, 3 retries
+    s = Stack(world, embedder=embedder, guard=Guard(timeout_s=1.0, failures=1, reset_s=3600))
+    try:
+        query = Call(lambda: s.engine.run(MemoryQuery(text="rollback payments", agent_id="a")), name="query")
+        assert query.wait(QUERY_HANG_GUARD_S), "the query waited for the embedder's own timeout"
+        r = query.outcome()
+        assert len(silent.held) == 1  # answered while the embedder's first attempt still waits
+        assert r.degraded == ["qdrant"]
+        assert any("embedder: no answer within 1.0s" in n and "lexical leg alone" in n for n in r.notes), r.notes
+        embedded = next(st for st in r.steps if st.name == "embed.query")
+        assert embedded.status == "failed" and embedded.store == "embedder"
+        assert texts(r)[:2] == ["alice rollback of payments finished", "alice started the rollback of payments"]
+
+        # The breaker opened: the next query does not ask the embedder, and says why.
+        again = Call(lambda: s.engine.run(MemoryQuery(text="rollback payments", agent_id="a")), name="query")
+        assert again.wait(QUERY_HANG_GUARD_S)
+        assert len(silent.held) == 1 and again.outcome().degraded == ["qdrant"]
+        assert any("circuit breaker open" in n for n in again.outcome().notes)
+    finally:
+        embedder.close()
 
 
 def test_lexical_leg_failure_degrades_to_the_dense_leg(world: World) -> None:
