@@ -216,8 +216,8 @@ def convert(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 
 def test_conversion_kept_the_single_servers_data(ha: dict[str, Any]) -> None:
-    if not ha:  # MEMORYCTL_DEPLOY_REUSE: nothing was converted in this session
-        return
+    if not ha:  # says so instead of passing: only MEMORYCTL_DEPLOY_REUSE gets here (CI never sets it)
+        pytest.skip("MEMORYCTL_DEPLOY_REUSE=1: no conversion ran in this session, nothing to compare")
     assert ha["after"] == ha["before"] and ha["before"]["memories"] > 1000, ha
 
 

@@ -276,7 +276,11 @@ def test_forget_hides_at_once_and_purge_removes_everywhere(cluster: MemoryClient
     hits = cluster.query(text="rollback", agent_id="a1").hits
     assert [h.id for h in hits] == [keep]
     vec = cluster.stack.require_vectors()
-    assert vec.count() == 2  # soft: still there, flagged deleted
+    assert vec.count() == 2  # soft: still there, flagged deleted in both stores (the outbox delivered it)
+    flagged = {r.id: r.deleted for page in vec.scroll(agent_id="a1") for r in page}
+    assert flagged == {keep: False, drop: True}
+    in_graph = {r.id: r.deleted for page in cluster.stack.require_graph().scroll(agent_id="a1") for r in page}
+    assert in_graph == {keep: False, drop: True}
     assert cluster.stack.records.purge([drop]) == [drop]
     cluster.sync()
     assert counts(cluster) == {"postgres": 1, "qdrant": 1, "neo4j": 1}
