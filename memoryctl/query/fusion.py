@@ -10,14 +10,9 @@ the scoring function. A candidate one leg did not return gets that leg's floor, 
 what it would score: the lowest score the leg returned (lexical: 0, no shared word, when the leg
 returned fewer hits than its depth, see ``text_scales``).
 The legs are averaged with equal weights: standardised legs are exchangeable, and unequal weights
-would be a constant tuned to one data set (0.4/0.6 were within noise of 0.5 on both families of
-``benchmarks/recall.py``; so was weighting the lexical leg by the share of the question's word
-weight its best match covers: recall@10 +0.011 / +0.007 / +0.006 on dev / test / general, -0.016
-on ci). Fetching a leg deeper than ``plan.depth`` (30 for ten hits) did not hold on every split
-either: 60 dense candidates raised recall@10 on dev and general and lowered hit@5 and MRR on test;
-the whole conversation cost 0.1 recall@10 on the life family (the z-scores depend on how the
-union is made up), and the true cosine of every lexical candidate instead of the floor lowered
-recall@10 on test and general.
+would be a constant tuned to one data set. Each leg is read ``plan.depth`` deep (30 for ten hits).
+The weightings and depths measured against these: docs/retrieval.md, "Measured when each rule
+was built".
 
 Two corrections keep a standardised leg from claiming more than its scores say:
 
@@ -25,17 +20,15 @@ Two corrections keep a standardised leg from claiming more than its scores say:
   taken as at least ``ln 2``, the weight of a word that half the candidates contain (one bit):
   a question whose only matching word is a name every candidate shares gives scores a few
   thousandths apart, which a plain z-score turned into ±1 standard deviation, the same vote as a
-  rare word. Measured on benchmarks/recall.py: where the lexical leg's best match shares no word
-  worth a bit, the plain z-score cost MRR 0.40 -> 0.32 (dev), 0.58 -> 0.40 (test), 0.27 -> 0.19
-  (work family) against the dense leg alone.
+  rare word.
 - **A soft clip**, ``Z_CLIP * tanh(z / Z_CLIP)``: bounded like the former hard clip to ±3, so no
   leg outvotes the other on one outlier, but strictly increasing, so two candidates that both
   stand out keep their order instead of tying at the clip (where the tie then went to whichever
   leg listed first, or to the newer memory).
 
-Min-max normalisation was rejected: it gives a leg's best hit 1.0 however weak it is; z-scores of
-a flat leg stay near 0. Reciprocal rank fusion uses ranks only and was measured worse on every
-split (recall@10 -0.03 to -0.06 on the life family): it throws away how far apart the scores are.
+Not min-max normalisation: it gives a leg's best hit 1.0 however weak it is; z-scores of a flat
+leg stay near 0. Not reciprocal rank fusion for the text legs: it uses ranks only and throws away
+how far apart the scores are (what it measured at: docs/retrieval.md).
 
 **Entities the question names.** Over the candidates being ranked (hydrated, so their entities
 are known), a third leg: whether the memory mentions an entity whose name the question says as
@@ -44,8 +37,7 @@ others (with a membership's spread, see ``MEMBERSHIP_SPREAD``) and averaged in a
 vote, so it reorders only within what the text legs found. The lexical leg already matches names
 as words, but a name shared by a third of the scope weighs about one nat there, against four to
 eight for a rare content word: a reply by someone else that repeats the rare words outranked the
-named person's own turn. Measured on benchmarks/recall.py (default, recall@10 / hit@5): dev
-.711/.656 -> .725/.687, test .731/.694 -> .742/.717, general .540/.450 -> .572/.526. Only when the
+named person's own turn. Only when the
 question names some but not all of the candidates' entities; otherwise the relevance is left as
 the text legs made it.
 
@@ -59,13 +51,11 @@ newest candidate (so the order does not depend on when the query runs). The rece
 ranks first, however old; among memories within that band, the newer wins. The band is in units of
 the query's own spread because relevance (a mean of soft-clipped z-scores) has no fixed scale: its
 spread shrinks when the legs disagree, and a fixed band was a larger share of it exactly there.
-The previous multiplier, ``score * 0.5 ** (age / half_life)``, let a five-day-older answer lose to
-anything newer, because cosine scores differ by a few hundredths while the decay halved every month.
-Even bounded, a 30-day preference was no gain where the evidence is spread over months: on
-benchmarks/recall.py (dev, test, general, ci) it changed the outcome of 14 of 833 questions
-(recall@10 or the rank of the first evidence turn), 7 better and 7 worse (general: hit@5 0.550 ->
-0.542), so it is not the default. Exactly equal scores go to the newer memory, then the lower id,
-with or without a half-life (``ranking.order``).
+The term is added, not multiplied into the score: cosine scores differ by a few hundredths, so a
+multiplier halving every month let an older answer lose to anything newer. It is not the default:
+a preference for newer memories was no gain where the evidence is spread over months
+(docs/retrieval.md, "Relevance ranks; recency is opt-in"). Exactly equal scores go to the newer
+memory, then the lower id, with or without a half-life (``ranking.order``).
 
 **``or`` queries: reciprocal rank fusion (RRF)** across legs (text, graph, where): their scores
 are not on one scale (a hop count, a match) and RRF uses ranks only (k = 60, Cormack et al.
@@ -85,10 +75,8 @@ from datetime import datetime, timedelta
 RRF_K = 60
 Z_CLIP = 3.0
 # In standard deviations of relevance over the query's candidates: the largest gap recency may
-# close. A tie-breaker among near-equal relevance (near-duplicates, a fact restated): on
-# benchmarks/recall.py a band of 0.25 cost 0.01-0.02 recall@10 and 0.1 up to 0.01 (memories a tenth
-# of a deviation apart are not "equally relevant" yet), where evidence is spread over months and the
-# newer is not the answer.
+# close. A tie-breaker among near-equal relevance (near-duplicates, a fact restated); wider bands
+# measured: docs/retrieval.md.
 RECENCY_WEIGHT = 0.05
 
 
@@ -114,9 +102,7 @@ def text_scales(legs: Mapping[str, Sequence[object]], depth: int) -> dict[str, L
     """``TEXT_LEGS`` for these legs: a lexical leg that returned ``depth`` hits was cut there, so a
     candidate it did not return may share words too and scores at most its lowest hit, like the
     dense leg's floor. Taking 0 for those (a speaker's name, shared by half the scope, lifts every
-    memory above 0) sank every candidate only the dense leg found. Measured on benchmarks/recall.py
-    (default, recall@10 / hit@5 / MRR): dev .725/.687/.529 -> .711/.696/.539, test .742/.717/.523 ->
-    .742/.733/.539, general .572/.526/.419 -> .613/.542/.443."""
+    memory above 0) sank every candidate only the dense leg found (docs/retrieval.md)."""
     if len(legs.get("lexical", ())) < depth:
         return TEXT_LEGS
     return {**TEXT_LEGS, "lexical": LegScale(None, TEXT_LEGS["lexical"].min_spread)}

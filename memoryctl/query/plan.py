@@ -11,7 +11,7 @@ stages it runs) and the ``ranking`` rule that orders its hydrated candidates (``
 ``ByFusedRank``, ``NewestFirst``, applied by ``memoryctl.query.ranking``). The executor matches on
 the shape's class and the ranking on the rule's; neither guesses either from what is empty.
 
-Plan shapes (the README's "Query engine" table):
+Plan shapes (docs/retrieval.md, "Plan shapes"):
 
 - ``vector`` (``VectorSearch``): text (+ where/time) → one vector search with everything the payload holds pushed
   into its filter, and in parallel the lexical search in PostgreSQL under the same scope; the two
@@ -164,7 +164,7 @@ class PostgresFilter:
     tag: str | None = None
 
 
-# ---- the shapes: one class per row of the README's "Query engine" table ------------------------
+# ---- the shapes: one class per row of docs/retrieval.md's "Plan shapes" table ------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,11 +375,8 @@ def asks_for_a_list(text: str) -> bool:
     asked again; only the hydration reads more ids.
 
     General: the cue is the question's grammar, not a benchmark's wording, and a list question
-    is the one whose answers compete for the top 10 with each other. On LoCoMo (all eight
-    conversations, 152 of 1,305 questions are list questions) recall@10 0.794 -> 0.795, multi-hop
-    0.487 -> 0.493, 5 questions better and none worse; on the generator (default) one question
-    better on test (0.936 -> 0.938), dev, general and ci unchanged (issue 27, session 7). The whole
-    union for every question cost the generator (dev recall@10 -0.002, ci hit@1 -0.010; session 6)."""
+    is the one whose answers compete for the top 10 with each other (what it was measured at, and
+    the whole union for every question: docs/retrieval.md, "List questions")."""
     for m in _LIST_CUE.finditer(text):
         word = m.group(1).casefold()
         if word in ("are", "were"):

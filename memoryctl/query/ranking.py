@@ -148,10 +148,8 @@ def _in_context(live: Scored, turns: Turns) -> Scored:
     what is about her, and the other party's reply after her turn ("wow, that's great!") is context,
     not an answer. Lifted anyway, such replies took a place in the top 10 for each of her turns,
     and a question whose answer is spread over several of her turns (a list: "What European
-    countries has Maria been to?") lost the second half of its answers. On LoCoMo (all 8, recall@10
-    / hit@5) 0.788 / 0.789 -> 0.794 / 0.795, multi-hop 0.478 -> 0.487 (10 better, 3 worse),
-    single-hop 0.936 unchanged; on benchmarks/recall.py (its "detail" turn is the named speaker's)
-    dev 0.952 -> 0.956, test 0.928 -> 0.936, general 0.743 unchanged (issue 27, session 5)."""
+    countries has Maria been to?") lost the second half of its answers (measured:
+    docs/retrieval.md, "Conversational context")."""
     if not turns.before:
         return live
     lifted = in_context({m.id: s["relevance"] for m, s in live}, turns.before)

@@ -123,10 +123,8 @@ class RelationalQueries:
         candidate ids), in the same SQL; ranked and planned as ``query/lexical.py`` says. BM25-style
         with term presence: the sum of each matched word's inverse document frequency over the
         memories in scope. A speaker's name, a word of every turn that person said, so weighs what
-        it tells: about ln 2 when two people talk, more among three. Counted among the memories
-        that match any word instead (most of which match on the name), it weighed next to nothing,
-        and the same words said by two people tied whoever the question named
-        (benchmarks/recall.py, general family: recall@10 0.507 -> 0.536).
+        it tells: about ln 2 when two people talk, more among three (counted among the memories
+        that match any word instead, it weighed next to nothing: docs/retrieval.md).
 
         The graph's candidate ``ids`` choose which memories are returned, not the word statistics:
         a memory scores the same whether the graph's candidates were known first (graph-first) or

@@ -15,23 +15,16 @@ one), the same bound the conversational context uses for "the next turn of a con
 Per candidate, its session's **support**: the sum of the positive relevance of the candidates of
 its session (the relevance the text legs gave them; a candidate below this query's mean adds
 nothing). Every turn of a session gets the same support, like every passage of a document gets
-the document's score, so it never reorders turns of one session among themselves. Leaving the
-turn's own relevance out (the support of the *others*) ranked within noise of it on LoCoMo
-(conversations 41-43, offline replica: recall@10 0.788 against 0.785) but favours the less
-relevant of two turns of one session. Scaled to [0, 1] over the query's candidates (0 for the
+the document's score, so it never reorders turns of one session among themselves; the
+candidate's own relevance counts in its session's support. Scaled to [0, 1] over the query's candidates (0 for the
 least supported, 1 for the most), it is averaged into the relevance as one more leg with a
 membership's spread (``fusion.with_preference``): it reorders among what the text legs found and
 never outvotes them on one session. Memories that share no session with another candidate (notes
 hours apart) have their own positive relevance as support, which orders them as the relevance
 does: the leg reorders nothing there. The support is read from the relevance of the text legs,
 before the named-entity and date legs: it says how much of the question the session's text
-matches (computed after the entity leg it ranked lower: recall@10 0.778 on 41-43).
-
-Measured (recall@10 / hit@1 / hit@5 / MRR, without -> with): LoCoMo (``benchmarks/locomo.py``,
-chosen on conversations 41-43, all 8 reported) 0.771 / 0.430 / 0.765 / 0.568 -> 0.778 / 0.443 /
-0.780 / 0.582, multi-hop recall@10 0.480 -> 0.474; ``benchmarks/recall.py`` dev 0.941 / 0.436 /
-0.881 / 0.622 -> 0.952 / 0.449 / 0.899 / 0.639, test 0.919 / 0.419 / 0.880 / 0.608 -> 0.928 /
-0.430 / 0.891 / 0.623, general 0.743 / 0.378 / 0.671 / 0.498 -> 0.743 / 0.369 / 0.691 / 0.499.
+matches. The alternatives measured and what the leg was worth: docs/retrieval.md, "Session-level
+context".
 """
 
 from __future__ import annotations

@@ -19,15 +19,8 @@ what the legs returned, an upper bound of what the legs would give them), so the
 completes a hit can be found although neither leg returned it.
 
 Two turns of context: the turn before (often the other party's reply or question) and the
-speaker's own turn before that. Measured on benchmarks/recall.py (default, recall@10 / hit@1 /
-hit@5 / MRR, without -> with the context): dev .711/.427/.687/.535 -> .795/.427/.758/.577, test
-.742/.403/.733/.538 -> .804/.403/.798/.573, general .617/.365/.550/.444 -> .694/.365/.631/.474. One
-turn (the reply alone) stayed within 0.02 of none, up and down (recall@10 .716 / .752 / .605 on
-dev / test / general); three gave .795 / .798 / .684, at or under two on each split.
-
-Tried and dropped: the context as a fourth leg averaged into the relevance (a z-score of the best
-context's relevance, a fifth of the vote) cost hit@1 on every split (dev .427 -> .374): it lifted
-the reply right after the best hit above the hit itself.
+speaker's own turn before that. Why two, and the alternatives measured: docs/retrieval.md,
+"Conversational context" and "Measured when each rule was built".
 """
 
 from __future__ import annotations
@@ -42,10 +35,8 @@ CONTEXT_TURNS = 2
 # How much earlier a context turn may have been written: the next turn of a conversation, not the
 # first turn of the next one days later. Memories written at the same instant are ordered by the
 # order they were written in (schema 0008's ``seq``): a loader that stamps every turn of a session
-# with the session's time writes them in the conversation's order, and on benchmarks/recall.py
-# (``--session-stamped``) such sessions rank exactly as with a time per turn. Before the write order
-# the ids decided, at random (the context then cost general 0.037 recall@10), and then no order at
-# all (the context gave such sessions nothing); memories written before 0008 keep that rule.
+# with the session's time writes them in the conversation's order. Memories written before 0008
+# have no write order and, at one instant, give each other no context (docs/retrieval.md).
 CONTEXT_WITHIN = timedelta(hours=1)
 
 

@@ -12,7 +12,7 @@ ranking methods were not developed on (benchmarks/locomo.py: ``DEV``).
 The relations the design promises are asserted where they hold: fusing the legs beats the
 lexical leg alone everywhere, and the dense leg alone where the speaker is an entity only (the
 generator's work family and LoCoMo; on the life family, whose turns start with the speaker's name,
-the dense leg alone ranks as well or better on the full splits: README, "Retrieval quality");
+the dense leg alone ranks as well or better on the full splits: docs/retrieval.md, "Measurements");
 reading a turn with the turns before it beats ranking it alone, so does embedding the question
 without the entity names it says, the default ranks every question exactly as ``--half-life off``
 (recency is opt-in), and the opt-in recency preference costs no relevance. Figures on the full

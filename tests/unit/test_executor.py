@@ -535,7 +535,7 @@ def test_equal_cosines_at_the_dense_legs_depth_give_the_same_candidates_whatever
     """50 memories of one text have one cosine with any question; the dense leg (30 deep for ten
     hits) keeps the 30 of them first by id, asking past its depth until the run is seen whole, so
     every store order gives the same candidates and the same answer. Without that the store's
-    order chose the 30 (the generator benchmark's run-to-run differences, README)."""
+    order chose the 30 (the generator benchmark's run-to-run differences, docs/retrieval.md)."""
     w = World()
     w.add(*(memory("the deploy went fine", hours=n + 1) for n in range(50)))
     first_by_id = sorted(w.memories.values(), key=lambda m: m.id)[:30]

@@ -1,7 +1,7 @@
 """The plan matrix: ``plan(query, facts, options)`` is pure, so every shape is checked without a store.
 
 The same shapes run against the real stores in tests/integration/test_query_engine.py and
-test_vector_first.py; here each row of the README's "Query engine" table is pinned by what the
+test_vector_first.py; here each row of docs/retrieval.md's "Plan shapes" table is pinned by what the
 planner decides and why.
 """
 
