@@ -14,7 +14,6 @@ from __future__ import annotations
 import fcntl
 import json
 import subprocess
-import sys
 import tempfile
 import threading
 from importlib.metadata import PackageNotFoundError, distribution
@@ -26,7 +25,7 @@ from packaging.utils import canonicalize_name
 from deploy.common import component
 from deploy.osrelease import release
 from deploy.settings import resolve_path
-from deploy.wheelhouse import STAMP, Platform, _git, node_platform, source_ref
+from deploy.wheelhouse import PIP, STAMP, Platform, _git, node_platform, source_ref, wheel_command
 
 LORA = "lora"
 # Not fetched as pinned wheels: torch (see above) with what only it needs, and memoryctl (its own wheelhouse).
@@ -104,11 +103,9 @@ def _build(path: Path, platform: Platform, torch: str | None, closure: bool = Tr
         if built != wanted:
             for old in path.glob("*.whl"):
                 old.unlink()
-            pip = [sys.executable, "-m", "pip"]
             with tempfile.TemporaryDirectory(prefix="memoryctl-lora-src-") as scratch:
-                wheel = [*pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(path)]
-                subprocess.run([*wheel, _export(Path(scratch))], check=True)
-            fetch = [*pip, "download", "--quiet", *platform.pip_args(), "--dest", str(path)]
+                subprocess.run([*wheel_command(path), _export(Path(scratch))], check=True)
+            fetch = [*PIP, "download", "--quiet", *platform.pip_args(), "--dest", str(path)]
             if pins:
                 subprocess.run([*fetch, "--no-deps", *pins], check=True)
             if torch:

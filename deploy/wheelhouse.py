@@ -41,6 +41,7 @@ from deploy.settings import REPO, resolve_path
 
 SOURCES = ("pyproject.toml", "README.md", "memoryctl")
 STAMP = ".source-digest"
+PIP = [sys.executable, "-m", "pip"]  # the controller's own pip: nothing else is installed for the build
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,17 @@ def _has_build_backend() -> bool:
     return (major, minor) >= (70, 1)
 
 
+def wheel_command(wheel_dir: Path) -> list[str]:
+    """``pip wheel`` of one project's source without its dependencies, into ``wheel_dir``.
+
+    Without build isolation only where this Python builds wheels by itself (setuptools >= 70.1):
+    a fresh controller venv has no ``bdist_wheel`` (Python 3.11's venv: setuptools 65 without
+    ``wheel``; 3.12's: no setuptools), and pip fetches the project's build requirements there
+    (tests/deploy/unit/test_controller_venv.py)."""
+    command = [*PIP, "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheel_dir)]
+    return [*command, "--no-build-isolation"] if _has_build_backend() else command
+
+
 def wheelhouse_digest(wheelhouse: Path) -> str:
     """Digest of the wheel files themselves: what the node's install marker records."""
     digest = hashlib.sha256()
@@ -185,18 +197,14 @@ def _build(wheelhouse: Path, platform: Platform) -> str:
                 old.unlink()
             with tempfile.TemporaryDirectory(prefix="memoryctl-src-") as scratch:
                 source = _export_source(Path(scratch))
-                pip = [sys.executable, "-m", "pip"]
-                build = [*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheelhouse)]
-                if _has_build_backend():
-                    build.append("--no-build-isolation")
-                subprocess.run([*build, str(source)], check=True)
+                subprocess.run([*wheel_command(wheelhouse), str(source)], check=True)
                 shutil.rmtree(Path(scratch) / "build", ignore_errors=True)
             (package,) = wheelhouse.glob("memoryctl-*.whl")
             if not package.name.endswith("-py3-none-any.whl"):
                 raise RuntimeError(f"{package.name} is not a pure-Python wheel: it would only run on the controller")
             if not only_package:
                 # Every dependency, as binary wheels for the nodes (never built on the controller).
-                fetch = [*pip, "download", "--quiet", *platform.pip_args(), "--dest", str(wheelhouse)]
+                fetch = [*PIP, "download", "--quiet", *platform.pip_args(), "--dest", str(wheelhouse)]
                 lock = REPO / "constraints.txt"  # the versions CI tested (scripts/lock)
                 fetch += ["--constraint", str(lock)] if lock.is_file() else []
                 subprocess.run([*fetch, "--find-links", str(wheelhouse), "memoryctl"], check=True)
