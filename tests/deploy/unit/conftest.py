@@ -9,7 +9,9 @@ import yaml
 import deploy.memoryctl
 import deploy.nightly
 import deploy.vllm
+from deploy.roles import everything
 from deploy.versions import NEO4J
+from tests.deploy.unit.plans import NODES, OPERATOR_DOWNLOADS, OPERATOR_KEY, Plan, example_inventory, fill_sha256, plan
 
 WHEELS = (
     "memoryctl-0.1.0-py3-none-any.whl",
@@ -64,3 +66,26 @@ def no_wheel_build(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setattr(deploy.vllm, "controller_wheelhouse", lambda: wheels)
     monkeypatch.setattr(deploy.nightly, "lora_wheelhouse", lambda torch, closure=True: wheels)
     return wheels
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The operator's home directory with the key pair the example names as ``~/.ssh/id_ed25519``."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("(the private key: never read at plan time)\n")
+    (home / ".ssh" / "id_ed25519.pub").write_text(OPERATOR_KEY + "\n")
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def inventory(tmp_path: Path, home: Path) -> Path:
+    """The Hetzner example as an operator completes it: the release's sha256 filled in."""
+    return example_inventory(tmp_path, fill_sha256)
+
+
+@pytest.fixture
+def plans(inventory: Path) -> dict[str, Plan]:
+    """Every node of the completed Hetzner example, planned whole (deploy/roles.py) in the test process."""
+    return {name: plan(everything, name, inventory=inventory, facts=OPERATOR_DOWNLOADS) for name in NODES}

@@ -10,6 +10,7 @@ files it would upload. Conditions (``_if``) are not evaluated: they depend on ex
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pyinfra
+import yaml
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.command import FileUploadCommand
 from pyinfra.api.host import Host
@@ -101,6 +103,31 @@ def fill_receiver(doc: dict[str, Any], secrets_dir: Path) -> None:
     for name, value in OPERATOR_SECRETS.items():
         (secrets_dir / name).parent.mkdir(parents=True, exist_ok=True)
         (secrets_dir / name).write_text(value + "\n")
+
+
+# The Hetzner example as its operator completes it (test_hetzner.py plans it in the test process,
+# test_controller_venv.py in a controller venv): nodes, the operator's key, the release pages' sha256.
+NODES = ("mem-db", "mem-index", "mem-gpu")
+OPERATOR_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGVvcGVyYXRvcmtleWZvcnRlc3Rpbmdvbmx5MTIzNDU2 operator@laptop"
+RELEASE_SHA256 = "5" * 64
+
+
+def example_inventory(directory: Path, edit: Callable[[dict[str, Any]], None] | None = None) -> Path:
+    """The example as ``directory/hetzner.yaml``, edited by ``edit``."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    if edit is not None:
+        edit(doc)
+    path = directory / "hetzner.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def fill_sha256(doc: dict[str, Any]) -> None:
+    """The sha256s an operator copies from the release pages, and the alert receiver filled in
+    (its secrets written to the secret store, ``$MEMORYCTL_SECRETS_DIR`` of the unit tests)."""
+    for name in ("qdrant", "neo4j"):
+        doc["components"][name]["source"]["sha256"] = RELEASE_SHA256
+    fill_receiver(doc, Path(os.environ["MEMORYCTL_SECRETS_DIR"]))
 
 
 def _state(components: dict[str, Any] | None, inventory: Path) -> State:

@@ -32,57 +32,25 @@ from deploy.roles import everything
 from deploy.settings import REPO, load_inventory
 from deploy.versions import IncompatibleVersions
 from deploy.vllm import vllm
-from tests.deploy.unit.plans import DEBIAN_13, LOCAL, OPERATOR_DOWNLOADS, Plan, fill_receiver, plan
+from tests.deploy.unit.plans import (
+    DEBIAN_13,
+    EXAMPLE,
+    LOCAL,
+    NODES,
+    OPERATOR_DOWNLOADS,
+    OPERATOR_KEY,
+    RELEASE_SHA256,
+    Plan,
+    example_inventory,
+    fill_sha256,
+    plan,
+)
 
 TIMESCALE_KEY = "0641009A8366FDE4444A7B62E7391C94080429FF"
-
-EXAMPLE = REPO / "inventory" / "hetzner.example.yaml"
-NODES = ("mem-db", "mem-index", "mem-gpu")
-OPERATOR_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGVvcGVyYXRvcmtleWZvcnRlc3Rpbmdvbmx5MTIzNDU2 operator@laptop"
-RELEASE_SHA256 = "5" * 64
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The operator's home directory with the key pair the example names as ``~/.ssh/id_ed25519``."""
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    (home / ".ssh" / "id_ed25519").write_text("(the private key: never read at plan time)\n")
-    (home / ".ssh" / "id_ed25519.pub").write_text(OPERATOR_KEY + "\n")
-    monkeypatch.setenv("HOME", str(home))
-    return home
-
-
-def _example(tmp_path: Path, edit: Any = None) -> Path:
-    doc = yaml.safe_load(EXAMPLE.read_text())
-    if edit is not None:
-        edit(doc)
-    path = tmp_path / "hetzner.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
-def _fill_sha256(doc: dict[str, Any]) -> None:
-    """The sha256s an operator copies from the release pages, and the alert receiver filled in
-    (its secrets written to the secret store, ``$MEMORYCTL_SECRETS_DIR`` of the unit tests)."""
-    for name in ("qdrant", "neo4j"):
-        doc["components"][name]["source"]["sha256"] = RELEASE_SHA256
-    fill_receiver(doc, Path(os.environ["MEMORYCTL_SECRETS_DIR"]))
-
-
-@pytest.fixture
-def inventory(tmp_path: Path, home: Path) -> Path:
-    """The example as an operator completes it: the release's sha256 filled in."""
-    return _example(tmp_path, _fill_sha256)
 
 
 def _commands(p: Plan) -> list[str]:
     return [c for op in p.ops for c in op.commands]
-
-
-@pytest.fixture
-def plans(inventory: Path) -> dict[str, Plan]:
-    return {name: plan(everything, name, inventory=inventory, facts=OPERATOR_DOWNLOADS) for name in NODES}
 
 
 def test_example_plans_clean_with_keys_from_the_operators_home(
@@ -99,7 +67,7 @@ def test_example_plans_clean_with_keys_from_the_operators_home(
 def test_a_missing_admin_key_is_named_at_plan_time(tmp_path: Path, home: Path) -> None:
     (home / ".ssh" / "id_ed25519.pub").unlink()
     with pytest.raises(ValueError, match=r"base.admin_keys: ~/.ssh/id_ed25519.pub .* cannot be read"):
-        plan(everything, "mem-db", inventory=_example(tmp_path, _fill_sha256))
+        plan(everything, "mem-db", inventory=example_inventory(tmp_path, fill_sha256))
 
 
 def test_the_placeholder_sha256_is_refused_before_anything_runs(tmp_path: Path, home: Path) -> None:
@@ -110,19 +78,19 @@ def test_the_placeholder_sha256_is_refused_before_anything_runs(tmp_path: Path, 
         del doc["components"]["qdrant"]["source"]["sha256"]
 
     with pytest.raises(ArtefactSourceError, match=r"needs its sha256"):
-        plan(qdrant, "mem-index", inventory=_example(tmp_path, no_sha256))
+        plan(qdrant, "mem-index", inventory=example_inventory(tmp_path, no_sha256))
 
 
 def test_the_example_without_a_receiver_stops_at_plan_time(tmp_path: Path, home: Path) -> None:
     """Alerts that reach nobody are refused like a missing sha256: on every node, before anything runs."""
 
     def no_receiver(doc: dict[str, Any]) -> None:
-        _fill_sha256(doc)
+        fill_sha256(doc)
         del doc["components"]["monitoring"]["receiver"]
 
     for node in NODES:
         with pytest.raises(MonitoringSettingsError, match=r"^components.monitoring.receiver: cluster 'hetzner' has no"):
-            plan(everything, node, inventory=_example(tmp_path, no_receiver), facts=OPERATOR_DOWNLOADS)
+            plan(everything, node, inventory=example_inventory(tmp_path, no_receiver), facts=OPERATOR_DOWNLOADS)
 
     def as_shipped(doc: dict[str, Any]) -> None:
         for name in ("qdrant", "neo4j"):
@@ -130,7 +98,7 @@ def test_the_example_without_a_receiver_stops_at_plan_time(tmp_path: Path, home:
 
     placeholder = r"receiver.email_configs\[0\].\w+: 'REPLACE-WITH-[A-Z-]+' is a placeholder"
     with pytest.raises(MonitoringSettingsError, match=placeholder):
-        plan(monitoring, "mem-gpu", inventory=_example(tmp_path, as_shipped))
+        plan(monitoring, "mem-gpu", inventory=example_inventory(tmp_path, as_shipped))
 
 
 def test_versions_come_from_one_place_and_match_the_local_nodes(plans: dict[str, Plan]) -> None:
@@ -165,11 +133,11 @@ def test_postgres_major_is_the_releases(plans: dict[str, Plan], tmp_path: Path) 
     assert not any("pgdg" in name for name in db.names())
 
     def stated(doc: dict[str, Any]) -> None:
-        _fill_sha256(doc)
+        fill_sha256(doc)
         doc["components"]["postgres"]["version"] = 16
 
     with pytest.raises(PostgresSettingsError, match=r"Debian 13 \(trixie\) ships PostgreSQL 17"):
-        plan(postgresql, "mem-db", inventory=_example(tmp_path, stated))
+        plan(postgresql, "mem-db", inventory=example_inventory(tmp_path, stated))
 
 
 def test_timescales_repository_is_signed_by_the_listed_key_only(plans: dict[str, Plan], inventory: Path) -> None:
@@ -389,10 +357,10 @@ def test_the_qdrant_archives_glibc_floor_is_checked_at_plan_time() -> None:
 
 def test_without_leave_to_reboot_the_gpu_node_stops_and_says_why(tmp_path: Path, home: Path) -> None:
     def no_reboot(doc: dict[str, Any]) -> None:
-        _fill_sha256(doc)
+        fill_sha256(doc)
         doc["components"]["vllm"]["gpu"]["reboot"] = False
 
-    p = plan(vllm, "mem-gpu", inventory=_example(tmp_path, no_reboot))
+    p = plan(vllm, "mem-gpu", inventory=example_inventory(tmp_path, no_reboot))
     stop = p.op("Stop: the NVIDIA driver needs a reboot")
     assert "reboot the node, then deploy again" in stop.commands[0] and stop.commands[0].endswith("exit 1")
     assert not any("| Reboot to load the NVIDIA driver" in name for name in p.names())
