@@ -73,7 +73,8 @@ def patroni_api() -> Iterator[tuple[str, dict[str, Any]]]:
 
     class Api(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = json.dumps(state[self.path.strip("/")]).encode()
+            value = state[self.path.strip("/")]
+            body = json.dumps(value() if callable(value) else value).encode()
             self.send_response(200)
             self.end_headers()
             self.wfile.write(body)
@@ -188,13 +189,11 @@ def test_the_leader_refuses_to_upgrade_and_hands_over_to_the_synchronous_standby
     assert refused.returncode != 0 and "this member leads: hand over first" in refused.stderr
     assert not (tmp_path / "bin" / "apt-get.log").exists()
 
-    def patronictl_switches() -> None:  # the fake switchover: this member becomes a streaming replica
-        state["patroni"] = REPLICA
-
-    timer = threading.Timer(0.5, patronictl_switches)
-    timer.start()
+    # The fake switchover: once patronictl was asked, this member answers as a streaming replica
+    # (an event, not a timer: a 0.5 s timer fired before a loaded machine's script had asked).
+    switched = tmp_path / "bin" / "patronictl.log"
+    state["patroni"] = lambda: REPLICA if switched.exists() else LEADER
     run = _run(script, env, "hand-over")
-    timer.join()
     assert run.returncode == 0, run.stdout + run.stderr
     switchover = (tmp_path / "bin" / "patronictl.log").read_text().split()
     assert switchover[switchover.index("--leader") + 1] == "node1"
