@@ -33,7 +33,7 @@ from memoryctl.write.pipeline import WriteOutcome, Writes
 
 if TYPE_CHECKING:  # the operations are imported when called: `import memoryctl` stays light
     from memoryctl.backup.status import BackupReport
-    from memoryctl.health import HealthReport
+    from memoryctl.health.probes import HealthReport
     from memoryctl.ops.model_migration import MigrationReport
     from memoryctl.ops.nightly import NightlyReport
     from memoryctl.ops.reconcile import ReconcileReport
@@ -253,7 +253,7 @@ class MemoryClient:
     # ---- operations -----------------------------------------------------------------------------
     def health(self, *, deadline_s: float = 1.8) -> HealthReport:
         """Every component probed in parallel, each under the deadline (0-60 s)."""
-        from memoryctl.health import check
+        from memoryctl.health.probes import check
 
         if not (isinstance(deadline_s, int | float) and 0 < deadline_s <= MAX_HEALTH_DEADLINE_S):
             raise InputError(

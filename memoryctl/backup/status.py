@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from memoryctl.backup.pgbackrest import archiver_state, stanza_info
 from memoryctl.backup.snapshots import set_time, target_of
 from memoryctl.errors import ExitCode, MemoryctlError
-from memoryctl.metrics import Exposition
+from memoryctl.health.exposition import Exposition
 from memoryctl.model import parse_duration
 
 if TYPE_CHECKING:

@@ -168,8 +168,8 @@ def _fmt(value: object) -> str:
 
 def health(report: dict[str, Any], values: Mapping[str, Any]) -> None:
     table = _table(f"memoryctl health: {report['status']}", ("component", "status", "latency ms", "detail"))
-    from memoryctl.health_nightly import nightly_lines
-    from memoryctl.health_pg import member_lines
+    from memoryctl.health.nightly import nightly_lines
+    from memoryctl.health.postgres import member_lines
 
     for name, comp in report["components"].items():
         detail = comp.get("error") or _summary(comp)

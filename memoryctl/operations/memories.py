@@ -105,7 +105,8 @@ def stats(client: MemoryClient, call: Call) -> Reply:
 
 
 def health(client: MemoryClient, call: Call) -> Reply:
-    from memoryctl.health import HealthReport, prometheus
+    from memoryctl.health.exposition import prometheus
+    from memoryctl.health.probes import HealthReport
 
     report = client.health(deadline_s=call.params["deadline"])
     if client.settings.serve.required and not call.in_service:

@@ -263,7 +263,7 @@ def wait_healthy(what: str, timeout: float) -> tuple[dict[str, Any], dict[str, s
         last.update(exit=run.returncode, status=report.get("status"), **bad)
         if run.returncode == 0:
             return dict(report)
-        # health's nightly component repeats a failed night (memoryctl.health_nightly): same cause
+        # health's nightly component repeats a failed night (memoryctl.health.nightly): same cause
         if "runs" in bad and set(bad) <= {"runs", "nightly"}:
             failed = {c: r for c, r in bad["runs"]["last"].items() if r["status"] == "failed"}
             for command, record in failed.items():

@@ -39,7 +39,7 @@ import pytest
 
 from deploy.osrelease import DEFAULT, RELEASES
 from memoryctl.errors import ExitCode
-from memoryctl.health_pg import NO_SYNC_STANDBY
+from memoryctl.health.postgres import NO_SYNC_STANDBY
 from memoryctl.stores import names
 from tests.deploy import e2e_data
 from tests.deploy.cluster import BASE_OVERLAYS, CLUSTER, MESH, REPO, memoryctl, node, put, run_deploy, wait_for

@@ -17,7 +17,7 @@ import pytest
 
 from memoryctl.client import MemoryClient
 from memoryctl.errors import StoreError
-from memoryctl.health import prometheus
+from memoryctl.health.exposition import prometheus
 from memoryctl.model import Memory
 from memoryctl.write.outbox import Deliverer
 

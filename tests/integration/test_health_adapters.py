@@ -20,8 +20,8 @@ import pytest
 
 from memoryctl.cli import render
 from memoryctl.config import load_settings
-from memoryctl.health import PROBE_TIMEOUT_S, run_probes
-from memoryctl.health_nightly import nightly_probe
+from memoryctl.health.nightly import nightly_probe
+from memoryctl.health.probes import PROBE_TIMEOUT_S, run_probes
 from memoryctl.ops.nightly import NightlyReport, StepOutcome
 from memoryctl.ops.runs import recorded_run
 from memoryctl.stack import Stack

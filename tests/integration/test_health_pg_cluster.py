@@ -23,8 +23,8 @@ import pytest
 from psycopg import sql
 
 from memoryctl.config import load_settings
-from memoryctl.health import postgres_probe, run_probes
-from memoryctl.health_pg import NO_SYNC_STANDBY
+from memoryctl.health.postgres import NO_SYNC_STANDBY
+from memoryctl.health.probes import postgres_probe, run_probes
 from memoryctl.stack import Stack
 from tests.pg_servers import Server, wait_until
 

@@ -23,7 +23,7 @@ import pytest
 from memoryctl.client import MemoryClient
 from memoryctl.embed import make_embedder
 from memoryctl.errors import StoreError
-from memoryctl.health import check
+from memoryctl.health.probes import check
 from memoryctl.model import EntityRef, Memory
 from memoryctl.ops.model_migration import MigrationInterrupted, Migrator, run_model_migration
 from memoryctl.ops.models import parse_model_spec
@@ -513,7 +513,7 @@ def test_neo4j_stopped_mid_import_then_sync_and_reconcile(cluster: MemoryClient,
 
 def test_a_hung_probe_is_reported_as_timeout_and_the_rest_answer() -> None:
     """The deadline is code, not a figure: a probe that never answers is cut off and named."""
-    from memoryctl.health import run_probes
+    from memoryctl.health.probes import run_probes
 
     release = threading.Event()
 
@@ -536,7 +536,7 @@ def test_a_hung_probe_is_reported_as_timeout_and_the_rest_answer() -> None:
 
 def test_wireguard_public_fields_parsing() -> None:
     """What health reads as the memoryctl user: public fields only, as wg-tools prints them."""
-    from memoryctl.health import wireguard_peers
+    from memoryctl.health.probes import wireguard_peers
     from memoryctl.wgstatus import parse_public
 
     a, b = "peerAAAAAAAAAAAAAAAA=", "peerBBBBBBBBBBBBBBBB="
@@ -594,7 +594,7 @@ def test_cli_reconcile_reembed_health_exit_codes(pg_dsn: str, neo4j_ops: dict[st
 def test_vllm_probe_against_standin(tmp_path: Path) -> None:
     """The vLLM probe against the stand-in server (tests/lora/vllm_standin.py: vLLM's shapes)."""
     from memoryctl.config import load_settings
-    from memoryctl.health import vllm_probe
+    from memoryctl.health.probes import vllm_probe
     from tests.lora.vllm_standin import StandinState, VLLMStandin
 
     base = "Qwen/Qwen2.5-7B-Instruct"

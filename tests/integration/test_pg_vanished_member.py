@@ -29,7 +29,7 @@ import psycopg
 import pytest
 
 from memoryctl.config import load_settings
-from memoryctl.health import postgres_probe, run_probes
+from memoryctl.health.probes import postgres_probe, run_probes
 from memoryctl.stack import Stack
 from memoryctl.stores import pg_connect
 from memoryctl.stores.pg_connect import ClusterConnection

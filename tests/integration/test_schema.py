@@ -189,7 +189,7 @@ def policy_jobs(pool: Pool) -> dict[str, int]:
 
 
 def test_policies_run_as_background_jobs(pool: Pool) -> None:
-    from memoryctl.health import timescale_jobs, timescale_problems
+    from memoryctl.health.probes import timescale_jobs, timescale_problems
 
     apply_schema(pool)
     now = datetime.now(UTC)
@@ -219,7 +219,7 @@ def test_policies_run_as_background_jobs(pool: Pool) -> None:
 
 
 def test_a_failing_background_job_is_reported(pool: Pool) -> None:
-    from memoryctl.health import timescale_jobs, timescale_problems
+    from memoryctl.health.probes import timescale_jobs, timescale_problems
 
     apply_schema(pool)
     with pool.connection() as conn:

@@ -3,7 +3,8 @@ from down, so the alerts can be (templates/prometheus/memoryctl.rules.yml, rules
 
 from __future__ import annotations
 
-from memoryctl.health import HealthReport, prometheus
+from memoryctl.health.exposition import prometheus
+from memoryctl.health.probes import HealthReport
 
 
 def test_degraded_is_not_down_in_the_metrics() -> None:

@@ -7,7 +7,7 @@ tests/integration/test_nightly.py and test_nightly_gpu.py."""
 
 from __future__ import annotations
 
-from memoryctl.health_nightly import night_steps
+from memoryctl.health.nightly import night_steps
 from memoryctl.ops.nightly import NightlyReport, StepOutcome
 
 
@@ -127,7 +127,7 @@ def _registry(**kinds: dict[str, object]) -> dict[str, object]:
 
 
 def test_the_served_embedding_model_is_matched_to_the_registry_version() -> None:
-    from memoryctl.health_nightly import served_adapters
+    from memoryctl.health.nightly import served_adapters
 
     emb = {
         "active": "v0004",
@@ -148,7 +148,7 @@ def test_the_served_embedding_model_is_matched_to_the_registry_version() -> None
 
 
 def test_generation_is_judged_only_when_vllm_answered() -> None:
-    from memoryctl.health_nightly import served_adapters
+    from memoryctl.health.nightly import served_adapters
 
     gen = {"active": None, "previous": None, "versions": 1}
     stray = served_adapters(_registry(generation=gen), [{"id": "memoryctl-generation-v0001", "base": "b"}], None)

@@ -1,4 +1,4 @@
-"""The classification of a replicated PostgreSQL in ``memoryctl health`` (memoryctl/health_pg.py),
+"""The classification of a replicated PostgreSQL in ``memoryctl health`` (memoryctl/health/postgres.py),
 from rows as the server returns them; the real servers are in
 tests/integration/test_health_pg_cluster.py."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from memoryctl.health_pg import NO_SYNC_STANDBY, cluster_status, member_lines
+from memoryctl.health.postgres import NO_SYNC_STANDBY, cluster_status, member_lines
 
 MEMBERS = ["10.77.0.1:5432", "10.77.0.2:5432"]
 MiB = 1024 * 1024

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from memoryctl.metrics import Exposition, health_metrics
+from memoryctl.health.exposition import Exposition, health_metrics
 
 COMPONENTS = {
     "outbox": {

@@ -5,8 +5,8 @@ The map's granularity: the first cell of a row names modules (``client.py``, ``q
 whole directories (``write/``, ``stores/sql/``). Every ``.py`` file under ``memoryctl/`` (but
 ``__init__.py``) and every directory must be named, itself or through a directory named whole (a
 directory whose modules are named one by one is named by them), and everything named must exist.
-The second cell's ``*.py`` names (the files of a package named whole, ``health_nightly.py`` beside
-``health.py``) must exist too, and an UPPER_CASE constant it names must be defined in one of the
+The second cell's ``*.py`` names (the files of a package named whole, ``nightly.py`` in
+``health/``) must exist too, and an UPPER_CASE constant it names must be defined in one of the
 row's modules, so that the map cannot place a constant in the wrong file.
 """
 

@@ -21,15 +21,14 @@ from typing import TYPE_CHECKING, Any
 from memoryctl._version import __version__
 from memoryctl.deadline import Call, deadline_in
 from memoryctl.errors import ExitCode, MemoryctlError
-from memoryctl.health_nightly import nightly_probe
-from memoryctl.health_pg import (
+from memoryctl.health.nightly import nightly_probe
+from memoryctl.health.postgres import (
     cluster_status,
     pending_restart_note,
     read_pending_restart,
     read_replication,
     server_address,
 )
-from memoryctl.metrics import health_metrics
 from memoryctl.stack import Stack
 from memoryctl.stores import names
 from memoryctl.stores.pg import pg_errors
@@ -479,7 +478,7 @@ def runs_probe(stack: Stack) -> dict[str, Any]:
             "started_at": r["started_at"].isoformat(),
             "age_s": _age_s(r["started_at"]),
             "error": r["error"],
-            # reconcile's findings feed memoryctl_reconcile_drift (memoryctl.metrics)
+            # reconcile's findings feed memoryctl_reconcile_drift (memoryctl.health.exposition)
             **({"counts": r["counts"]} if cmd == "reconcile" else {}),
         }
         for cmd, r in last.items()
@@ -516,34 +515,3 @@ def check(stack: Stack, *, deadline_s: float = 1.8) -> HealthReport:
             stack.vectors()
             stack.graph()
     return run_probes(default_probes(stack), deadline_s)
-
-
-def prometheus(report: HealthReport) -> str:
-    """Text exposition format for node_exporter's textfile collector."""
-    lines = [
-        "# HELP memoryctl_up 1 if the component answered ok.",
-        "# TYPE memoryctl_up gauge",
-    ]
-    for name, comp in sorted(report.components.items()):
-        lines.append(f'memoryctl_up{{component="{name}"}} {1 if comp["status"] in ("ok", "disabled") else 0}')
-    # Degraded is not down: a PostgreSQL without its synchronous standby, a Qdrant cluster missing a
-    # peer still serve every request. The alerts tell the two apart (StoreUnreachableFromMemoryctl
-    # is for a store memoryctl cannot use; the store's own alerts say what is degraded).
-    lines += ["# HELP memoryctl_degraded 1 if the component answered degraded.", "# TYPE memoryctl_degraded gauge"]
-    for name, comp in sorted(report.components.items()):
-        lines.append(f'memoryctl_degraded{{component="{name}"}} {1 if comp["status"] == "degraded" else 0}')
-    lines += ["# HELP memoryctl_probe_latency_seconds Probe latency.", "# TYPE memoryctl_probe_latency_seconds gauge"]
-    for name, comp in sorted(report.components.items()):
-        lines.append(f'memoryctl_probe_latency_seconds{{component="{name}"}} {comp["latency_ms"] / 1000:.4f}')
-    outbox = report.components.get("outbox", {})
-    lines += ["# HELP memoryctl_outbox_pending Outbox rows awaiting delivery.", "# TYPE memoryctl_outbox_pending gauge"]
-    for target in ("vector", "graph"):
-        if isinstance(outbox.get(target), dict):
-            lines.append(f'memoryctl_outbox_pending{{target="{target}"}} {outbox[target]["pending"]}')
-    lines += health_metrics(report.components)
-    lines += [
-        "# HELP memoryctl_healthy 1 healthy, 0 otherwise.",
-        "# TYPE memoryctl_healthy gauge",
-        f"memoryctl_healthy {1 if report.status == 'healthy' else 0}",
-    ]
-    return "\n".join(lines) + "\n"

@@ -1,4 +1,5 @@
-"""Prometheus text exposition of what ``health`` and ``backup status`` found (textfile collector).
+"""Prometheus text exposition of what ``health`` and ``backup status`` found (textfile collector):
+``prometheus(report)`` is ``memoryctl health --prometheus``'s file; ``Exposition`` writes the format.
 
 The alert rules (templates/prometheus/memoryctl.rules.yml) are written against these names:
 ``memoryctl_outbox_oldest_age_seconds``, ``memoryctl_outbox_set_aside`` (rows delivery set aside
@@ -13,7 +14,10 @@ goes up at every promotion: a failover or switchover); a single server gives non
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memoryctl.health.probes import HealthReport
 
 
 def _label(value: str) -> str:
@@ -83,7 +87,7 @@ def health_metrics(components: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def _postgres_cluster(out: Exposition, cluster: dict[str, Any]) -> None:
-    from memoryctl.health_pg import SYNCHRONOUS
+    from memoryctl.health.postgres import SYNCHRONOUS
 
     standbys = cluster.get("standbys") or []
     out.family("memoryctl_postgres_sync_standbys", "Standbys streaming in sync or quorum state (0: no sync standby).")
@@ -95,3 +99,34 @@ def _postgres_cluster(out: Exposition, cluster: dict[str, Any]) -> None:
     out.family("memoryctl_postgres_timeline", "The primary's timeline (goes up at every promotion).")
     if cluster.get("timeline") is not None:
         out.sample({}, int(cluster["timeline"]))
+
+
+def prometheus(report: HealthReport) -> str:
+    """Text exposition format for node_exporter's textfile collector."""
+    lines = [
+        "# HELP memoryctl_up 1 if the component answered ok.",
+        "# TYPE memoryctl_up gauge",
+    ]
+    for name, comp in sorted(report.components.items()):
+        lines.append(f'memoryctl_up{{component="{name}"}} {1 if comp["status"] in ("ok", "disabled") else 0}')
+    # Degraded is not down: a PostgreSQL without its synchronous standby, a Qdrant cluster missing a
+    # peer still serve every request. The alerts tell the two apart (StoreUnreachableFromMemoryctl
+    # is for a store memoryctl cannot use; the store's own alerts say what is degraded).
+    lines += ["# HELP memoryctl_degraded 1 if the component answered degraded.", "# TYPE memoryctl_degraded gauge"]
+    for name, comp in sorted(report.components.items()):
+        lines.append(f'memoryctl_degraded{{component="{name}"}} {1 if comp["status"] == "degraded" else 0}')
+    lines += ["# HELP memoryctl_probe_latency_seconds Probe latency.", "# TYPE memoryctl_probe_latency_seconds gauge"]
+    for name, comp in sorted(report.components.items()):
+        lines.append(f'memoryctl_probe_latency_seconds{{component="{name}"}} {comp["latency_ms"] / 1000:.4f}')
+    outbox = report.components.get("outbox", {})
+    lines += ["# HELP memoryctl_outbox_pending Outbox rows awaiting delivery.", "# TYPE memoryctl_outbox_pending gauge"]
+    for target in ("vector", "graph"):
+        if isinstance(outbox.get(target), dict):
+            lines.append(f'memoryctl_outbox_pending{{target="{target}"}} {outbox[target]["pending"]}')
+    lines += health_metrics(report.components)
+    lines += [
+        "# HELP memoryctl_healthy 1 healthy, 0 otherwise.",
+        "# TYPE memoryctl_healthy gauge",
+        f"memoryctl_healthy {1 if report.status == 'healthy' else 0}",
+    ]
+    return "\n".join(lines) + "\n"
