@@ -1,14 +1,18 @@
-"""Prometheus text exposition of what ``health`` and ``backup status`` found (textfile collector):
-``prometheus(report)`` is ``memoryctl health --prometheus``'s file; ``Exposition`` writes the format.
+"""The Prometheus text format, written once: ``Exposition`` (families of gauges, HELP and TYPE once
+per family, label values escaped) writes ``memoryctl health --prometheus``'s file
+(``prometheus(report)``) and ``memoryctl backup status --prometheus``'s (``backup.status``), both
+read by node_exporter's textfile collector.
 
 The alert rules (templates/prometheus/memoryctl.rules.yml) are written against these names:
-``memoryctl_outbox_oldest_age_seconds``, ``memoryctl_outbox_set_aside`` (rows delivery set aside
-after they failed alone), ``memoryctl_last_run_timestamp_seconds`` /
-``memoryctl_last_run_success`` per maintenance command, ``memoryctl_reconcile_drift`` per store
-(what the last reconcile found and did not repair), and the ``memoryctl_backup_*`` family. With a
-replicated PostgreSQL (``[postgres] hosts``, 2+ members) also ``memoryctl_postgres_sync_standbys``,
-``memoryctl_postgres_replication_lag_bytes`` per standby and ``memoryctl_postgres_timeline`` (it
-goes up at every promotion: a failover or switchover); a single server gives none of the three.
+``memoryctl_up`` / ``memoryctl_degraded`` / ``memoryctl_probe_latency_seconds`` per component,
+``memoryctl_healthy``, ``memoryctl_outbox_pending``, ``memoryctl_outbox_oldest_age_seconds``,
+``memoryctl_outbox_set_aside`` (rows delivery set aside after they failed alone),
+``memoryctl_last_run_timestamp_seconds`` / ``memoryctl_last_run_success`` per maintenance command,
+``memoryctl_reconcile_drift`` per store (what the last reconcile found and did not repair), and
+backup status's ``memoryctl_backup_*`` family. With a replicated PostgreSQL (``[postgres] hosts``,
+2+ members) also ``memoryctl_postgres_sync_standbys``, ``memoryctl_postgres_replication_lag_bytes``
+per standby and ``memoryctl_postgres_timeline`` (it goes up at every promotion: a failover or
+switchover); a single server gives none of the three.
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ class Exposition:
         self.name = name
         self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
 
-    def sample(self, labels: dict[str, str], value: float) -> None:
+    def sample(self, labels: dict[str, str], value: float, *, digits: int = 3) -> None:
+        """One sample of the current family: an int as it is, a float with ``digits`` decimals."""
         rendered = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-        number = f"{value:.3f}" if isinstance(value, float) else str(value)
+        number = f"{value:.{digits}f}" if isinstance(value, float) else str(value)
         self.lines.append(f"{self.name}{{{rendered}}} {number}" if rendered else f"{self.name} {number}")
 
     def text(self) -> str:
@@ -58,7 +63,14 @@ def _unrepaired(counts: dict[str, Any]) -> dict[str, int]:
 
 
 def health_metrics(components: dict[str, dict[str, Any]]) -> list[str]:
+    """The lines of the families the alert rules read from the components (``_components``)."""
     out = Exposition()
+    _components(out, components)
+    return out.lines
+
+
+def _components(out: Exposition, components: dict[str, dict[str, Any]]) -> None:
+    """The outbox's age and set-aside rows, the last runs, reconcile's drift, a PostgreSQL cluster."""
     outbox = components.get("outbox", {})
     out.family("memoryctl_outbox_oldest_age_seconds", "Age of the oldest undelivered outbox entry (0: none).")
     for target in ("vector", "graph"):
@@ -83,7 +95,6 @@ def health_metrics(components: dict[str, dict[str, Any]]) -> list[str]:
     cluster = components.get("postgres", {}).get("cluster")
     if isinstance(cluster, dict):
         _postgres_cluster(out, cluster)
-    return out.lines
 
 
 def _postgres_cluster(out: Exposition, cluster: dict[str, Any]) -> None:
@@ -102,31 +113,27 @@ def _postgres_cluster(out: Exposition, cluster: dict[str, Any]) -> None:
 
 
 def prometheus(report: HealthReport) -> str:
-    """Text exposition format for node_exporter's textfile collector."""
-    lines = [
-        "# HELP memoryctl_up 1 if the component answered ok.",
-        "# TYPE memoryctl_up gauge",
-    ]
-    for name, comp in sorted(report.components.items()):
-        lines.append(f'memoryctl_up{{component="{name}"}} {1 if comp["status"] in ("ok", "disabled") else 0}')
+    """``memoryctl health --prometheus``: the file node_exporter's textfile collector reads."""
+    out = Exposition()
+    components = sorted(report.components.items())
+    out.family("memoryctl_up", "1 if the component answered ok.")
+    for name, comp in components:
+        out.sample({"component": name}, 1 if comp["status"] in ("ok", "disabled") else 0)
     # Degraded is not down: a PostgreSQL without its synchronous standby, a Qdrant cluster missing a
     # peer still serve every request. The alerts tell the two apart (StoreUnreachableFromMemoryctl
     # is for a store memoryctl cannot use; the store's own alerts say what is degraded).
-    lines += ["# HELP memoryctl_degraded 1 if the component answered degraded.", "# TYPE memoryctl_degraded gauge"]
-    for name, comp in sorted(report.components.items()):
-        lines.append(f'memoryctl_degraded{{component="{name}"}} {1 if comp["status"] == "degraded" else 0}')
-    lines += ["# HELP memoryctl_probe_latency_seconds Probe latency.", "# TYPE memoryctl_probe_latency_seconds gauge"]
-    for name, comp in sorted(report.components.items()):
-        lines.append(f'memoryctl_probe_latency_seconds{{component="{name}"}} {comp["latency_ms"] / 1000:.4f}')
+    out.family("memoryctl_degraded", "1 if the component answered degraded.")
+    for name, comp in components:
+        out.sample({"component": name}, 1 if comp["status"] == "degraded" else 0)
+    out.family("memoryctl_probe_latency_seconds", "Probe latency.")
+    for name, comp in components:
+        out.sample({"component": name}, comp["latency_ms"] / 1000, digits=4)
     outbox = report.components.get("outbox", {})
-    lines += ["# HELP memoryctl_outbox_pending Outbox rows awaiting delivery.", "# TYPE memoryctl_outbox_pending gauge"]
+    out.family("memoryctl_outbox_pending", "Outbox rows awaiting delivery.")
     for target in ("vector", "graph"):
         if isinstance(outbox.get(target), dict):
-            lines.append(f'memoryctl_outbox_pending{{target="{target}"}} {outbox[target]["pending"]}')
-    lines += health_metrics(report.components)
-    lines += [
-        "# HELP memoryctl_healthy 1 healthy, 0 otherwise.",
-        "# TYPE memoryctl_healthy gauge",
-        f"memoryctl_healthy {1 if report.status == 'healthy' else 0}",
-    ]
-    return "\n".join(lines) + "\n"
+            out.sample({"target": target}, outbox[target]["pending"])
+    _components(out, report.components)
+    out.family("memoryctl_healthy", "1 healthy, 0 otherwise.")
+    out.sample({}, 1 if report.status == "healthy" else 0)
+    return out.text()
