@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from memoryctl.adapter_files import LORA_INSTALL_HINT
 from memoryctl.config import Settings
 from memoryctl.errors import ConfigError, InputError, MemoryctlError, StoreUnavailable
-from memoryctl.ops.needs import Stores
+from memoryctl.ops.needs import MaintenanceStack
 from memoryctl.vllm import STORE, VLLMClient
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def list_adapters(settings: Settings, kind: str) -> list[dict[str, Any]]:
     ]
 
 
-def rollback_adapter(stack: Stores, kind: str) -> str:
+def rollback_adapter(stack: MaintenanceStack, kind: str) -> str:
     """Serve the previous generation adapter again (vLLM loads it, or serves the bare base model, and
     unloads the current one); returns what is served now, in words. The embedding adapter is rolled
     back by ``migrate --rollback`` (the alias back to the previous collection, the registry
@@ -137,7 +137,7 @@ def embedding_version_of(registry: AdapterRegistry, model_id: str | None) -> Ada
     return None
 
 
-def follow_active_embedding(stack: Stores, *, reason: str) -> dict[str, Any]:
+def follow_active_embedding(stack: MaintenanceStack, *, reason: str) -> dict[str, Any]:
     """Make the registry's active embedding adapter the one in the collection now aliased.
 
     Called by ``migrate --rollback`` (both commands) and at the start of the nightly's embedding

@@ -48,7 +48,7 @@ from memoryctl.config import EmbedderSettings
 from memoryctl.errors import MemoryctlError, StoreError, UsageError
 from memoryctl.model import Memory
 from memoryctl.ops.models import settings_from_spec, spec_of
-from memoryctl.ops.needs import Stores
+from memoryctl.ops.needs import MaintenanceStack
 from memoryctl.ops.pgstate import OpsState
 from memoryctl.ops.reembed import PipelineStats, Reembedder
 from memoryctl.ops.runs import recorded_run
@@ -128,7 +128,7 @@ def _noop(phase: str, advance: int, total: int | None) -> None:
 class Migrator:
     def __init__(
         self,
-        stack: Stores,
+        stack: MaintenanceStack,
         *,
         batch: int = 512,
         sample: int = 50,
@@ -508,7 +508,7 @@ def rollback_candidate(state: OpsState, vectors: VectorStore) -> dict[str, Any] 
     return max(retired, key=lambda r: str(r["manifest"].get("retired_at", ""))) if retired else None
 
 
-def run_model_migration(stack: Stores, action: str, **kwargs: Any) -> MigrationReport:
+def run_model_migration(stack: MaintenanceStack, action: str, **kwargs: Any) -> MigrationReport:
     """Run one migrate action (migrate | rollback | cleanup | abandon), recorded in maintenance_runs."""
     target: EmbedderSettings | None = kwargs.pop("target", None)
     grace: timedelta | None = kwargs.pop("grace", None)

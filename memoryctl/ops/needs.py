@@ -18,7 +18,10 @@ if TYPE_CHECKING:
     from memoryctl.embed import Embedder
 
 
-class Stores(Protocol):
+class MaintenanceStack(Protocol):
+    """The stack as the maintenance jobs see it: the settings, PostgreSQL's pool, records, run log
+    and event log, the embedder (reloaded after a migration), the vector store and the graph."""
+
     settings: Settings
     unavailable: dict[str, str]  # store name -> why it could not be opened
     store_names: dict[str, str]  # "vector"/"graph" -> the store's name in reports

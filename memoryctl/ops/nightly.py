@@ -31,7 +31,7 @@ from typing import Any
 from memoryctl.config import EmbedderSettings
 from memoryctl.diskspace import disk_full, tree_bytes
 from memoryctl.errors import MemoryctlError, UsageError
-from memoryctl.ops.needs import Stores
+from memoryctl.ops.needs import MaintenanceStack
 from memoryctl.ops.pgstate import OpsState
 from memoryctl.ops.runs import recorded_run
 
@@ -90,7 +90,7 @@ def _step(report: NightlyReport, name: str, fn: Callable[[], tuple[str, dict[str
 
 
 class Nightly:
-    def __init__(self, stack: Stores) -> None:
+    def __init__(self, stack: MaintenanceStack) -> None:
         self.stack = stack
         self.settings = stack.settings
         self.ns = stack.settings.nightly

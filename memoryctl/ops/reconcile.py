@@ -32,7 +32,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from memoryctl.model import parse_duration
-from memoryctl.ops.needs import Stores
+from memoryctl.ops.needs import MaintenanceStack
 from memoryctl.ops.pgstate import OpsState
 from memoryctl.ops.runs import recorded_run
 from memoryctl.ops.streams import paged_join, record_key, row_key
@@ -343,7 +343,7 @@ def _classify(slot: str, pg: dict[str, Any] | None, row: VectorRecord | GraphRec
 
 # ---------------------------------------------------------------------------------------------
 def reconcile(
-    stack: Stores,
+    stack: MaintenanceStack,
     *,
     agent_id: str | None = None,
     repair: bool = False,

@@ -43,7 +43,7 @@ TIE_REASKS = 3
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Stores:
+class QueryStores:
     """What a query reads from: PostgreSQL's rows and relational reads, and the secondary stores
     and the embedder as the stack opens them (None: not open; ``unavailable`` says why)."""
 
@@ -61,7 +61,7 @@ class StoreCalls:
 
     def __init__(
         self,
-        stores: Stores,
+        stores: QueryStores,
         q: MemoryQuery,
         ctx: QueryContext,
         embedded: dict[bool, list[float] | None] | None = None,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from memoryctl.errors import MemoryctlError
 from memoryctl.query import hydrate
-from memoryctl.query.calls import StoreCalls, Stores
+from memoryctl.query.calls import QueryStores, StoreCalls
 from memoryctl.query.context import QueryContext
 from memoryctl.query.executor import execute
 from memoryctl.query.guard import Guard
@@ -53,7 +53,7 @@ class QueryEngine:
         options: PlanOptions | None = None,
         rerank: tuple[bool, RerankSettings, Callable[[], PairScorer]] | None = None,
     ) -> None:
-        self.stores = Stores(rows, relational, vectors, graph, embedder, unavailable, graph_name)
+        self.stores = QueryStores(rows, relational, vectors, graph, embedder, unavailable, graph_name)
         self.guard = guard
         self.default_half_life = default_half_life
         self.recalls = recalls
