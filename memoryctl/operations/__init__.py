@@ -1,10 +1,19 @@
-"""The operations of ``memoryctl``: declared once, run the same way by every surface.
+"""Running ``memoryctl``'s operations, the same way for every surface.
 
-- ``declare``: what an operation is (parameters, exit codes, access); the one validation.
-- ``table``: every operation's declaration. Both are standard library only (the fast path).
-- ``memories``, ``maintenance``: what each operation does against a ``MemoryClient``; the
-  service, the command line in-process and the MCP tools all call ``run``.
-- ``access``: who may call what with a token (agent tokens, the operator's).
+What an operation is (parameters and their validation, access, profiles, exit codes, reply type)
+is declared in ``memoryctl.declaration`` (``table.OPERATIONS``), each naming its runner as
+``module:function``. This package runs them:
+
+- here: ``run(client, name, params)`` looks the operation up, refuses one that is ``local`` or not
+  for this profile, validates the parameters, calls the runner with a ``Call`` (under the caller's
+  ``trigger``/``actor``, which the run records keep) and returns its ``Reply``, ``data`` dumped as
+  the declared reply type's ``--json`` document. The service (Unix socket, HTTP, MCP) and the
+  command line in-process all call it; ``runner(op)`` imports a runner (the command line calls a
+  ``local`` operation's runner itself, in ``memoryctl.cli.local``).
+- ``memories``, ``maintenance``, ``demo``: the runners, ``(MemoryClient, Call) -> Reply``.
+- ``reply``: ``Reply``, what every surface prints (its ``--json`` data, exit code, warnings).
+- ``access``: who may run what with a token (the operator; an agent token, bound to its agent);
+  ``tokens``: the agent tokens themselves, issued by ``memoryctl token`` and kept hashed.
 """
 
 from __future__ import annotations

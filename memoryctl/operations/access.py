@@ -1,11 +1,14 @@
 """Who may run what: the operator, or an agent holding a token bound to it.
 
 The command line and the Unix socket are the operator (the socket's file mode is the access
-control). Over HTTP and MCP the bearer token says who calls: the operator's token opens every
-operation and every agent; an agent token (``memoryctl.serve.tokens``) only the operations
-declared ``access="agent"`` or ``"any"`` (``memoryctl.declaration.table``), and those bound to its
-agent: a request for another agent, or for every agent, is refused (403), and one that names no
-agent is answered for the token's. ``get`` and ``forget`` then find only that agent's memories.
+control). Over HTTP and MCP the bearer token says who calls (``Caller``): the operator's token
+opens every operation and every agent; an agent token (``memoryctl.operations.tokens``) opens only
+the operations declared ``access="agent"`` or ``"any"`` (``memoryctl.declaration.table``). ``bind``
+applies it to one request: an ``"any"`` operation (``health``) runs as sent; an ``"agent"`` one
+(query, get, add, import, forget, stats) is bound to the token's agent: a request for another
+agent, or for every agent, is refused (``AccessDenied``, HTTP 403), and one that names no agent is
+answered for the token's, so ``get`` and ``forget`` find only that agent's memories; any other
+operation is refused.
 """
 
 from __future__ import annotations
