@@ -35,8 +35,8 @@ from memoryctl.backup.rebuild import rebuild_graph  # noqa: E402
 from memoryctl.backup.snapshots import backup_qdrant, restore_qdrant  # noqa: E402
 from memoryctl.client import MemoryClient  # noqa: E402
 from memoryctl.config import load_settings  # noqa: E402
+from memoryctl.maintenance.reconcile import reconcile  # noqa: E402
 from memoryctl.model import EntityRef, Memory, Relation  # noqa: E402
-from memoryctl.ops.reconcile import reconcile  # noqa: E402
 from tests.conftest import fresh_database, wipe_neo4j  # noqa: E402
 
 BATCH = 1000

@@ -57,10 +57,10 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memoryctl.config import load_settings
+from memoryctl.maintenance.model_migration import Migrator
+from memoryctl.maintenance.models import parse_model_spec
+from memoryctl.maintenance.reconcile import Reconciler
 from memoryctl.model import EntityRef, Memory, parse_duration
-from memoryctl.ops.model_migration import Migrator
-from memoryctl.ops.models import parse_model_spec
-from memoryctl.ops.reconcile import Reconciler
 from memoryctl.stack import Stack
 from memoryctl.stores.protocols import GraphStore
 from memoryctl.stores.vector_edge import EdgeVectorStore

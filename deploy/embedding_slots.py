@@ -4,7 +4,7 @@ Why two (docs/nightly.md, "Embedding adapter on the deployed stack"): vLLM 0.19.
 LoRA adapter to BGE-M3, so a promoted embedding adapter is merged into a new model version, and
 vLLM serves one model per process. Queries keep the old version while ``migrate`` copies the
 vectors, and after it for ``--rollback``; so the night puts the new version on the slot that is
-not serving (memoryctl/ops/embedding_version.py) and ``migrate`` moves over.
+not serving (memoryctl/maintenance/embedding_version.py) and ``migrate`` moves over.
 
 Each slot is an instance of the vLLM unit (``vllm@embed-a`` on 8001, ``vllm@embed-b`` on 8002)
 whose model is a link, ``/var/lib/memoryctl-embedding/embed-<x>.model``, served under the linked

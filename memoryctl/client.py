@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from memoryctl.config import Settings, load_settings
 from memoryctl.errors import InputError, MemoryctlError, NotFoundError
+from memoryctl.maintenance.runs import recorded_run
 from memoryctl.model import Memory, validate_kind, validate_meta_key
-from memoryctl.ops.runs import recorded_run
 from memoryctl.query.engine import QueryEngine
 from memoryctl.query.guard import Guard
 from memoryctl.query.plan import PlanOptions
@@ -34,10 +34,10 @@ from memoryctl.write.pipeline import WriteOutcome, Writes
 if TYPE_CHECKING:  # the operations are imported when called: `import memoryctl` stays light
     from memoryctl.backup.status import BackupReport
     from memoryctl.health.probes import HealthReport
-    from memoryctl.ops.model_migration import MigrationReport
-    from memoryctl.ops.nightly import NightlyReport
-    from memoryctl.ops.reconcile import ReconcileReport
-    from memoryctl.ops.reembed import ReembedReport
+    from memoryctl.maintenance.model_migration import MigrationReport
+    from memoryctl.maintenance.nightly import NightlyReport
+    from memoryctl.maintenance.reconcile import ReconcileReport
+    from memoryctl.maintenance.reembed import ReembedReport
     from memoryctl.query.rerank import CrossEncoder, RerankSettings
 
 MAX_HEALTH_DEADLINE_S = 60.0
@@ -200,7 +200,7 @@ class MemoryClient:
         return result
 
     def _active_model_swapped(self) -> bool:
-        from memoryctl.ops.pgstate import OpsState
+        from memoryctl.maintenance.pgstate import OpsState
 
         try:
             row = OpsState(self.stack.pool).active_embedding()
@@ -276,14 +276,14 @@ class MemoryClient:
         stores: Sequence[str] = ("vector", "graph"),
     ) -> ReconcileReport:
         """Compare PostgreSQL with the vector store and/or the graph; repair what is found with ``repair``."""
-        from memoryctl.ops.reconcile import reconcile
+        from memoryctl.maintenance.reconcile import reconcile
 
         return reconcile(self.stack, agent_id=agent_id, repair=repair, progress=progress, stores=stores)
 
     def migrate_model(self, action: str, **options: Any) -> MigrationReport:
         """``migrate`` (``target=EmbedderSettings``), ``rollback``, ``cleanup`` (``grace=``) or
         ``abandon``: moving the vectors to another embedding model (not the schema: see ``init``)."""
-        from memoryctl.ops.model_migration import run_model_migration
+        from memoryctl.maintenance.model_migration import run_model_migration
 
         return run_model_migration(self.stack, action, **options)
 
@@ -291,7 +291,7 @@ class MemoryClient:
         self, *, agent_id: str | None = None, batch: int = 512, progress: Callable[[int], None] | None = None
     ) -> ReembedReport:
         """Re-embed in place the memories whose text changed since they were embedded."""
-        from memoryctl.ops.reembed import reembed_changed
+        from memoryctl.maintenance.reembed import reembed_changed
 
         vectors = self.stack.require_vectors()
         with recorded_run(self.stack.runs, "reembed") as rec:
@@ -328,7 +328,7 @@ class MemoryClient:
 
     def nightly(self) -> NightlyReport:
         """Train, gate and promote LoRA adapters, re-embed changed texts, reconcile; one recorded run."""
-        from memoryctl.ops.nightly import Nightly
+        from memoryctl.maintenance.nightly import Nightly
 
         return Nightly(self.stack).run()
 

@@ -287,7 +287,7 @@ class NightlySettings(BaseModel):
     embedding_versions_dir: str | None = None  # merged versions; default <data_dir>/embedding-models
     generation_lora: dict[str, Any] = Field(default_factory=dict)
     # Units stopped while the generation adapter trains and started again afterwards, whatever
-    # happened (memoryctl/ops/gpu_pause.py): the GPU has no room to train beside them, e.g.
+    # happened (memoryctl/maintenance/gpu_pause.py): the GPU has no room to train beside them, e.g.
     # ["vllm@generate"] on a 20 GB GPU (docs/nightly.md). Empty: nothing is stopped.
     pause_units: list[str] = Field(default_factory=list)
     unit_command: list[str] = Field(default_factory=lambda: ["sudo", "-n", "systemctl"])  # + stop|start UNIT...

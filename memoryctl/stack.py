@@ -90,9 +90,9 @@ class Stack:
     @cached_property
     def embedder(self) -> Embedder:
         from memoryctl.embed import make_embedder
-        from memoryctl.ops.models import effective_embedder_settings
+        from memoryctl.maintenance.models import effective_embedder_settings
 
-        # The model `migrate` made active (recorded in PostgreSQL) wins over the config: see ops.models.
+        # The model `migrate` made active (recorded in PostgreSQL) wins over the config: see maintenance.models.
         return make_embedder(effective_embedder_settings(lambda: self.pool, self.settings.embedder))
 
     def reload_embedder(self) -> None:

@@ -97,7 +97,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "reconcile-stale-not-drift",
         "a store copy older than PostgreSQL's row counts as drift",
-        "memoryctl/ops/reconcile.py",
+        "memoryctl/maintenance/reconcile.py",
         "        return self.orphan + self.missing + self.stale\n",
         "        return self.orphan + self.missing  # MUTANT: stale ignored\n",
         ("tests/integration/test_ops.py::test_reconcile_finds_and_repairs_orphans_missing_stale",),

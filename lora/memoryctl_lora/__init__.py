@@ -3,8 +3,8 @@
 Its own distribution, ``memoryctl-lora`` (the repository's top-level ``lora/`` folder), installed
 where the nightly trains — the GPU node — so that torch, peft and transformers are its
 dependencies and never the core's: the db node and every client run memoryctl without them.
-memoryctl imports this package lazily, only from the nightly's own modules (``memoryctl.ops.nightly``
-and ``memoryctl.ops.adapters``; tests/unit/test_import_graph.py holds that).
+memoryctl imports this package lazily, only from the nightly's own modules (``memoryctl.maintenance.nightly``
+and ``memoryctl.maintenance.adapters``; tests/unit/test_import_graph.py holds that).
 
 Importing it needs no torch: the registry, the dataset builders, the gates and the adapter serving
 are plain Python (+ numpy; vLLM's HTTP client is ``memoryctl.vllm``). Training and the

@@ -126,7 +126,7 @@ def generation_cycle(
     """Train a generation adapter and gate it on held-out loss against the active adapter.
 
     ``around_training``: a context entered only when there is something to train, for the training
-    alone (the nightly frees the GPU with it: ``memoryctl.ops.gpu_pause``); what it yields is kept
+    alone (the nightly frees the GPU with it: ``memoryctl.maintenance.gpu_pause``); what it yields is kept
     in the outcome's ``gpu_pause``."""
     from .train_generation import train_generation_adapter
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from memoryctl.ops.runs import recorded_run
+from memoryctl.maintenance.runs import recorded_run
 from memoryctl.write.outbox import graph_memory
 
 if TYPE_CHECKING:

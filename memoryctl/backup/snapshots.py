@@ -28,7 +28,7 @@ from memoryctl.backup.target import MANIFEST, BackupError, SnapshotTarget, make_
 from memoryctl.deadline import poll_until
 from memoryctl.diskspace import cleaned_up
 from memoryctl.errors import ConfigError, StoreError
-from memoryctl.ops.runs import recorded_run
+from memoryctl.maintenance.runs import recorded_run
 from memoryctl.stores.protocols import EmbeddingModelInfo
 
 if TYPE_CHECKING:

@@ -24,13 +24,13 @@ def _uuid() -> str:
 
 
 def _trigger() -> str:
-    from memoryctl.ops.runs import current_trigger
+    from memoryctl.maintenance.runs import current_trigger
 
     return current_trigger()
 
 
 def _actor() -> str | None:
-    from memoryctl.ops.runs import current_actor
+    from memoryctl.maintenance.runs import current_actor
 
     return current_actor()
 

@@ -230,7 +230,7 @@ def runs(rows: list[dict[str, Any]], values: Mapping[str, Any]) -> None:
 
 
 def reconciled(report: dict[str, Any], values: Mapping[str, Any]) -> None:
-    from memoryctl.ops.reconcile import CATEGORIES
+    from memoryctl.maintenance.reconcile import CATEGORIES
 
     repair = report["repair"]
     table = _table(

@@ -58,7 +58,7 @@ _NESTED = {
     "gate_metrics": None,  # all of them: the gate's own figures (recall@k, MRR, held-out loss)
     "migrate": ("status", "target"),
     "swap": ("loaded", "unloaded"),
-    "serve": ("slot", "served_name", "ready_s"),  # an http embedder's new version (ops/embedding_version)
+    "serve": ("slot", "served_name", "ready_s"),  # an http embedder's new version (maintenance/embedding_version)
     "gpu_pause": ("ready_s", "restart_error"),
 }
 
@@ -97,7 +97,7 @@ def nightly_probe(stack: Stack, *, timeout_s: float) -> dict[str, Any]:
     """The component; ``timeout_s`` bounds the wait for vLLM (asked while the rest is read). The
     scalars come first: the text table shows the first few (the steps, the night's status and
     time, what is served)."""
-    from memoryctl.ops.pgstate import OpsState
+    from memoryctl.maintenance.pgstate import OpsState
 
     deadline = deadline_in(timeout_s)
     vllm = Call(partial(_served_generation, stack, timeout_s), name="nightly-vllm")
@@ -177,7 +177,7 @@ def registry_state(stack: Stack) -> dict[str, Any]:
     """Per kind, what the adapter registry on this host holds: ``active`` and ``previous`` (the
     rollback target), how many ``versions``, the ``latest`` registered (a rejected night's too) and
     the active one's base model and checksum; ``{"root": ..., "note": ...}`` without a registry."""
-    from memoryctl.ops.adapters import registry_root
+    from memoryctl.maintenance.adapters import registry_root
 
     root = registry_root(stack.settings)
     out: dict[str, Any] = {"root": str(root)}
@@ -221,7 +221,7 @@ def served_adapters(
     """The registry next to what is served: for generation, vLLM's loaded adapters (``loaded``:
     None when vLLM is not configured or did not answer) and whether the active version is among
     them; for embedding, whether the served model (``migrate``'s) holds the active version."""
-    from memoryctl.ops.embedding_version import served_name
+    from memoryctl.maintenance.embedding_version import served_name
 
     out: dict[str, Any] = {"registry": registry["root"]}
     if "note" in registry:

@@ -325,7 +325,7 @@ def _epoch(timestamp: Any) -> float:
 
 def _model_registry(stack: Stack) -> dict[str, Any]:
     """PostgreSQL's count next to the point count, the recorded active model, an unfinished migration."""
-    from memoryctl.ops.pgstate import OpsState
+    from memoryctl.maintenance.pgstate import OpsState
 
     out: dict[str, Any] = {}
     if "pool" not in stack.__dict__:  # PostgreSQL not open (yet, or down): its probe reports that

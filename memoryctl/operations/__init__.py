@@ -75,7 +75,7 @@ def run(
     in_service: bool = False,
 ) -> Reply:
     """Validate and run one operation in this process (the service calls this too)."""
-    from memoryctl.ops.runs import caller
+    from memoryctl.maintenance.runs import caller
 
     op = operation(name)
     if op.local:

@@ -56,8 +56,8 @@ def reconcile(client: MemoryClient, call: Call) -> Reply:
 
 
 def migrate(client: MemoryClient, call: Call) -> Reply:
+    from memoryctl.maintenance.models import parse_model_spec
     from memoryctl.model import parse_duration
-    from memoryctl.ops.models import parse_model_spec
 
     p = call.params  # exactly one action: the declaration's one_of
     options: dict[str, Any] = {"batch": p["batch"], "sample": p["sample"], "min_recall": p["min_recall"]}
@@ -99,7 +99,7 @@ def feedback(client: MemoryClient, call: Call) -> Reply:
 
 
 def adapters(client: MemoryClient, call: Call) -> Reply:
-    from memoryctl.ops.adapters import (
+    from memoryctl.maintenance.adapters import (
         adapter_kind,
         embedding_rolled_back,
         list_adapters,
@@ -128,8 +128,8 @@ def night_running(client: MemoryClient) -> Callable[[], bool]:
     node still down the active adapter should be served all the same."""
 
     def check() -> bool:
-        from memoryctl.ops.nightly import LOCK
-        from memoryctl.ops.pgstate import OpsState
+        from memoryctl.maintenance.nightly import LOCK
+        from memoryctl.maintenance.pgstate import OpsState
 
         try:
             with OpsState(client.stack.pool).exclusive(LOCK) as got:

@@ -24,8 +24,8 @@ from memoryctl.backup.snapshots import backup_qdrant, restore_qdrant
 from memoryctl.backup.status import backup_status, prometheus
 from memoryctl.backup.target import BackupError
 from memoryctl.client import MemoryClient
+from memoryctl.maintenance.reconcile import reconcile
 from memoryctl.model import EntityRef, Memory, Relation
-from memoryctl.ops.reconcile import reconcile
 from memoryctl.query.spec import GraphFilter
 from tests.conftest import cluster_settings
 

@@ -22,8 +22,8 @@ from memoryctl.cli import render
 from memoryctl.config import load_settings
 from memoryctl.health.nightly import nightly_probe
 from memoryctl.health.probes import PROBE_TIMEOUT_S, run_probes
-from memoryctl.ops.nightly import NightlyReport, StepOutcome
-from memoryctl.ops.runs import recorded_run
+from memoryctl.maintenance.nightly import NightlyReport, StepOutcome
+from memoryctl.maintenance.runs import recorded_run
 from memoryctl.stack import Stack
 from memoryctl.stores.schema import apply_schema
 from tests.lora.vllm_standin import StandinState, VLLMStandin

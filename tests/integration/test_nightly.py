@@ -15,8 +15,8 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from memoryctl.client import MemoryClient
+from memoryctl.maintenance.nightly import Nightly
 from memoryctl.model import Memory
-from memoryctl.ops.nightly import Nightly
 from tests.conftest import cluster_settings, write_cluster_config
 from tests.lora.synthetic import embedding_rows
 

@@ -25,11 +25,11 @@ import pytest
 
 from memoryctl.client import MemoryClient
 from memoryctl.config import Settings
-from memoryctl.ops.adapters import list_adapters, open_registry
-from memoryctl.ops.embedding_version import wait_until_served
-from memoryctl.ops.model_migration import run_model_migration
-from memoryctl.ops.models import effective_embedder_settings
-from memoryctl.ops.nightly import Nightly
+from memoryctl.maintenance.adapters import list_adapters, open_registry
+from memoryctl.maintenance.embedding_version import wait_until_served
+from memoryctl.maintenance.model_migration import run_model_migration
+from memoryctl.maintenance.models import effective_embedder_settings
+from memoryctl.maintenance.nightly import Nightly
 from memoryctl.vllm import VLLMClient
 from tests.conftest import cluster_settings, write_cluster_config
 from tests.integration.test_nightly import EMBEDDING_LORA, seed_useful_recalls

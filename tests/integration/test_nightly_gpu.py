@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from memoryctl.client import MemoryClient
+from memoryctl.maintenance.gpu_pause import wait_until_ready
+from memoryctl.maintenance.nightly import LOCK, Nightly
+from memoryctl.maintenance.pgstate import OpsState
 from memoryctl.model import Memory
-from memoryctl.ops.gpu_pause import wait_until_ready
-from memoryctl.ops.nightly import LOCK, Nightly
-from memoryctl.ops.pgstate import OpsState
 from memoryctl.vllm import VLLMClient
 from tests.conftest import cluster_settings, write_cluster_config
 

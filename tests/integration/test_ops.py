@@ -24,12 +24,12 @@ from memoryctl.client import MemoryClient
 from memoryctl.embed import make_embedder
 from memoryctl.errors import StoreError
 from memoryctl.health.probes import check
+from memoryctl.maintenance.model_migration import MigrationInterrupted, Migrator, run_model_migration
+from memoryctl.maintenance.models import parse_model_spec
+from memoryctl.maintenance.pgstate import OpsState
+from memoryctl.maintenance.reconcile import Reconciler, reconcile
+from memoryctl.maintenance.reembed import reembed_changed
 from memoryctl.model import EntityRef, Memory
-from memoryctl.ops.model_migration import MigrationInterrupted, Migrator, run_model_migration
-from memoryctl.ops.models import parse_model_spec
-from memoryctl.ops.pgstate import OpsState
-from memoryctl.ops.reconcile import Reconciler, reconcile
-from memoryctl.ops.reembed import reembed_changed
 from memoryctl.stack import Stack
 from memoryctl.stores.protocols import GraphMemory
 from memoryctl.write.outbox import Deliverer, vector_point

@@ -1,6 +1,6 @@
 """A STAND-IN for ``systemctl stop|start UNIT...`` over real processes — not systemd.
 
-The nightly stops vLLM while the generation adapter trains (``memoryctl.ops.gpu_pause``) through
+The nightly stops vLLM while the generation adapter trains (``memoryctl.maintenance.gpu_pause``) through
 ``[nightly] unit_command``; production's is ``sudo -n systemctl``. Tests point it at this script,
 which manages the vLLM stand-in as a real separate process: ``DIR/<unit>.json`` holds the unit's
 ``{"argv": [...], "env": {...}}`` (written by the test), ``DIR/<unit>.pid`` the running process, and every call is

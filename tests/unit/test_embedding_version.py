@@ -1,4 +1,4 @@
-"""The idle embedding slot and its link (memoryctl/ops/embedding_version.py): the new version goes
+"""The idle embedding slot and its link (memoryctl/maintenance/embedding_version.py): the new version goes
 to the slot that is not serving the active model, its link moves in one rename, and the served name
 is the version's directory name. The end-to-end path: tests/integration/test_nightly_embedding_version.py."""
 
@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from memoryctl.config import EmbeddingSlot, NightlySettings
 from memoryctl.errors import ConfigError
-from memoryctl.ops.embedding_version import idle_slot, point_link, served_name
+from memoryctl.maintenance.embedding_version import idle_slot, point_link, served_name
 
 A = EmbeddingSlot(url="http://10.77.0.3:8001", link="/m/a", unit="vllm@embed-a")
 B = EmbeddingSlot(url="http://10.77.0.3:8002/", link="/m/b", unit="vllm@embed-b")

@@ -8,7 +8,7 @@ tests/integration/test_nightly.py and test_nightly_gpu.py."""
 from __future__ import annotations
 
 from memoryctl.health.nightly import night_steps
-from memoryctl.ops.nightly import NightlyReport, StepOutcome
+from memoryctl.maintenance.nightly import NightlyReport, StepOutcome
 
 
 def _cycle(status: str, reason: str, gate: dict[str, float], **extra: object) -> dict[str, object]:
@@ -101,7 +101,7 @@ def test_a_night_that_recorded_no_steps_has_none() -> None:
 
 
 def test_a_new_embedding_version_shows_the_slot_that_serves_it() -> None:
-    """An http embedder's night (memoryctl/ops/embedding_version.py): the slot, the served name and
+    """An http embedder's night (memoryctl/maintenance/embedding_version.py): the slot, the served name and
     how long the slot took to serve it, beside migrate's outcome."""
     serve = {"slot": "http://10.77.0.3:8002", "served_name": "BAAI--bge-m3+lora-v0001", "restarted": "vllm@embed-b"}
     detail = _cycle(

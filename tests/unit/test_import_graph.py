@@ -121,22 +121,22 @@ def test_no_cycle_between_memoryctl_lora_modules() -> None:
 
 
 def test_no_cycle_between_subpackages() -> None:
-    """memoryctl.stack, memoryctl.ops, memoryctl.query, … as units: the layering the README draws."""
+    """memoryctl.stack, memoryctl.maintenance, memoryctl.query, … as units: the layering the README draws."""
     edges = graph(group=2)
-    assert "memoryctl.ops" in edges and "memoryctl.query" in edges  # the grouping is what it says
+    assert "memoryctl.maintenance" in edges and "memoryctl.query" in edges  # the grouping is what it says
     assert cycles(edges) == []
 
 
 def test_the_write_path_sits_between_the_stores_and_the_facade() -> None:
     """memoryctl.write takes what it needs from the stack through a protocol (``WriteStores``), so
     the maintenance operations (which deliver through ``write.outbox``) and the stack (which picks
-    the embedder through ``ops``) stay below it; the query engine and the write path do not know
+    the embedder through ``maintenance``) stay below it; the query engine and the write path do not know
     each other; the facade, the operations and the service are above it."""
     edges = graph(group=2)
-    above = {"memoryctl.client", "memoryctl.stack", "memoryctl.ops", "memoryctl.operations", "memoryctl.serve"}
+    above = {"memoryctl.client", "memoryctl.stack", "memoryctl.maintenance", "memoryctl.operations", "memoryctl.serve"}
     assert edges["memoryctl.write"] and not edges["memoryctl.write"] & (above | {"memoryctl.query"})
     assert "memoryctl.write" not in edges["memoryctl.query"]
-    assert "memoryctl.write" in edges["memoryctl.client"] and "memoryctl.write" in edges["memoryctl.ops"]
+    assert "memoryctl.write" in edges["memoryctl.client"] and "memoryctl.write" in edges["memoryctl.maintenance"]
 
 
 def test_the_checker_finds_a_cycle() -> None:
@@ -161,7 +161,7 @@ def test_store_adapters_take_what_they_need_not_the_settings() -> None:
 
 # The nightly's side of memoryctl: the only modules that import memoryctl_lora (the memoryctl-lora
 # distribution, installed where the nightly trains), and only inside functions.
-NIGHTLY_SIDE = ("memoryctl.ops.nightly", "memoryctl.ops.adapters")
+NIGHTLY_SIDE = ("memoryctl.maintenance.nightly", "memoryctl.maintenance.adapters")
 
 
 def lora_imports(path: Path) -> Iterator[tuple[int, bool]]:
@@ -191,7 +191,7 @@ def test_memoryctl_imports_memoryctl_lora_only_lazily_where_the_nightly_trains()
     assert {name for name, hits in found.items() if hits} <= set(NIGHTLY_SIDE)
     eager = [(name, line) for name, hits in found.items() for line, lazy in hits if not lazy]
     assert eager == [], f"module-level imports of memoryctl_lora: {eager}"
-    assert found["memoryctl.ops.nightly"], "the checker finds the nightly's imports"
+    assert found["memoryctl.maintenance.nightly"], "the checker finds the nightly's imports"
 
 
 def test_the_lazy_import_checker_tells_module_level_from_function_level(tmp_path: Path) -> None:

@@ -78,7 +78,7 @@ def test_where_memoryctl_lora_is_not_installed_the_adapter_registry_names_the_fi
         sys.modules["memoryctl_lora"] = None  # `import memoryctl_lora` now fails as if not installed
         from memoryctl.config import Settings
         from memoryctl.errors import ConfigError
-        from memoryctl.ops.adapters import list_adapters
+        from memoryctl.maintenance.adapters import list_adapters
         try:
             list_adapters(Settings(data_dir={str(tmp_path)!r}), "generation")
         except ConfigError as exc:

@@ -12,8 +12,8 @@ import pytest
 
 from memoryctl.cli import render
 from memoryctl.declaration.table import OPERATIONS
+from memoryctl.maintenance.nightly import NightlyReport, StepOutcome
 from memoryctl.operations.maintenance import nightly as nightly_operation
-from memoryctl.ops.nightly import NightlyReport, StepOutcome
 
 
 class _Client:

@@ -1,8 +1,9 @@
-"""Maintenance operations: reconciliation, embedding-model migration, re-embedding, the nightly job.
+"""The maintenance jobs: reconciliation, embedding-model migration, re-embedding, the nightly job.
 
 Each module has one reason to change:
 
-- ``needs``: what the operations need from the composition root (``memoryctl.stack.Stack``).
+- ``needs``: what the jobs need from the composition root (``MaintenanceStack``, a protocol
+  ``memoryctl.stack.Stack`` satisfies).
 - ``streams``: ordered keyset streams from the three stores and the merge-join over them.
 - ``pgstate``: the SQL these operations need beyond ``RecordStore`` (outbox lookups, checkpoints,
   model versions, training turns), kept here so the record store does not grow an ops-shaped API.
@@ -11,5 +12,12 @@ Each module has one reason to change:
 - ``reconcile`` / ``model_migration`` / ``nightly``: the commands themselves (``model_migration``
   is ``memoryctl migrate``: vectors to another embedding model; the schema's migrations are
   ``memoryctl.stores.schema``).
+- ``adapters``: ``memoryctl adapters``, the LoRA adapter versions and rolling the served one back
+  (with ``nightly``, the only modules that import ``memoryctl_lora``, inside functions).
+- ``gpu_pause``, ``embedding_version``: the nightly's GPU freed from the services holding it; a
+  new embedding model version put on the idle embedding server for ``migrate``.
 - ``runs``: recording every run in ``maintenance_runs``.
+
+``memoryctl.operations.maintenance`` runs them as operations (validated parameters in, a ``Reply``
+out); this package knows nothing of the surfaces.
 """

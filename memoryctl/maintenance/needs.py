@@ -1,7 +1,7 @@
 """What the maintenance operations need from the composition root, declared here.
 
 ``memoryctl.stack.Stack`` provides it; the operations take anything of this shape, so they do not
-import the stack (which imports ``ops.models`` to pick the active embedder: the other direction).
+import the stack (which imports ``maintenance.models`` to pick the active embedder: the other direction).
 """
 
 from __future__ import annotations

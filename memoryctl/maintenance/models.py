@@ -90,7 +90,7 @@ def effective_embedder_settings(
     the vector store's own model check still refuses any mix-up. ``pool`` may be a callable so that
     opening PostgreSQL (which may fail) happens inside that guarantee.
     """
-    from memoryctl.ops.pgstate import OpsState
+    from memoryctl.maintenance.pgstate import OpsState
 
     try:
         row = OpsState(pool() if callable(pool) else pool).active_embedding()

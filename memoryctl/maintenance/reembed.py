@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from memoryctl.errors import StoreError
+from memoryctl.maintenance.streams import paged_join, prefetch, record_key, row_key
 from memoryctl.model import Memory
-from memoryctl.ops.streams import paged_join, prefetch, record_key, row_key
 from memoryctl.stores import names
 from memoryctl.stores.protocols import VectorStore
 from memoryctl.stores.records import RecordStore

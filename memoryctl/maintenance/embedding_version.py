@@ -29,7 +29,7 @@ from typing import Any
 from memoryctl.config import EmbedderSettings, EmbeddingSlot, Settings
 from memoryctl.deadline import poll_until
 from memoryctl.errors import ConfigError, StoreError
-from memoryctl.ops.gpu_pause import PauseFailed, run_unit_command
+from memoryctl.maintenance.gpu_pause import PauseFailed, run_unit_command
 from memoryctl.vllm import VLLMClient
 
 

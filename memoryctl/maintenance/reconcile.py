@@ -12,7 +12,7 @@ manual delete, a bug), or when a purge reached one store and not the other. Cate
 - **model**: the active collection was built by another model than the configured embedder; every
   vector is then stale, which only ``memoryctl migrate`` can fix, so it is reported, not repaired.
 
-How: one merge-join over the id-ordered keyset pages of the three stores (``ops.streams``); memory
+How: one merge-join over the id-ordered keyset pages of the three stores (``maintenance.streams``); memory
 is bounded by the page size and the candidate buffer, never by the number of memories. Candidates
 are confirmed in chunks before they count: an outbox entry for that target means "delivery
 pending", not drift; an orphan that PostgreSQL has by now (written after its page was read) is a
@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from memoryctl.maintenance.needs import MaintenanceStack
+from memoryctl.maintenance.pgstate import OpsState
+from memoryctl.maintenance.runs import recorded_run
+from memoryctl.maintenance.streams import paged_join, record_key, row_key
 from memoryctl.model import parse_duration
-from memoryctl.ops.needs import MaintenanceStack
-from memoryctl.ops.pgstate import OpsState
-from memoryctl.ops.runs import recorded_run
-from memoryctl.ops.streams import paged_join, record_key, row_key
 from memoryctl.stores import names
 from memoryctl.stores.protocols import GraphRecord, GraphStore, VectorRecord, VectorStore
 from memoryctl.stores.records import RecordStore

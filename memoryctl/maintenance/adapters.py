@@ -1,6 +1,6 @@
 """``memoryctl adapters``: the LoRA adapter versions of a kind, and rolling the served one back.
 
-With ``memoryctl.ops.nightly`` this is the only part of memoryctl that imports ``memoryctl_lora``
+With ``memoryctl.maintenance.nightly`` this is the only part of memoryctl that imports ``memoryctl_lora``
 (the ``memoryctl-lora`` distribution, ``lora/`` in the repository), always inside a function: the
 adapter registry is a directory on the node where the nightly trains, and that node is the one
 with memoryctl-lora (and torch) installed. Anywhere else the command says so instead of failing on
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from memoryctl.adapter_files import LORA_INSTALL_HINT
 from memoryctl.config import Settings
 from memoryctl.errors import ConfigError, InputError, MemoryctlError, StoreUnavailable
-from memoryctl.ops.needs import MaintenanceStack
+from memoryctl.maintenance.needs import MaintenanceStack
 from memoryctl.vllm import STORE, VLLMClient
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ def embedding_version_of(registry: AdapterRegistry, model_id: str | None) -> Ada
     """The registered embedding version whose vectors ``model_id`` (an aliased collection's model)
     holds: ``http:<served name>`` for a merged version on an embedding slot, ``...+lora:<checksum>``
     for MiniLM with the adapter applied; None when no registered adapter is in it (the base model)."""
-    from memoryctl.ops.embedding_version import served_name
+    from memoryctl.maintenance.embedding_version import served_name
 
     if not model_id:
         return None
@@ -199,7 +199,7 @@ def serve_active_adapter(
 
 def ready_within(client: VLLMClient, deadline_s: float) -> None:
     """Wait for vLLM to answer ``/health``; an error saying where to look when it does not."""
-    from memoryctl.ops.gpu_pause import PauseFailed, wait_until_ready
+    from memoryctl.maintenance.gpu_pause import PauseFailed, wait_until_ready
 
     try:
         wait_until_ready(client, deadline_s)
