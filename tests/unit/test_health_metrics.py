@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from memoryctl.health.exposition import prometheus
 from memoryctl.health.probes import HealthReport
+from tests.unit.test_metrics import CLUSTER  # a leader, a sync standby and one catching up
 
 
 def test_degraded_is_not_down_in_the_metrics() -> None:
@@ -51,14 +52,6 @@ OUTBOX = {
     "latency_ms": 2.0,
     "vector": {"pending": 3, "oldest_age_s": 12.5, "last_error": None, "set_aside": 1, "set_aside_error": "x"},
     "graph": {"pending": 0, "oldest_age_s": None, "last_error": None, "set_aside": 0, "set_aside_error": None},
-}
-CLUSTER = {
-    "leader": "10.77.0.1:5432",
-    "timeline": 4,
-    "standbys": [
-        {"name": "pg2", "address": "10.77.0.2", "state": "streaming", "sync_state": "sync", "lag_bytes": 512},
-        {"name": "pg3", "address": "10.77.0.3", "state": "catchup", "sync_state": "async", "lag_bytes": None},
-    ],
 }
 
 HEALTHY_TEXT = """\
