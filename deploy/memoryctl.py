@@ -24,7 +24,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip, systemd
 
-from deploy import backup, embedding_slots, patroni
+from deploy import backup, embedding_slots, monitoring, patroni
 from deploy.common import component, keep_running, secrets, service_account, sudoers, template
 from deploy.layout import (
     CONFIG,
@@ -142,6 +142,7 @@ def config_file(*, serve: bool, night: dict[str, Any] | None) -> Any:
         serve_port=serve_port(),
         nightly=night,
         nightly_on_gpu=night_on_gpu(),
+        alerting=monitoring.memoryctl_alerting(),
         user="root",
         group=USER,
         mode="640",

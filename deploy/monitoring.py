@@ -32,6 +32,7 @@ Prometheus, 9093 Alertmanager.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from io import StringIO
 from typing import Any
@@ -92,6 +93,28 @@ def enabled() -> bool:
 
 def monitor_node() -> str:
     return ops_node(inventory(), "monitoring", component("monitoring"))
+
+
+def duration_s(value: str) -> float:
+    """A Prometheus duration as the inventory writes one (``90s``, ``1m``, ``1h30m``) in seconds."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    parts = re.findall(r"(\d+)(ms|s|m|h|d|w)", str(value))
+    if not parts or "".join(n + u for n, u in parts) != str(value):
+        raise ValueError(f"components.monitoring: {value!r} is not a duration like 90s, 1m or 1h30m")
+    return float(sum(int(n) * units[u] for n, u in parts))
+
+
+def memoryctl_alerting() -> dict[str, Any] | None:
+    """``[alerting]`` of memoryctl.toml: the Prometheus ``memoryctl health`` asks whether alerts are
+    delivered, and whether a dead-man's switch is there to be heard from (docs/monitoring.md)."""
+    if not enabled():
+        return None
+    settings = component("monitoring")
+    return {
+        "prometheus_url": f"http://{host.data.mesh_addresses[monitor_node()]}:{PROMETHEUS_PORT}",
+        "heartbeat": bool(settings.get("heartbeat")),
+        "heartbeat_interval_s": duration_s(settings.get("heartbeat_interval", HEARTBEAT_INTERVAL)),
+    }
 
 
 def qdrant_peers() -> list[str]:

@@ -344,6 +344,16 @@ class ServeSettings(BaseModel):
     header_timeout_s: float = Field(10.0, gt=0)  # a request's line and headers must arrive within this
 
 
+class AlertingSettings(BaseModel):
+    """Where ``memoryctl health`` asks whether alerts reach a person (memoryctl/health/alerting.py):
+    the cluster's Prometheus, which scrapes Alertmanager. The deploy writes it (docs/monitoring.md)."""
+
+    prometheus_url: str | None = None  # e.g. http://10.77.0.3:9090; unset: the component is disabled
+    heartbeat: bool = False  # a dead-man's switch is configured: its pings must be delivered
+    heartbeat_interval_s: float = Field(60.0, gt=0)
+    window_s: float = Field(900.0, gt=0)  # how far back sent and failed notifications are counted
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -363,6 +373,7 @@ class Settings(BaseModel):
     backup: BackupSettings = BackupSettings()
     serve: ServeSettings = ServeSettings()
     write: WriteSettings = WriteSettings()
+    alerting: AlertingSettings = AlertingSettings()
     # Where this settings object came from, for `config show`.
     source_file: Path | None = Field(default=None, exclude=True)
     # config_layers.digest of what it was validated from: the fast path's check that it reads the same.

@@ -168,11 +168,14 @@ def _fmt(value: object) -> str:
 
 def health(report: dict[str, Any], values: Mapping[str, Any]) -> None:
     table = _table(f"memoryctl health: {report['status']}", ("component", "status", "latency ms", "detail"))
+    from memoryctl.health.alerting import summary as alerting_summary
     from memoryctl.health.nightly import nightly_lines
     from memoryctl.health.postgres import member_lines
 
     for name, comp in report["components"].items():
-        detail = comp.get("error") or _summary(comp)
+        detail = comp.get("error") or (
+            alerting_summary(comp) if name == "alerting" and comp["status"] == "ok" else _summary(comp)
+        )
         table.add_row(name, comp["status"], str(comp["latency_ms"]), detail)
         if name == "postgres" and isinstance(comp.get("cluster"), dict):
             for role, line in member_lines(comp["cluster"]):  # one row per member, under postgres

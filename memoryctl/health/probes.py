@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from memoryctl._version import __version__
 from memoryctl.deadline import Call, deadline_in
 from memoryctl.errors import ExitCode, MemoryctlError
+from memoryctl.health.alerting import alerting_probe
 from memoryctl.health.nightly import nightly_probe
 from memoryctl.health.postgres import (
     cluster_status,
@@ -502,6 +503,7 @@ def default_probes(stack: Stack) -> dict[str, Probe]:
         "nightly": lambda: nightly_probe(stack, timeout_s=PROBE_TIMEOUT_S),
         "vllm": lambda: vllm_probe(stack),
         "wireguard": wireguard_probe,
+        "alerting": lambda: alerting_probe(stack.settings, timeout_s=PROBE_TIMEOUT_S),
     }
     return probes
 

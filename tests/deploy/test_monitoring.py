@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.deploy import e2e_data
-from tests.deploy.cluster import MESH, memoryctl, node, put, wait_for
+from tests.deploy.cluster import MESH, REPO, memoryctl, node, wait_for
 from tests.deploy.conftest import record
 
 pytestmark = pytest.mark.deploy
@@ -108,31 +108,17 @@ def firing(alertname: str, node_name: str) -> dict[str, Any] | None:
     return None
 
 
-# The receiver inventory/local.yaml configures: Alertmanager on the monitoring node posts to it.
-WEBHOOK = "/root/alert-webhook.py"
-WEBHOOK_LOG = "/root/alert-webhook.jsonl"
-WEBHOOK_SCRIPT = """
-import http.server, json, os, sys, time
-deadline = time.monotonic() + float(sys.argv[2])
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        with open(sys.argv[1], "a") as out:
-            out.write(json.dumps({"t": time.time(), "path": self.path, "body": body}) + "\\n")
-        self.send_response(200)
-        self.end_headers()
-    def log_message(self, *args):
-        pass
-server = http.server.HTTPServer(("127.0.0.1", 9099), Handler)
-server.timeout = 1
-while time.monotonic() < deadline:
-    server.handle_request()
-"""
+# The receivers inventory/local.yaml configures: Alertmanager on the monitoring node posts to the
+# controller's stand-in server (scripts/standin, /alertsink/), which keeps one JSON line per
+# notification ({"t": its clock, "path": "/alerts" or "/heartbeat", "body": Alertmanager's JSON}).
+ALERT_SINK = REPO / ".cache" / "standin" / "alertsink.jsonl"
 
 
 def webhook_records() -> list[dict[str, Any]]:
-    """Every notification the test webhook received so far, in order."""
-    return [json.loads(line) for line in sh(OPS, f"cat {WEBHOOK_LOG} 2>/dev/null || true").splitlines()]
+    """Every notification the operator's sink received so far, in order."""
+    if not ALERT_SINK.exists():
+        return []
+    return [json.loads(line) for line in ALERT_SINK.read_text().splitlines() if line.strip()]
 
 
 def _names(record_: dict[str, Any]) -> set[str]:
@@ -158,8 +144,7 @@ def notification(
     was an earlier run's (found on the cluster: a rerun picked up run 1's stale resolution), so an
     alert is told apart by when it started, not by its labels.
     """
-    for line in sh(OPS, f"cat {WEBHOOK_LOG} 2>/dev/null || true").splitlines():
-        record_ = json.loads(line)
+    for record_ in webhook_records():
         for alert in record_["body"]["alerts"]:
             labels = alert["labels"]
             if alert["status"] != status or labels["alertname"] != alertname or labels.get("node") != node_name:
@@ -172,10 +157,17 @@ def notification(
     return None
 
 
+def _alerting_ok() -> dict[str, Any] | None:
+    """health's alerting component once it reports deliveries and no failure, else None."""
+    components = json.loads(memoryctl("health", "--json").stdout)["components"]
+    alerting = components["alerting"]
+    if alerting["status"] == "ok" and alerting["delivered"].get("webhook", 0) > 0 and alerting["failed"] == {}:
+        return dict(alerting)
+    return None
+
+
 def test_alert_qdrant_down_reaches_the_receiver_and_resolves(deployed: Any) -> None:
     transcript: list[str] = []
-    put(OPS, WEBHOOK_SCRIPT, WEBHOOK)
-    sh(OPS, f"rm -f {WEBHOOK_LOG}; nohup python3 {WEBHOOK} {WEBHOOK_LOG} 900 >/dev/null 2>&1 & echo $! > {WEBHOOK}.pid")
     try:
         wait_for("no QdrantDown before the test", lambda: firing("QdrantDown", INDEX) is None, timeout=120)
         stopped, stopped_at = time.monotonic(), datetime.now(UTC) - timedelta(seconds=5)  # node clocks may lag
@@ -219,9 +211,12 @@ def test_alert_qdrant_down_reaches_the_receiver_and_resolves(deployed: Any) -> N
         assert all(gap < 60 for gap in gaps), gaps  # ~20 s apart; room for a slow node, not for a missed minute
         assert not [r for r in webhook_records() if r["path"] != "/heartbeat" and _names(r) & {"Watchdog"}]
         heartbeats_seen = heartbeats()
+        # `memoryctl health` on the db node sees the same from Prometheus: notifications delivered
+        # (the heartbeat's and the operator's webhooks), none failed (the sink always answers).
+        alerting = wait_for("health's alerting component ok", lambda: _alerting_ok(), 120, 5)
+        transcript.append(f"{datetime.now(UTC):%H:%M:%S} health alerting: delivered {alerting['delivered']}")
     finally:
         sh(INDEX, "systemctl start qdrant")
-        sh(OPS, f"kill $(cat {WEBHOOK}.pid) 2>/dev/null; true")
     record(
         "alert_test",
         {
@@ -229,6 +224,7 @@ def test_alert_qdrant_down_reaches_the_receiver_and_resolves(deployed: Any) -> N
             "notified_after_s": notified_s,
             "resolved_notified_after_s": resolved_s,
             "watchdog_pings": [datetime.fromtimestamp(t, UTC).isoformat() for t in heartbeats_seen],
+            "health_alerting": alerting,
             "transcript": transcript,
         },
     )

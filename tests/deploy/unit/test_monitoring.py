@@ -105,7 +105,7 @@ def test_prometheus_scrapes_every_target_over_the_mesh(tmp_path: Path) -> None:
         [promtool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "46 rules found" in result.stdout
+    assert "48 rules found" in result.stdout
 
 
 def _amtool_accepts(tmp_path: Path, name: str, text: str, secret_files: dict[str, str] | None = None) -> None:
@@ -122,13 +122,19 @@ def _amtool_accepts(tmp_path: Path, name: str, text: str, secret_files: dict[str
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_local_alertmanager_sends_to_the_test_webhook_and_the_watchdog_to_the_heartbeat(tmp_path: Path) -> None:
+def test_local_alertmanager_sends_to_the_controllers_sink_and_the_watchdog_to_the_heartbeat(tmp_path: Path) -> None:
     text = plan(monitoring, "node3").upload("/etc/prometheus/alertmanager.yml")
     local = yaml.safe_load(text)
-    # The local nodes' receivers: the alert test's webhook on the monitoring node, short intervals.
+    # The local nodes' receivers: the controller's stand-in keeps every notification, short intervals.
     assert local["receivers"] == [
-        {"name": "operator", "webhook_configs": [{"url": "http://127.0.0.1:9099/alerts", "send_resolved": True}]},
-        {"name": "heartbeat", "webhook_configs": [{"url": "http://127.0.0.1:9099/heartbeat", "send_resolved": False}]},
+        {
+            "name": "operator",
+            "webhook_configs": [{"url": "http://10.78.0.254:8090/alertsink/alerts", "send_resolved": True}],
+        },
+        {
+            "name": "heartbeat",
+            "webhook_configs": [{"url": "http://10.78.0.254:8090/alertsink/heartbeat", "send_resolved": False}],
+        },
     ]
     route = local["route"]
     assert (route["receiver"], route["group_wait"], route["group_interval"]) == ("operator", "5s", "10s")
@@ -430,3 +436,18 @@ def test_the_nvidia_smi_standin_answers_the_collectors_query_in_its_format(tmp_p
     refused = subprocess.run(["python3", str(standin), "--query-gpu=power.draw"], capture_output=True, text=True)
     assert refused.returncode == 2 and "unsupported query" in refused.stderr
     assert "/usr/local/sbin/memoryctl-nvidia-smi-standin" in p.upload("/usr/local/sbin/memoryctl-gpu-metrics")
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("15s", 15.0), ("1m", 60.0), ("1h30m", 5400.0), ("500ms", 0.5)])
+def test_the_inventorys_durations_are_read_as_prometheus_writes_them(text: str, seconds: float) -> None:
+    from deploy.monitoring import duration_s
+
+    assert duration_s(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "1 m", "60", "1m30", "1y"])
+def test_a_duration_prometheus_would_refuse_is_refused_at_plan_time(text: str) -> None:
+    from deploy.monitoring import duration_s
+
+    with pytest.raises(ValueError, match="is not a duration"):
+        duration_s(text)

@@ -622,6 +622,10 @@ def test_the_night_runs_from_the_gpu_nodes_cron_with_the_registry_vllm_loads_fro
     # the floor a night must beat the served adapter by: a second night on the same kind of turns
     # measured 0.001-0.005 better, a swap for nothing (deploy/night.py; issue 42 item 5)
     assert loaded.nightly.generation_lora["min_loss_improvement"] == 0.01
+    # health asks the monitoring node's Prometheus whether alerts are delivered; the local
+    # inventory's heartbeat pings every 15 s (docs/monitoring.md)
+    assert loaded.alerting.prometheus_url == "http://10.77.0.3:9090"
+    assert loaded.alerting.heartbeat and loaded.alerting.heartbeat_interval_s == 15.0
     rule = p.upload("/etc/sudoers.d/memoryctl-nightly")
     assert (
         "memoryctl ALL=(root) NOPASSWD: /usr/bin/systemctl stop vllm@generate, /usr/bin/systemctl start vllm@generate"
