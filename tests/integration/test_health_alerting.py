@@ -21,7 +21,7 @@ from memoryctl.config import Settings
 from memoryctl.deadline import poll_until
 from memoryctl.health.alerting import alerting_probe, judge, observe
 
-pytestmark = pytest.mark.slow  # real servers and Alertmanager's retries: about a minute
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # real servers and Alertmanager's retries: about a minute
 
 HANG_GUARD_S = 120  # the servers start and the first notifications go out in seconds; a hang guard only
 
