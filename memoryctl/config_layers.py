@@ -43,6 +43,7 @@ SECTIONS = frozenset(
         "nightly",
         "backup",
         "serve",
+        "alerting",
         "write",
     }
 )
