@@ -49,7 +49,9 @@ def test_a_standin_answering_500_fails_the_deploy_with_its_journal(deployed: Any
     try:
         gpu.check_output("systemctl daemon-reload && systemctl restart vllm@generate")
         broken = run_deploy(tmp_path / "broken.log")
-        print(broken.output[-4000:])
+        # The failing step with its journal lines (the run's tail is pyinfra's summary table).
+        at = broken.output.find("FAILED:")
+        print(broken.output[max(0, at - 300) : at + 3000] if at >= 0 else broken.output[-4000:])
         assert broken.returncode != 0
         assert "vllm@generate: FAILED:" in broken.output and "HTTP 500" in broken.output
         assert "--- journalctl -u vllm@generate -n 30 ---" in broken.output
