@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # the operations are imported when called: `import memoryctl`
     from memoryctl.maintenance.nightly import NightlyReport
     from memoryctl.maintenance.reconcile import ReconcileReport
     from memoryctl.maintenance.reembed import ReembedReport
-    from memoryctl.query.rerank import CrossEncoder, RerankSettings
+    from memoryctl.query.rerank import PairScorer, RerankSettings
 
 MAX_HEALTH_DEADLINE_S = 60.0
 
@@ -168,7 +168,7 @@ class MemoryClient:
                 qs.dates_named,
                 qs.session_context,
             ),
-            rerank=(qs.rerank, self._rerank_settings, lambda: self._cross_encoder),
+            rerank=(qs.rerank, self._rerank_settings, lambda: self._rerank_scorers),
         )
 
     @property
@@ -179,11 +179,25 @@ class MemoryClient:
         return RerankSettings(qs.rerank_depth, qs.rerank_blend, qs.rerank_budget_ms / 1000)
 
     @cached_property
-    def _cross_encoder(self) -> CrossEncoder:
-        """The rerank model, loaded on the first query that reranks (checked by content then)."""
-        from memoryctl.query.rerank import CrossEncoder
+    def _rerank_scorers(self) -> tuple[PairScorer, PairScorer | None]:
+        """The rerank model and its fallback, made on the first query that reranks: the served
+        cross-encoder with the CPU model behind it when ``[query] rerank_url`` is set, else the CPU
+        model alone (loaded then, checked by content)."""
+        from memoryctl.query.rerank import CrossEncoder, ServedScorer
+        from memoryctl.vllm import VLLMClient
 
-        return CrossEncoder()
+        qs, cpu = self.settings.query, CrossEncoder()
+        if not qs.rerank_url:
+            return cpu, None
+        key = self.settings.vllm.api_key
+        client = VLLMClient(
+            qs.rerank_url,
+            api_key=key.get_secret_value() if key else None,
+            timeout_s=qs.rerank_timeout_s,
+            store="rerank",
+            settings="query.rerank",
+        )
+        return ServedScorer(client, qs.rerank_model, timeout_s=qs.rerank_timeout_s), cpu
 
     def query(self, q: MemoryQuery | None = None, /, **fields: Any) -> QueryResult:
         """Run one unified query: ``client.query(MemoryQuery(...))`` or ``client.query(text=..., ...)``."""

@@ -221,6 +221,12 @@ class QuerySettings(BaseModel):
     rerank_depth: int = Field(30, ge=1, le=200)
     rerank_blend: float = Field(0.5, ge=0.0, le=1.0)
     rerank_budget_ms: float = Field(500.0, gt=0)
+    # A cross-encoder served by vLLM's score API (the cluster profile: the GPU node, docs/retrieval.md);
+    # unset, the CPU model scores. It is asked with [vllm] api_key, one attempt of at most
+    # rerank_timeout_s per batch; failing that, the CPU model reads the candidates and --explain says so.
+    rerank_url: str | None = None
+    rerank_model: str = "BAAI/bge-reranker-v2-m3"
+    rerank_timeout_s: float = Field(1.0, gt=0)
 
     def half_life_for(self, agent_id: str | None) -> timedelta | None:
         """The agent's recency half-life: its own, else ``half_life``; None for "off" or none set."""

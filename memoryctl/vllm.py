@@ -127,6 +127,26 @@ class VLLMClient:
         """The decoded ``/v1/embeddings`` answer for ``texts``; its shape is the caller's to check."""
         return self._json("POST", "/v1/embeddings", json={"model": model, "input": texts, "encoding_format": "float"})
 
+    def score(self, model: str, text_1: str, text_2: list[str], *, timeout_s: float | None = None) -> list[float]:
+        """vLLM's score API (``POST /score``, a cross-encoder served with ``--runner pooling``): one
+        score per ``text_2`` entry, in their order (vLLM answers with indices; they are followed,
+        not trusted to be in order). One attempt: the caller has a budget and a fallback."""
+        body = {"model": model, "text_1": text_1, "text_2": text_2}
+        data = self._json("POST", "/score", json=body, retry=False, timeout_s=timeout_s)
+        rows = data.get("data") if isinstance(data, dict) else None
+        scores: dict[int, float] = {}
+        for row in rows if isinstance(rows, list) else []:
+            index, score = (row.get("index"), row.get("score")) if isinstance(row, dict) else (None, None)
+            if isinstance(index, int) and isinstance(score, int | float):
+                scores[index] = float(score)
+        if sorted(scores) != list(range(len(text_2))):
+            raise StoreError(
+                self.http.store,
+                f"malformed answer to POST {self.url}/score: {len(scores)} scores for {len(text_2)} passages",
+                hint=f"{self.settings}.url must point at a vLLM serving a cross-encoder (--runner pooling)",
+            )
+        return [scores[i] for i in range(len(text_2))]
+
     def chat(self, body: dict[str, Any]) -> Any:
         """The decoded ``/v1/chat/completions`` answer for an OpenAI request body."""
         return self._json("POST", "/v1/chat/completions", json=body)

@@ -51,14 +51,15 @@ class QueryEngine:
         recalls: RecallLog | None = None,
         graph_name: str = names.NEO4J,
         options: PlanOptions | None = None,
-        rerank: tuple[bool, RerankSettings, Callable[[], PairScorer]] | None = None,
+        rerank: tuple[bool, RerankSettings, Callable[[], tuple[PairScorer, PairScorer | None]]] | None = None,
     ) -> None:
         self.stores = QueryStores(rows, relational, vectors, graph, embedder, unavailable, graph_name)
         self.guard = guard
         self.default_half_life = default_half_life
         self.recalls = recalls
         self.options = options or PlanOptions()
-        self.rerank = rerank  # (on by default, settings, the scorer, loaded on first use)
+        # (on by default, settings, the scorer and its fallback: made on first use)
+        self.rerank = rerank
         self._scope: dict[str | None, tuple[float, int]] = {}  # agent -> (monotonic time, points)
 
     @property
@@ -108,17 +109,17 @@ class QueryEngine:
 
         assert self.rerank is not None
         t0 = time.perf_counter()
-        scorer = self.rerank[2]()
+        scorer, fallback = self.rerank[2]()
         scorer.ready()  # the first query of a process loads the model: not charged to the budget
         load_ms = (time.perf_counter() - t0) * 1000
-        done = rerank(hits, text, scorer, settings)
-        detail = {"depth": settings.depth, "blend": settings.blend, "budget_ms": settings.budget_s * 1000}
-        detail["load_ms"] = round(load_ms, 1)
+        done = rerank(hits, text, scorer, settings, fallback=fallback)
+        detail: dict[str, object] = {"depth": settings.depth, "blend": settings.blend}
+        detail |= {"budget_ms": settings.budget_s * 1000, "load_ms": round(load_ms, 1)}
+        detail["scorer"] = getattr(fallback if done.fallback else scorer, "where", "cpu")
         ctx.steps.append(
             Step("rerank", "cross-encoder", detail, (time.perf_counter() - t0) * 1000, done.offered, done.read)
         )
-        if done.note:
-            ctx.notes.append(done.note)
+        ctx.notes += [n for n in (done.fallback, done.note) if n]
         return done.hits
 
     def choose(self, q: MemoryQuery, calls: StoreCalls) -> Plan:

@@ -27,11 +27,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from memoryctl.errors import ConfigError
+from memoryctl.errors import ConfigError, MemoryctlError
 
 if TYPE_CHECKING:
+    from memoryctl.deadline import Breaker
     from memoryctl.model import Memory
     from memoryctl.query.results import Hit
+    from memoryctl.vllm import VLLMClient
 
 MODEL = "ms-marco-minilm-l12-int8"
 MAX_TOKENS = 128  # question + candidate; a dialogue turn with its speaker and date fits
@@ -88,6 +90,8 @@ class CrossEncoder:
                 self._loaded = (session, tokenizer, {i.name for i in session.get_inputs()})
         return self._loaded
 
+    where = "cpu"  # what --explain names as the scorer
+
     def ready(self) -> None:
         self._load()
 
@@ -103,6 +107,53 @@ class CrossEncoder:
         }
         (logits,) = session.run(None, {k: v for k, v in feed.items() if k in inputs})
         return [float(x) for x in np.asarray(logits).reshape(len(passages), -1)[:, 0]]
+
+
+class ServedScorer:
+    """A cross-encoder served by vLLM's score API (the cluster profile's GPU node, a stronger
+    model than the CPU one). vLLM answers the model's activated score, a probability for a
+    one-logit cross-encoder; it is turned back into a logit so that both scorers meet the same
+    contract and the blend treats them alike. One attempt per batch, bounded by ``timeout_s``: a
+    slow or absent server costs a query that long at most, then the CPU model takes over
+    (:func:`rerank`'s ``fallback``), and after ``failures_to_open`` failures in a row the server is
+    not asked again for ``reset_s`` (a breaker), so queries stop paying the timeout."""
+
+    def __init__(
+        self, client: VLLMClient, model: str, *, timeout_s: float = 1.0, breaker: Breaker | None = None
+    ) -> None:
+        from memoryctl.deadline import Breaker
+
+        self.client = client
+        self.model = model
+        self.timeout_s = timeout_s
+        self.breaker = breaker or Breaker(failures_to_open=3, reset_s=30.0)
+
+    @property
+    def where(self) -> str:
+        return f"{self.model} at {self.client.url}"
+
+    def ready(self) -> None:
+        return None
+
+    def scores(self, question: str, passages: Sequence[str]) -> list[float]:
+        from memoryctl.errors import StoreUnavailable
+
+        if not passages:
+            return []
+        if not self.breaker.allow():
+            raise StoreUnavailable(self.client.http.store, f"{self.where}: not asked (it failed just before)")
+        try:
+            probabilities = self.client.score(self.model, question, list(passages), timeout_s=self.timeout_s)
+        except MemoryctlError:
+            self.breaker.record(False)
+            raise
+        self.breaker.record(True)
+        return [_logit(p) for p in probabilities]
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-12), 1 - 1e-12)
+    return math.log(p / (1 - p))
 
 
 def passage(memory: Memory) -> str:
@@ -122,21 +173,39 @@ class Reranked:
     read: int  # candidates the cross-encoder scored
     offered: int  # candidates it was given (the top depth)
     note: str | None  # set when the budget ran out before all were read
+    fallback: str | None = None  # why the fallback scorer read some or all of them
 
 
 def rerank(
-    hits: Sequence[Hit], question: str, scorer: PairScorer, settings: RerankSettings, *, clock: Any = time.perf_counter
+    hits: Sequence[Hit],
+    question: str,
+    scorer: PairScorer,
+    settings: RerankSettings,
+    *,
+    fallback: PairScorer | None = None,
+    clock: Any = time.perf_counter,
 ) -> Reranked:
     """The top ``settings.depth`` of ``hits`` in blended order, the rest after them unchanged.
-    Past ``budget_s`` no further batch is read; the unread keep the first stage's order."""
+    Past ``budget_s`` no further batch is read; the unread keep the first stage's order. When
+    ``scorer`` fails (a served model away) and there is a ``fallback``, the fallback reads the
+    batch and the rest, and ``fallback`` in the answer says why; without one the error stands."""
     top = list(hits[: settings.depth])
     start = clock()
     logits: list[float] = []
+    why: str | None = None
     while len(logits) < len(top):
         if logits and clock() - start > settings.budget_s:
             break
-        batch = top[len(logits) : len(logits) + BATCH]
-        logits += scorer.scores(question, [passage(h.memory) for h in batch])
+        texts = [passage(h.memory) for h in top[len(logits) : len(logits) + BATCH]]
+        try:
+            logits += scorer.scores(question, texts)
+        except MemoryctlError as exc:
+            if fallback is None or scorer is fallback:
+                raise
+            why = f"rerank: {exc.message}; the CPU cross-encoder read the candidates instead"
+            scorer = fallback
+            scorer.ready()
+            logits += scorer.scores(question, texts)
     read = top[: len(logits)]
     if read:
         first = [h.score for h in read]
@@ -155,4 +224,4 @@ def rerank(
             f"rerank: the {settings.budget_s * 1000:.0f} ms budget ran out after {len(read)} of {len(top)}"
             " candidates; the rest keep the first-stage order"
         )
-    return Reranked([*blended, *top[len(read) :], *hits[settings.depth :]], len(read), len(top), note)
+    return Reranked([*blended, *top[len(read) :], *hits[settings.depth :]], len(read), len(top), note, why)

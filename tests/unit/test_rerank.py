@@ -84,12 +84,12 @@ def test_the_engine_reranks_a_deeper_pool_when_asked_and_cuts_to_the_limit() -> 
     w.add(*(memory(f"rollback step {i}", hours=i + 1) for i in range(4)), memory("lunch after the rollback", hours=9))
     s = Stack(w)
     scorer = ByWord("lunch")
-    s.engine.rerank = (False, RerankSettings(depth=5, blend=1.0, budget_s=60), lambda: scorer)
+    s.engine.rerank = (False, RerankSettings(depth=5, blend=1.0, budget_s=60), lambda: (scorer, None))
     plain = s.engine.run(MemoryQuery(text="rollback", agent_id="a", limit=2))
     assert "rerank" not in [st.name for st in plain.steps] and scorer.read == 0
     asked = s.engine.run(MemoryQuery(text="rollback", agent_id="a", limit=2, rerank=True))
     assert asked.hits[0].memory.text == "lunch after the rollback" and len(asked.hits) == 2
     (step,) = [st for st in asked.steps if st.name == "rerank"]
     assert (step.rows_in, step.rows_out) == (5, 5) and asked.query.limit == 2
-    s.engine.rerank = (True, RerankSettings(depth=5, blend=1.0, budget_s=60), lambda: scorer)
+    s.engine.rerank = (True, RerankSettings(depth=5, blend=1.0, budget_s=60), lambda: (scorer, None))
     assert s.engine.run(MemoryQuery(text="rollback", agent_id="a", limit=2, rerank=False)).hits == plain.hits
