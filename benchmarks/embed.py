@@ -44,7 +44,10 @@ def sentences(n: int) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--kinds", nargs="+", default=["onnx", "local", "hash"], choices=["onnx", "local", "minilm", "hash"]
+        "--kinds",
+        nargs="+",
+        default=["onnx", "local", "hash"],
+        choices=["onnx", "local", "e5-small-v2", "bge-small-en-v1.5", "minilm", "hash"],
     )
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--batch-size", type=int, default=64)
