@@ -44,6 +44,12 @@ def test_add_query_forget_with_an_agent_token(stack: Stack) -> None:
         assert memory.get(added.data["id"]).data["text"].startswith("python sync")
         assert memory.forget([added.data["id"]]).data["forgotten"] == [added.data["id"]]
         assert added.data["id"] not in _ids(memory.query(text="canary stage"))
+        # an upload: the lines as the body, the parameters in the query string
+        imported = memory.import_('{"text": "python import: the on-call rota moved to Mondays"}\n', file="rota.jsonl")
+        assert (imported.data["inserted"], imported.data["file"], imported.data["invalid"]) == (1, "rota.jsonl", [])
+        assert "on-call rota" in memory.query(text="on-call rota").data["hits"][0]["text"]
+    with Client(stack.healthy.url, stack.healthy.token) as operator:
+        assert operator.status().data["requests"] > 0  # GET /v1/status, the service itself
 
 
 def test_the_async_client_does_the_same(stack: Stack) -> None:
