@@ -59,17 +59,25 @@ def reply_schema(op: Operation) -> dict[str, Any]:
 
 
 def _named(tp: Any, schemas: dict[str, Any]) -> dict[str, Any]:
-    """A reply type as a reference to ``components/schemas/<its class name>`` (put there), so that
-    generated clients name it (``QueryReply``, ``Health``); lists and unions of reply types by
-    their members; a document typed ``dict[str, Any]`` inline."""
+    """A reply type as a reference to ``components/schemas/<its class name>`` (put there, and so
+    are the reply types its fields use: ``QueryReply``, ``Hit``, ``Entity``), so that generated
+    clients name them; lists, maps and unions by their members; anything else inline. Resolved,
+    it is exactly ``schema(tp)`` (tests/unit/test_surfaces.py)."""
     if isinstance(tp, type) and issubclass(tp, Shape):
-        schemas.setdefault(tp.__name__, schema(tp))
+        if tp.__name__ not in schemas:
+            schemas[tp.__name__] = whole = dict(schema(tp))
+            hints = typing.get_type_hints(tp)
+            whole["properties"] = {
+                name: {**_named(hints[name], schemas), "description": f.help} for name, f in tp.__fields__
+            }
         return {"$ref": f"#/components/schemas/{tp.__name__}"}
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (Union, types.UnionType):
         return {"anyOf": [_named(a, schemas) for a in args]}
     if origin is list:
         return {"type": "array", "items": _named(args[0], schemas)}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _named(args[1], schemas)}
     return schema(tp)
 
 

@@ -8,7 +8,7 @@ import createClient, { type Client, type ClientOptions } from "openapi-fetch";
 import type { components, operations, paths } from "./schema.js";
 
 export type { components, operations, paths };
-/** Every named type of the API: the reply types (`QueryReply`, `Added`, …), `<Op>Params`, `Error`. */
+/** Every named type of the API: the reply types (`QueryReply`, `Added`, …) and those they use (`Hit`, `Entity`, …), `<Op>Params`, `Error`. */
 export type Schemas = components["schemas"];
 /** The body of every error reply (with the HTTP status of the `response`). */
 export type ApiError = components["schemas"]["Error"];

@@ -613,77 +613,85 @@ export interface components {
             /** @description this query's UUID (for `memoryctl feedback`) */
             query_id: string;
             /** @description the ranked memories, best first */
-            hits: {
-                /** @description the memory's UUID */
-                id: string;
-                /** @description the rank score (higher first) */
-                score: number;
-                /** @description per signal: vector, lexical, relevance, decay, … */
-                scores: {
-                    [key: string]: number;
-                };
-                /** @description the memory's text */
-                text: string;
-                /** @description ISO 8601 */
-                created_at: string;
-                /** @description note, dialogue, event, … */
-                kind: string;
-                /** @description the agent the memory belongs to */
-                agent_id: string;
-                /** @description the entities it mentions */
-                entities: {
-                    /** @description the entity's type, e.g. User */
-                    type: string;
-                    /** @description the entity's name, e.g. Alice */
-                    name: string;
-                }[];
-                /** @description its key=value metadata */
-                metadata: {
-                    [key: string]: unknown;
-                };
-                /** @description graph edges that led to it: type, direction, node */
-                relationships: {
-                    [key: string]: unknown;
-                }[];
-                /** @description the stores that found it: postgres, qdrant, neo4j */
-                sources: string[];
-            }[];
+            hits: components["schemas"]["Hit"][];
             /** @description stores that did not answer: the answer is partial (exit 3) */
             degraded: string[];
             /** @description the plan, per-step timings and counts */
-            explain: {
-                /** @description the plan, with its runtime figures */
-                plan: string;
-                /** @description the query as the engine read it */
-                query: {
-                    [key: string]: unknown;
-                };
-                /** @description every store call, in order */
-                steps: {
-                    /** @description what the step did */
-                    name: string;
-                    /** @description the store it asked */
-                    store: string;
-                    /** @description its parameters and figures */
-                    detail: {
-                        [key: string]: unknown;
-                    };
-                    /** @description milliseconds */
-                    ms: number;
-                    /** @description rows it was given */
-                    rows_in: number | null;
-                    /** @description rows it returned */
-                    rows_out: number | null;
-                    /** @description ok, skipped or failed */
-                    status: string;
-                    /** @description why it failed */
-                    error: string | null;
-                }[];
-                /** @description milliseconds, the whole query */
-                total_ms: number;
-                /** @description what the planner chose and why (a degraded store, a fallback) */
-                notes: string[];
+            explain: components["schemas"]["Explain"];
+        };
+        /** @description One memory of a query's answer, with its scores. */
+        Hit: {
+            /** @description the memory's UUID */
+            id: string;
+            /** @description the rank score (higher first) */
+            score: number;
+            /** @description per signal: vector, lexical, relevance, decay, … */
+            scores: {
+                [key: string]: number;
             };
+            /** @description the memory's text */
+            text: string;
+            /** @description ISO 8601 */
+            created_at: string;
+            /** @description note, dialogue, event, … */
+            kind: string;
+            /** @description the agent the memory belongs to */
+            agent_id: string;
+            /** @description the entities it mentions */
+            entities: components["schemas"]["Entity"][];
+            /** @description its key=value metadata */
+            metadata: {
+                [key: string]: unknown;
+            };
+            /** @description graph edges that led to it: type, direction, node */
+            relationships: {
+                [key: string]: unknown;
+            }[];
+            /** @description the stores that found it: postgres, qdrant, neo4j */
+            sources: string[];
+        };
+        /** @description A graph entity: TYPE:NAME. */
+        Entity: {
+            /** @description the entity's type, e.g. User */
+            type: string;
+            /** @description the entity's name, e.g. Alice */
+            name: string;
+        };
+        /** @description The plan that ran and its steps. */
+        Explain: {
+            /** @description the plan, with its runtime figures */
+            plan: string;
+            /** @description the query as the engine read it */
+            query: {
+                [key: string]: unknown;
+            };
+            /** @description every store call, in order */
+            steps: components["schemas"]["Step"][];
+            /** @description milliseconds, the whole query */
+            total_ms: number;
+            /** @description what the planner chose and why (a degraded store, a fallback) */
+            notes: string[];
+        };
+        /** @description One store call or engine step of a query (``--explain``). */
+        Step: {
+            /** @description what the step did */
+            name: string;
+            /** @description the store it asked */
+            store: string;
+            /** @description its parameters and figures */
+            detail: {
+                [key: string]: unknown;
+            };
+            /** @description milliseconds */
+            ms: number;
+            /** @description rows it was given */
+            rows_in: number | null;
+            /** @description rows it returned */
+            rows_out: number | null;
+            /** @description ok, skipped or failed */
+            status: string;
+            /** @description why it failed */
+            error: string | null;
         };
         QueryParams: {
             /** @description What to recall (semantic search). */
@@ -761,12 +769,7 @@ export interface components {
                 [key: string]: unknown;
             };
             /** @description the entities it mentions */
-            entities: {
-                /** @description the entity's type, e.g. User */
-                type: string;
-                /** @description the entity's name, e.g. Alice */
-                name: string;
-            }[];
+            entities: components["schemas"]["Entity"][];
             /** @description its relations: from, type, to */
             relations: {
                 [key: string]: unknown;
@@ -823,29 +826,33 @@ export interface components {
             /** @description lines equal to what is stored */
             unchanged: number;
             /** @description the lines skipped, by number */
-            invalid: {
-                /** @description its number, from 1 */
-                line: number;
-                /** @description what is wrong with it */
-                error: string;
-            }[];
+            invalid: components["schemas"]["BadLine"][];
             /** @description per store (vector, graph): memories awaiting delivery */
             pending: {
                 [key: string]: number;
             };
             /** @description the delivery after the import */
-            delivery: {
-                /** @description per store: memories delivered */
-                delivered: {
-                    [key: string]: number;
-                };
-                /** @description per store: why its delivery failed */
-                failed: {
-                    [key: string]: string;
-                };
-                /** @description how long it took */
-                seconds: number;
+            delivery: components["schemas"]["Delivery"];
+        };
+        /** @description A line of an import that was skipped. */
+        BadLine: {
+            /** @description its number, from 1 */
+            line: number;
+            /** @description what is wrong with it */
+            error: string;
+        };
+        /** @description What one delivery of the outbox did. */
+        Delivery: {
+            /** @description per store: memories delivered */
+            delivered: {
+                [key: string]: number;
             };
+            /** @description per store: why its delivery failed */
+            failed: {
+                [key: string]: string;
+            };
+            /** @description how long it took */
+            seconds: number;
         };
         /** @description The memories forgotten (hidden at once, purged by reconcile). */
         Forgotten: {
@@ -891,20 +898,22 @@ export interface components {
             /** @description only this kind (--kind) */
             kind: string | null;
             /** @description oldest first */
-            buckets: {
-                /** @description the bucket's start, ISO 8601 */
-                bucket: string;
-                /** @description memories in it */
-                count: number;
-                /** @description memories with the metric */
-                n?: number | null;
-                /** @description the metric's mean */
-                avg?: number | null;
-                /** @description the metric's minimum */
-                min?: number | null;
-                /** @description the metric's maximum */
-                max?: number | null;
-            }[];
+            buckets: components["schemas"]["Bucket"][];
+        };
+        /** @description One time bucket of `stats` (n, avg, min, max only with --metric). */
+        Bucket: {
+            /** @description the bucket's start, ISO 8601 */
+            bucket: string;
+            /** @description memories in it */
+            count: number;
+            /** @description memories with the metric */
+            n?: number | null;
+            /** @description the metric's mean */
+            avg?: number | null;
+            /** @description the metric's minimum */
+            min?: number | null;
+            /** @description the metric's maximum */
+            max?: number | null;
         };
         StatsParams: {
             /** @description Agent scope (default: the configured default_agent). */
@@ -1018,26 +1027,7 @@ export interface components {
             };
             /** @description per derived store */
             stores: {
-                [key: string]: {
-                    /** @description ids compared */
-                    scanned: number;
-                    /** @description in the store, not in PostgreSQL */
-                    orphan: number;
-                    /** @description in PostgreSQL, not in the store */
-                    missing: number;
-                    /** @description content hash or model differs */
-                    stale: number;
-                    /** @description awaiting delivery (not drift) */
-                    pending: number;
-                    /** @description changed while compared (not drift) */
-                    raced: number;
-                    /** @description fixed with --repair */
-                    repaired: number;
-                    /** @description a few ids per finding */
-                    samples: {
-                        [key: string]: string[];
-                    };
-                };
+                [key: string]: components["schemas"]["StoreDrift"];
             };
             /** @description forgotten memories past their grace period */
             purge_due: number;
@@ -1054,24 +1044,34 @@ export interface components {
                 [key: string]: string;
             };
             /** @description the delivery run first */
-            delivery: {
-                /** @description per store: memories delivered */
-                delivered: {
-                    [key: string]: number;
-                };
-                /** @description per store: why its delivery failed */
-                failed: {
-                    [key: string]: string;
-                };
-                /** @description how long it took */
-                seconds: number;
-            };
+            delivery: components["schemas"]["Delivery"];
             /** @description what failed */
             errors: string[];
             /** @description how long it took */
             seconds: number;
             /** @description ids compared per second */
             ids_per_s: number;
+        };
+        /** @description One derived store compared with PostgreSQL. */
+        StoreDrift: {
+            /** @description ids compared */
+            scanned: number;
+            /** @description in the store, not in PostgreSQL */
+            orphan: number;
+            /** @description in PostgreSQL, not in the store */
+            missing: number;
+            /** @description content hash or model differs */
+            stale: number;
+            /** @description awaiting delivery (not drift) */
+            pending: number;
+            /** @description changed while compared (not drift) */
+            raced: number;
+            /** @description fixed with --repair */
+            repaired: number;
+            /** @description a few ids per finding */
+            samples: {
+                [key: string]: string[];
+            };
         };
         ReconcileParams: {
             /**
@@ -1115,20 +1115,7 @@ export interface components {
             /** @description what to put in the configuration */
             config_hint: string | null;
             /** @description the re-embed's figures */
-            pipeline: {
-                /** @description memories embedded */
-                embedded: number;
-                /** @description points removed */
-                removed: number;
-                /** @description batches */
-                batches: number;
-                /** @description seconds embedding */
-                embed_s: number;
-                /** @description seconds writing */
-                upsert_s: number;
-                /** @description seconds waiting */
-                wait_s: number;
-            };
+            pipeline: components["schemas"]["Pipeline"];
             /** @description seconds per phase */
             phases: {
                 [key: string]: number;
@@ -1139,6 +1126,21 @@ export interface components {
             adapter_registry?: {
                 [key: string]: unknown;
             } | null;
+        };
+        /** @description The embed/upsert pipeline's figures. */
+        Pipeline: {
+            /** @description memories embedded */
+            embedded: number;
+            /** @description points removed */
+            removed: number;
+            /** @description batches */
+            batches: number;
+            /** @description seconds embedding */
+            embed_s: number;
+            /** @description seconds writing */
+            upsert_s: number;
+            /** @description seconds waiting */
+            wait_s: number;
         };
         MigrateParams: {
             /** @description Target embedder: KIND, KIND:MODEL, or key=value list (kind=hash,dim=256 / kind=http,model=BAAI/bge-m3,url=http://10.77.0.3:8001). */
@@ -1185,20 +1187,7 @@ export interface components {
             /** @description memories whose text changed */
             changed: number;
             /** @description the re-embed's figures */
-            pipeline: {
-                /** @description memories embedded */
-                embedded: number;
-                /** @description points removed */
-                removed: number;
-                /** @description batches */
-                batches: number;
-                /** @description seconds embedding */
-                embed_s: number;
-                /** @description seconds writing */
-                upsert_s: number;
-                /** @description seconds waiting */
-                wait_s: number;
-            };
+            pipeline: components["schemas"]["Pipeline"];
             /** @description how long it took */
             seconds: number;
         };

@@ -24,7 +24,7 @@ test("add, query and forget with an agent token", async () => {
 
   const found = await client.POST("/v1/query", { body: { text: "canary stage", limit: 5 } });
   assert.ok(found.data, JSON.stringify(found.error));
-  const hits: Schemas["QueryReply"]["hits"] = found.data.hits;
+  const hits: Schemas["Hit"][] = found.data.hits; // every reply type is named, the nested ones too
   assert.equal(hits[0]?.id, id);
   assert.equal(hits[0]?.agent_id, env("MEMORYCTL_AGENT"));
   assert.deepEqual(found.data.degraded, []);
