@@ -434,14 +434,14 @@ def formatted(source: str) -> str:
     return done.stdout
 
 
+#: Every file the generator writes, relative to clients/.
+GENERATED = (Path("openapi.json"), PACKAGE / "__init__.py", PACKAGE / "types.py", PACKAGE / "client.py")
+
+
 def files() -> dict[Path, str]:
-    """Every generated file (relative to clients/) and its text."""
-    return {
-        Path("openapi.json"): openapi_json(),
-        PACKAGE / "__init__.py": formatted(init_module()),
-        PACKAGE / "types.py": formatted(types_module()),
-        PACKAGE / "client.py": formatted(client_module()),
-    }
+    """Every generated file (``GENERATED``) and its text."""
+    texts = [openapi_json(), init_module(), types_module(), client_module()]
+    return {rel: text if rel.suffix != ".py" else formatted(text) for rel, text in zip(GENERATED, texts, strict=True)}
 
 
 def main(argv: list[str]) -> int:
