@@ -16,6 +16,7 @@ from memoryctl_client import (
     AsyncClient,
     BadRequestError,
     Client,
+    ConflictError,
     ForbiddenError,
     MemoryctlError,
     NotFoundError,
@@ -79,6 +80,9 @@ def test_a_cross_agent_read_is_the_typed_error_http_gives(stack: Stack) -> None:
             memory.query(text="plan", limit=0)
         assert bad.value.error == "limit must be from 1 to 1000, not 0" and bad.value.exit_code == 2
         assert isinstance(bad.value, MemoryctlError) and bad.value.hint
+        with pytest.raises(ConflictError) as taken:  # an id that names another agent's memory
+            memory.add("agent-a writing over agent-b's memory", id=stack.other_id)
+        assert taken.value.status == 409
     with Client(stack.healthy.url, stack.healthy.token) as operator:  # the operator's token opens it
         assert operator.get(stack.other_id).data["agent_id"] == OTHER
     with Client(stack.healthy.url, "not-a-token") as stranger, pytest.raises(UnauthorizedError):
