@@ -31,7 +31,8 @@ export function createMemoryctlClient(
   token: string,
   options: Omit<ClientOptions, "baseUrl"> = {},
 ): MemoryctlClient {
-  const headers = { ...(options.headers as Record<string, string> | undefined), Authorization: `Bearer ${token}` };
+  const headers = new Headers(options.headers as HeadersInit | undefined);
+  headers.set("Authorization", `Bearer ${token}`);
   return createClient<paths>({ ...options, baseUrl, headers });
 }
 
