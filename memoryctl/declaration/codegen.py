@@ -337,6 +337,10 @@ class Client:
     def status(self) -> Reply[dict[str, Any]]:
         """The service itself: pid, uptime, workers, connections, request counts (``GET /v1/status``)."""
         return _reply(self._http.get("/v1/status"))
+
+    def openapi(self) -> Reply[dict[str, Any]]:
+        """The OpenAPI document this client was generated from, as the service serves it now."""
+        return _reply(self._http.get("/v1/openapi.json"))
 ''',
     "async": '''
 class AsyncClient:
@@ -364,6 +368,10 @@ class AsyncClient:
     async def status(self) -> Reply[dict[str, Any]]:
         """The service itself: pid, uptime, workers, connections, request counts (``GET /v1/status``)."""
         return _reply(await self._http.get("/v1/status"))
+
+    async def openapi(self) -> Reply[dict[str, Any]]:
+        """The OpenAPI document this client was generated from, as the service serves it now."""
+        return _reply(await self._http.get("/v1/openapi.json"))
 ''',
 }
 

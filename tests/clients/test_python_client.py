@@ -5,6 +5,7 @@ answer's exit code, and the README's example run as written."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -51,6 +52,8 @@ def test_add_query_forget_with_an_agent_token(stack: Stack) -> None:
         assert "on-call rota" in memory.query(text="on-call rota").data["hits"][0]["text"]
     with Client(stack.healthy.url, stack.healthy.token) as operator:
         assert operator.status().data["requests"] > 0  # GET /v1/status, the service itself
+        served = operator.openapi().data  # what this client was generated from (clients/openapi.json)
+        assert served == json.loads((PYTHON_CLIENT.parents[1] / "openapi.json").read_text())
 
 
 def test_the_async_client_does_the_same(stack: Stack) -> None:
