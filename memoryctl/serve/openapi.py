@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+import types
+import typing
+from typing import Any, Union
 
 from memoryctl._version import __version__
 from memoryctl.declaration.declare import Operation
-from memoryctl.declaration.shape import schema
+from memoryctl.declaration.shape import Shape, schema
 from memoryctl.declaration.table import OPERATIONS
 from memoryctl.serve.wire import API
 
@@ -35,6 +37,7 @@ ERRORS = {
     "401": "missing or wrong bearer token (HTTP only)",
     "403": "an agent token outside its agent, or an operation for the operator only",
     "404": "unknown operation or memory",
+    "409": "an `id` that names a memory of another agent (`add`)",
     "408": "the body did not arrive in time (serve.io_timeout_s)",
     "411": "no Content-Length (a chunked body is not read)",
     "412": "Memoryctl-Config-Digest differs from the service's configuration (nothing was run)",
@@ -55,8 +58,37 @@ def reply_schema(op: Operation) -> dict[str, Any]:
     return found if "description" in found else {**found, "description": op.summary}
 
 
-def _operation(op: Operation) -> dict[str, Any]:
+def _named(tp: Any, schemas: dict[str, Any]) -> dict[str, Any]:
+    """A reply type as a reference to ``components/schemas/<its class name>`` (put there, and so
+    are the reply types its fields use: ``QueryReply``, ``Hit``, ``Entity``), so that generated
+    clients name them; lists, maps and unions by their members; anything else inline. Resolved,
+    it is exactly ``schema(tp)`` (tests/unit/test_surfaces.py)."""
+    if isinstance(tp, type) and issubclass(tp, Shape):
+        if tp.__name__ not in schemas:
+            schemas[tp.__name__] = whole = dict(schema(tp))
+            hints = typing.get_type_hints(tp)
+            whole["properties"] = {
+                name: {**_named(hints[name], schemas), "description": f.help} for name, f in tp.__fields__
+            }
+        return {"$ref": f"#/components/schemas/{tp.__name__}"}
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        return {"anyOf": [_named(a, schemas) for a in args]}
+    if origin is list:
+        return {"type": "array", "items": _named(args[0], schemas)}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _named(args[1], schemas)}
+    return schema(tp)
+
+
+def _camel(op: Operation) -> str:
+    return "".join(word.capitalize() for word in op.name.split())
+
+
+def _operation(op: Operation, schemas: dict[str, Any]) -> dict[str, Any]:
+    """One operation; its reply and request body types named in ``schemas`` (the clients' type names)."""
     params = [p for p in op.params if not p.fill or p.cli]
+    reply = _named(op.reply, schemas)
     spec: dict[str, Any] = {
         "operationId": op.tool,
         "summary": op.summary,
@@ -67,7 +99,7 @@ def _operation(op: Operation) -> dict[str, Any]:
             "200": {
                 "description": f"exactly what `memoryctl {op.name} --json` prints",
                 "headers": REPLY_HEADERS,
-                "content": {"application/json": {"schema": reply_schema(op)}},
+                "content": {"application/json": {"schema": {**reply, "description": reply_schema(op)["description"]}}},
             },
             **{
                 code: {
@@ -86,24 +118,22 @@ def _operation(op: Operation) -> dict[str, Any]:
             "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
         }
         return spec
+    schemas[f"{_camel(op)}Params"] = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": [p.name for p in params if p.required],
+        "properties": {p.name: p.schema() for p in params},
+    }
     spec["requestBody"] = {
         "required": any(p.required for p in params),
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": [p.name for p in params if p.required],
-                    "properties": {p.name: p.schema() for p in params},
-                }
-            }
-        },
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{_camel(op)}Params"}}},
     }
     return spec
 
 
 def document() -> dict[str, Any]:
-    paths: dict[str, Any] = {op.path: {"post": _operation(op)} for op in OPERATIONS.values() if not op.local}
+    schemas: dict[str, Any] = {"Error": ERROR}
+    paths: dict[str, Any] = {op.path: {"post": _operation(op, schemas)} for op in OPERATIONS.values() if not op.local}
     paths[f"{API}/status"] = {
         "get": {
             "operationId": "status",
@@ -130,7 +160,7 @@ def document() -> dict[str, Any]:
         },
         "servers": [{"url": "/"}],
         "components": {
-            "schemas": {"Error": ERROR},
+            "schemas": schemas,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],

@@ -207,7 +207,8 @@ def test_http_token_errors_and_openapi(service: Service) -> None:
     assert status == 200 and doc["openapi"].startswith("3.")
     assert {"/v1/query", "/v1/add", "/v1/import", "/v1/get", "/v1/forget", "/v1/health"} <= set(doc["paths"])
     schema = doc["paths"]["/v1/get"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-    assert schema["required"] == ["id"]
+    assert schema == {"$ref": "#/components/schemas/GetParams"}  # named, for the generated clients
+    assert doc["components"]["schemas"]["GetParams"]["required"] == ["id"]
 
 
 def test_body_limit_and_binding_rules(config: Path, tmp_path: Path) -> None:
