@@ -20,14 +20,11 @@ from pyinfra.operations import apt, server, systemd
 from deploy import backup, embedding_slots, etcd, monitoring, night, patroni, ports
 from deploy.common import START_RETRIES, components, has_role, inventory, template
 from deploy.memoryctl import serve_port
+from deploy.settings import ROLES
 
 # What each role serves over the mesh (deploy/ports.py); every Qdrant peer (components.qdrant.peers)
 # serves QDRANT_PORTS.
-ROLE_PORTS = {
-    "db": [ports.POSTGRES],
-    "index": ports.NEO4J,  # http, bolt
-    "gpu": [ports.VLLM_GENERATE, ports.VLLM_EMBED],
-}
+ROLE_PORTS = {role: ports.for_role(role) for role in ROLES}
 QDRANT_PORTS = [ports.QDRANT_HTTP, ports.QDRANT_GRPC, ports.QDRANT_P2P]
 
 

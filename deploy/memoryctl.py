@@ -24,7 +24,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip, systemd
 
-from deploy import backup, embedding_slots, monitoring, patroni
+from deploy import backup, embedding_slots, monitoring, patroni, ports
 from deploy.common import components, keep_running, secrets, service_account, sudoers, template
 from deploy.layout import (
     CONFIG,
@@ -122,6 +122,7 @@ def config_file(*, serve: bool, night: dict[str, Any] | None) -> Any:
         CONFIG,
         data_dir=DATA_DIR,
         endpoints=host.data.endpoints,
+        ports=ports.CLIENT_PORTS,
         pg_hosts=patroni.member_addresses() if patroni.enabled() else [],
         pg_user="memoryctl",
         pg_database="memoryctl",

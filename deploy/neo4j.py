@@ -25,7 +25,7 @@ from pyinfra.api.command import StringCommand
 from pyinfra.facts.files import Directory, File
 from pyinfra.operations import apt, files, python, server, systemd
 
-from deploy import versions
+from deploy import ports, versions
 from deploy.artefacts import ArtefactSourceError, install_archive, resolve
 from deploy.common import (
     after_mesh,
@@ -64,6 +64,8 @@ def conf_context(version: str) -> dict[str, object]:
         "install_dir": INSTALL_DIR,
         "conf_dir": CONF_DIR,
         "version": version,
+        "bolt_port": ports.NEO4J_BOLT,
+        "http_port": ports.NEO4J_HTTP,
     }
 
 

@@ -135,6 +135,7 @@ def config(version: int) -> Any:
         scope=scope(),
         member=host.name,
         mesh_address=host.data.mesh_address,
+        pg_port=ports.POSTGRES,
         rest_port=REST_PORT,
         rest_password=rest_password(),
         etcd_hosts=[f"{inventory().nodes[name]['mesh']}:{etcd.CLIENT_PORT}" for name in etcd.members()],

@@ -32,7 +32,7 @@ from pyinfra.facts.postgres import PostgresRoles
 from pyinfra.facts.server import Users
 from pyinfra.operations import apt, postgres, server, systemd
 
-from deploy import aptsources, patroni, patroni_settings, versions
+from deploy import aptsources, patroni, patroni_settings, ports, versions
 from deploy.common import START_RETRIES, after_mesh, components, secrets, template, with_secret_file
 from deploy.facts import PostgresAnswers, PostgresExtensions, PostgresPreloaded, PostgresRoleMemberships
 from deploy.osrelease import release
@@ -213,6 +213,7 @@ def server_files(version: int) -> tuple[Any, Any, Any]:
         "postgres/memoryctl.conf.j2",
         f"{config_dir}/conf.d/memoryctl.conf",
         mesh_address=host.data.mesh_address,
+        port=ports.POSTGRES,
         # Patroni takes these from its dynamic configuration only (deploy/patroni_settings.py).
         postmaster={} if patroni.enabled() else patroni_settings.single_server(settings),
         shared_buffers=settings.shared_buffers,

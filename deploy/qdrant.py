@@ -93,6 +93,8 @@ def unit_context(version: str) -> dict[str, object]:
         "config_path": CONFIG,
         "binary": f"{PREFIX}/{version}/qdrant",
         "version": version,
+        "http_port": ports.QDRANT_HTTP,
+        "grpc_port": ports.QDRANT_GRPC,
         "cluster_mode": cluster_mode,
         "p2p_port": P2P_PORT,
         "bootstrap": f"http://{first}:{P2P_PORT}" if cluster_mode and host.name != all_peers[0] else None,

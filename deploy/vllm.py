@@ -183,6 +183,7 @@ def after_generate(instance: str) -> object | None:
         f"/etc/systemd/system/vllm@{instance}.service.d/after-generate.conf",
         smoke=SMOKE,
         mesh_address=host.data.mesh_address,
+        generate_port=ports.VLLM_GENERATE,
     )
     systemd.daemon_reload(name=f"Reload systemd units (vllm@{instance} after generate)", _if=dropin.did_change)
     return dropin
