@@ -24,12 +24,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
 
 from pyinfra import host
 from pyinfra.facts.files import File
 from pyinfra.operations import files, server
 
+from deploy.components import Source
 from deploy.settings import resolve_path
 
 CACHE = "/var/cache/memoryctl"
@@ -46,7 +46,6 @@ class Artefact:
     component: str
     url: str
     sha256: str
-    settings: dict[str, Any]  # the source as written (e.g. Qdrant's ``glibc_floor``)
 
     @property
     def name(self) -> str:
@@ -67,20 +66,19 @@ def _from_sums(component: str, url: str, sums: str) -> str:
     raise ArtefactSourceError(f"{component}.source.sha256sums {path} has no line for {name}")
 
 
-def resolve(component: str, source: Any, **names: object) -> Artefact | None:
-    """The ``source:`` of ``component`` as an :class:`Artefact`, checked; ``names`` fill ``{...}``."""
+def resolve(component: str, source: Source | None, **names: object) -> Artefact | None:
+    """The ``source:`` of ``component`` as an :class:`Artefact`, checked; ``names`` fill ``{...}``.
+    Its shape (``{url, sha256 | sha256sums}``) was checked with the inventory (deploy/components.py)."""
     if source is None:
         return None
-    if not isinstance(source, dict) or "url" not in source:
-        raise ArtefactSourceError(f"{component}.source must be null or {{url, sha256 | sha256sums}}; got {source!r}")
     try:
-        url = str(source["url"]).format(**names)
+        url = source.url.format(**names)
     except (KeyError, IndexError) as exc:
         raise ArtefactSourceError(f"{component}.source: unknown placeholder {exc} (known: {sorted(names)})") from None
-    if source.get("sha256sums"):
-        sha256 = _from_sums(component, url, str(source["sha256sums"]))
-    elif source.get("sha256") is not None:
-        sha256 = str(source["sha256"]).lower()
+    if source.sha256sums:
+        sha256 = _from_sums(component, url, source.sha256sums)
+    elif source.sha256 is not None:
+        sha256 = source.sha256.lower()
     else:
         raise ArtefactSourceError(
             f"{component}.source.url {url} needs its sha256: the download is verified against it "
@@ -88,10 +86,10 @@ def resolve(component: str, source: Any, **names: object) -> Artefact | None:
         )
     if not _SHA256.match(sha256):
         raise ArtefactSourceError(
-            f"{component}.source.sha256 {source.get('sha256')!r} is not a sha256 (64 hex digits); "
+            f"{component}.source.sha256 {source.sha256!r} is not a sha256 (64 hex digits); "
             f"fill in the one published with {url} (the release page, or `sha256sum` of the file you checked)"
         )
-    return Artefact(component, url, sha256, dict(source))
+    return Artefact(component, url, sha256)
 
 
 def install_archive(artefact: Artefact, dest: str, *, strip: int = 0, check: str | None = None) -> bool:

@@ -28,11 +28,11 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
-from deploy import aptsources, patroni
+from deploy import aptsources, patroni, ports
 from deploy.common import (
     after_mesh,
     barrier,
-    component,
+    components,
     has_role,
     inventory,
     keep_running,
@@ -50,13 +50,13 @@ from deploy.postgres import AS_POSTGRES, major, restart
 STANZA = "memoryctl"
 CONFIG = "/etc/pgbackrest.conf"  # the Debian package's path
 TLS_DIR = "/etc/pgbackrest/tls"
-TLS_PORT = 8432
-RSYNC_PORT = 873
+TLS_PORT = ports.PGBACKREST_TLS
+RSYNC_PORT = ports.RSYNC
 RSYNC_MODULE = "qdrant-snapshots"
 RSYNC_USER = "memoryctl"
 SNAPSHOT_DIR = "/var/backups/memoryctl/qdrant"
 REPO_PATH = "/var/lib/pgbackrest"
-DEFAULT_SCHEDULE = {"full": "30 1 * * 0", "diff": "30 1 * * 1-6", "qdrant": "45 1 * * *"}
+S3_PATH = "/memoryctl"
 # The archive queue limit's default: this share of the disk that holds pg_wal (docs/backup.md).
 ARCHIVE_QUEUE_SHARE = 0.2
 GIB = 1024**3
@@ -69,11 +69,11 @@ class BackupSettingsError(ValueError):
 
 
 def enabled() -> bool:
-    return bool(component("backup").get("enabled", True))
+    return components().backup.enabled
 
 
 def backup_node() -> str:
-    return ops_node(inventory(), "backup", component("backup"))
+    return ops_node(inventory(), "backup", components().backup.node)
 
 
 def mesh_ports() -> list[int]:
@@ -88,13 +88,10 @@ def mesh_ports() -> list[int]:
 
 def repository() -> dict[str, Any]:
     """The pgBackRest repository settings, with the S3 credentials read from the secrets directory."""
-    settings = dict(component("backup").get("repository") or {"type": "posix"})
-    kind = settings.get("type", "posix")
-    if kind == "posix":
-        return {"type": "posix", "path": settings.get("path", REPO_PATH)}
-    if kind != "s3":
-        raise BackupSettingsError(f"backup.repository.type must be posix or s3, not {kind!r}")
-    missing = [key for key in ("endpoint", "bucket", "region") if not settings.get(key)]
+    settings = components().backup.repository
+    if settings.type == "posix":
+        return {"type": "posix", "path": settings.path or REPO_PATH}
+    missing = [key for key in ("endpoint", "bucket", "region") if not getattr(settings, key)]
     if missing:
         raise BackupSettingsError(f"backup.repository (s3) needs {', '.join(missing)}")
     store = secrets().dir
@@ -109,11 +106,11 @@ def repository() -> dict[str, Any]:
         credentials[name] = path.read_text().strip()
     return {
         "type": "s3",
-        "path": settings.get("path", "/memoryctl"),
-        "endpoint": settings["endpoint"],
-        "bucket": settings["bucket"],
-        "region": settings["region"],
-        "uri_style": settings.get("uri_style", "host"),
+        "path": settings.path or S3_PATH,
+        "endpoint": settings.endpoint,
+        "bucket": settings.bucket,
+        "region": settings.region,
+        "uri_style": settings.uri_style,
         "key": credentials["s3_key"],
         "key_secret": credentials["s3_key_secret"],
     }
@@ -145,7 +142,7 @@ def archive_push_queue_max() -> int:
     whole GiB, at least 1 GiB.
     """
     setting = "components.backup.archive_push_queue_max"
-    stated = component("backup").get("archive_push_queue_max")
+    stated = components().backup.archive_push_queue_max
     if stated is not None:
         return parse_size(stated, setting)
     size = host.get_fact(FilesystemSize, path=f"{pg_data()}/pg_wal")
@@ -163,12 +160,12 @@ def memoryctl_settings() -> dict[str, Any] | None:
         "pgbackrest_stanza": STANZA,
         "snapshot_target": f"rsync://{RSYNC_USER}@{inventory().nodes[node]['mesh']}/{RSYNC_MODULE}",
         "snapshot_password": secrets().token("backup/rsync_password"),
-        "snapshot_keep": int(component("backup").get("snapshot_keep", 7)),
+        "snapshot_keep": components().backup.snapshot_keep,
     }
 
 
 def _schedule() -> dict[str, str]:
-    return {**DEFAULT_SCHEDULE, **(component("backup").get("schedule") or {})}
+    return components().backup.schedule.model_dump()
 
 
 def _tls_files(peer_name: str) -> list[Any]:
@@ -203,7 +200,7 @@ def _config(side: str, peers: list[str], **extra: Any) -> Any:
         peer_names=peers,
         peer_addresses=[inventory().nodes[peer]["mesh"] for peer in peers],
         pg_data=pg_data(),
-        process_max=int(component("backup").get("process_max", 2)),
+        process_max=components().backup.process_max,
         user="postgres",
         group="postgres",
         mode="640",
@@ -256,7 +253,7 @@ def database_side() -> None:
         f"/etc/postgresql/{major()}/main/conf.d/pgbackrest.conf",
         stanza=STANZA,
         repository_node=node,
-        archive_timeout=int(component("backup").get("archive_timeout", 60)),
+        archive_timeout=components().backup.archive_timeout,
         user="postgres",
         group="postgres",
         mode="644",
@@ -294,7 +291,7 @@ def repository_side() -> None:
     """The repository (encrypted), the scheduled backups and the snapshot drop box."""
     db_node = inventory().group("db")[0]
     members = patroni.members()
-    settings = component("backup")
+    settings = components().backup
     repo = repository()
     # pgBackRest's user on the repository side (the db node's comes with PostgreSQL).
     service_account("postgres", REPO_PATH, {repo["path"]: "750"} if repo["type"] == "posix" else {}, shell="/bin/sh")
@@ -306,8 +303,8 @@ def repository_side() -> None:
             members,
             repository=repo,
             cipher_pass=secrets().token("pgbackrest/cipher_pass"),
-            retention_full=int(settings.get("retention_full", 2)),
-            retention_diff=int(settings.get("retention_diff", 7)),
+            retention_full=settings.retention_full,
+            retention_diff=settings.retention_diff,
         )
     )
     _server(changes)

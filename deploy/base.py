@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyinfra.api import deploy
 from pyinfra.operations import apt, server, systemd
 
-from deploy.common import component, sudoers, template
+from deploy.common import components, sudoers, template
 from deploy.settings import resolve_path
 
 # curl, ca-certificates: release archives and apt keys are fetched by URL on the node.
@@ -44,9 +44,9 @@ def admin_key(path: str) -> str:
 
 @deploy("Base system")
 def base() -> None:
-    settings = component("base")
-    admin = settings.get("admin_user", "ops")
-    keys = [admin_key(key) for key in settings.get("admin_keys", [])]
+    settings = components().base
+    admin = settings.admin_user
+    keys = [admin_key(key) for key in settings.admin_keys]
 
     apt.update(name="Refresh apt lists (at most hourly)", cache_time=3600)
     apt.packages(name="Base packages", packages=PACKAGES, no_recommends=True)
@@ -64,7 +64,7 @@ def base() -> None:
     sshd = template(
         "base/sshd_hardening.conf.j2",
         "/etc/ssh/sshd_config.d/50-memoryctl.conf",
-        permit_root_login=settings.get("permit_root_login", "prohibit-password"),
+        permit_root_login=settings.permit_root_login,
     )
     server.shell(name="Check sshd config", commands=["sshd -t"], _if=sshd.did_change)
     systemd.service(name="Reload sshd", service="ssh", reloaded=True, _if=sshd.did_change)

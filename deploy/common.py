@@ -18,6 +18,7 @@ from pyinfra.api import StringCommand
 from pyinfra.facts.systemd import SystemdStatus
 from pyinfra.operations import files, server, systemd
 
+from deploy.components import Components, parse
 from deploy.settings import REPO, ClusterInventory, Secrets, load_inventory
 
 TEMPLATES = REPO / "templates"
@@ -70,9 +71,12 @@ def sudoers(src: str, dest: str, **context: Any) -> Any:
     return rendered
 
 
-def component(name: str) -> dict[str, Any]:
-    settings: dict[str, Any] = host.data.components.get(name) or {}
-    return settings
+def components() -> Components:
+    """This host's component settings, typed (deploy/components.py): the inventory's, parsed once when
+    it was loaded (deploy/settings.py puts them into every host's data). Host data given as a plain
+    mapping (a pyinfra data file, ``--data``) is validated here the same way."""
+    data = host.data.components
+    return data if isinstance(data, Components) else parse(data, f"{host.name}: host data components")
 
 
 def has_role(role: str) -> bool:

@@ -44,8 +44,8 @@ from pyinfra.facts.systemd import SystemdStatus
 from pyinfra.operations import files, server, systemd
 
 from deploy import layout as mctl
-from deploy import night, vllm
-from deploy.common import component, keep_running, template
+from deploy import night, ports, vllm
+from deploy.common import components, keep_running, template
 
 ROOT = "/var/lib/memoryctl-embedding"
 VERSIONS = f"{ROOT}/models"
@@ -55,20 +55,15 @@ STANDIN_BASE = "all-MiniLM-L6-v2"
 STANDIN_BASE_PATH = (
     "import memoryctl_lora.train_embedding as t; print(t.minilm_model_dir())"  # run by the nightly's venv
 )
-SLOTS = {"embed-a": 8001, "embed-b": 8002}
+SLOTS = {"embed-a": ports.VLLM_EMBED, "embed-b": ports.VLLM_EMBED_B}
 SERVED_NAME = re.compile(r"[A-Za-z0-9._/+-]+")
-# Each slot's share of the GPU (--gpu-memory-utilization) unless components.vllm.embed_slot_gpu_memory_
-# utilization says: BGE-M3's weights are ~1.1 GB in fp16 and a pooling model keeps no KV cache worth
-# the name, so 0.08 of the GEX44's 20 GB (1.6 GB) each; with the generation server's 0.68 that is
-# 0.84 (one vllm@embed had 0.17: 0.85).
-SLOT_GPU_SHARE = 0.08
 
 
 def base_model_dir() -> str | None:
     """The directory of the weights the slots serve first (``None``: no slots)."""
-    stated = night.settings().get("embedding_base_model")
+    stated = night.settings().embedding_base_model
     if stated:
-        return str(stated)
+        return stated
     return "standin" if vllm.mode() == "standin" else None
 
 
@@ -78,8 +73,8 @@ def enabled() -> bool:
 
 def base_name() -> str:
     """The base model's name in the versions directory: what slot a answers to at first."""
-    stated = night.settings().get("embedding_base_model")
-    return PurePosixPath(str(stated)).name if stated else STANDIN_BASE
+    stated = night.settings().embedding_base_model
+    return PurePosixPath(stated).name if stated else STANDIN_BASE
 
 
 def base_served_name() -> str:
@@ -88,7 +83,7 @@ def base_served_name() -> str:
     that ran one ``vllm@embed`` keeps its recorded model (``http:BAAI/bge-m3``) and its collections
     when it gets the slots: no migration for the upgrade. Without a GPU the base is the stand-in's
     MiniLM, named as such."""
-    if night.settings().get("embedding_base_model"):
+    if night.settings().embedding_base_model:
         name = vllm.served_models()["embedding"]
         if not SERVED_NAME.fullmatch(name):  # it goes into a unit's shell line
             raise ValueError(f"components.vllm.embedding_model {name!r}: letters, digits and . _ / - + only")
@@ -118,7 +113,7 @@ def nightly_settings() -> dict[str, Any]:
         ],
         # Production trains with memoryctl-lora's defaults unless components.nightly.embedding_lora says
         # (inventory/local.yaml: the seeded settings of the tests' nights).
-        "embedding_lora": dict(night.settings().get("embedding_lora", {})),
+        "embedding_lora": dict(night.settings().embedding_lora),
     }
 
 
@@ -137,7 +132,7 @@ def base_model_missing() -> bool:
     base model is not there (a file where the directory should be counts as missing). Checked first
     so a deploy that stops here has changed nothing that names the slots (every node's
     memoryctl.toml, the vLLM units)."""
-    stated = night.settings().get("embedding_base_model")
+    stated = night.settings().embedding_base_model
     if not (stated and enabled() and night.on_this_host()) or host.get_fact(Directory, path=str(stated)):
         return False
     message = (
@@ -154,7 +149,7 @@ def embedding_slots() -> None:
     files.directory(name=f"Directory {ROOT}", path=ROOT, user=mctl.USER, group="vllm", mode="2750")
     files.directory(name=f"Directory {VERSIONS}", path=VERSIONS, user=mctl.USER, group="vllm", mode="2750")
     base = f"{VERSIONS}/{base_name()}"
-    stated = night.settings().get("embedding_base_model")
+    stated = night.settings().embedding_base_model
     if host.get_fact(Link, path=base) is None:
         # Made once: the night never touches it, and an operator may point it elsewhere.
         found = f'"$({mctl.VENV}/bin/python -c {shlex.quote(STANDIN_BASE_PATH)})"'
@@ -176,7 +171,7 @@ def embedding_slots() -> None:
         )
 
     context = vllm.unit_context(command())
-    settings = component("vllm")
+    settings = components().vllm
     for slot, port in SLOTS.items():
         dropin = template(
             "vllm/embedding-slot.conf.j2",
@@ -194,7 +189,7 @@ def embedding_slots() -> None:
             mode="640",
             model=link(slot),
             port=port,
-            args=vllm.embedding_args(settings, share=settings.get("embed_slot_gpu_memory_utilization", SLOT_GPU_SHARE)),
+            args=vllm.embedding_args(settings, share=settings.embed_slot_gpu_memory_utilization),
         )
         order = vllm.after_generate(slot)
         keep_running(f"vllm@{slot}", [args, dropin, order, *vllm.CHANGES.get(host.name, [])])

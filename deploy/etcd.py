@@ -36,13 +36,14 @@ from pyinfra.facts.files import Directory
 from pyinfra.facts.systemd import SystemdStatus
 from pyinfra.operations import apt, files, server, systemd
 
+from deploy import ports
 from deploy.common import START_RETRIES, after_mesh, exits_zero, inventory, secrets, template
 from deploy.pki import CertificateAuthority
 from deploy.topology import patroni_enabled
 
-CLIENT_PORT = 2379
-PEER_PORT = 2380
-METRICS_PORT = 2381  # /metrics and /health, plain HTTP on the mesh address (Prometheus scrapes it)
+CLIENT_PORT = ports.ETCD_CLIENT
+PEER_PORT = ports.ETCD_PEER
+METRICS_PORT = ports.ETCD_METRICS  # /metrics and /health, plain HTTP on the mesh address (Prometheus scrapes it)
 PKI_DIR = "/etc/etcd/pki"
 DATA_DIR = "/var/lib/etcd/memoryctl"
 JOIN_ENV = "/var/lib/etcd/memoryctl-join.env"

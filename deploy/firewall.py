@@ -17,17 +17,15 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, server, systemd
 
-from deploy import backup, embedding_slots, etcd, monitoring, night, patroni
-from deploy.common import START_RETRIES, component, has_role, inventory, template
+from deploy import backup, embedding_slots, etcd, monitoring, night, patroni, ports
+from deploy.common import START_RETRIES, components, has_role, inventory, template
 from deploy.memoryctl import serve_port
+from deploy.settings import ROLES
 
-# What each role serves over the mesh; every Qdrant peer (components.qdrant.peers) serves QDRANT_PORTS.
-ROLE_PORTS = {
-    "db": [5432],  # PostgreSQL
-    "index": [7474, 7687],  # Neo4j http/bolt
-    "gpu": [8000, 8001],  # vLLM generation, vLLM embeddings
-}
-QDRANT_PORTS = [6333, 6334, 6335]  # Qdrant http, grpc, cluster p2p
+# What each role serves over the mesh (deploy/ports.py); every Qdrant peer (components.qdrant.peers)
+# serves QDRANT_PORTS.
+ROLE_PORTS = {role: ports.for_role(role) for role in ROLES}
+QDRANT_PORTS = [ports.QDRANT_HTTP, ports.QDRANT_GRPC, ports.QDRANT_P2P]
 
 
 class FirewallSettingsError(ValueError):
@@ -62,22 +60,21 @@ def peer_addresses() -> dict[int, list[str]]:
 
 
 def mesh_ports() -> list[int]:
-    ports = {port for role, ports in ROLE_PORTS.items() if has_role(role) for port in ports}
+    opened = {port for role, listed in ROLE_PORTS.items() if has_role(role) for port in listed}
     if host.name in inventory().qdrant_peers():
-        ports.update(QDRANT_PORTS)
+        opened.update(QDRANT_PORTS)
     if has_role("db"):
-        ports.add(serve_port())  # memoryctl serve's HTTP side, for agents on the mesh
+        opened.add(serve_port())  # memoryctl serve's HTTP side, for agents on the mesh
     if embedding_slots.enabled() and night.on_this_host():
-        ports.update(embedding_slots.SLOTS.values())  # the second embedding slot (8002)
-    ports.update(etcd.mesh_ports(), patroni.mesh_ports())  # replicated PostgreSQL (docs/ha.md)
-    ports.update(backup.mesh_ports(), monitoring.mesh_ports())  # day two: pgBackRest, rsync, exporters
-    return sorted(ports)
+        opened.update(embedding_slots.SLOTS.values())  # the second embedding slot (8002)
+    opened.update(etcd.mesh_ports(), patroni.mesh_ports())  # replicated PostgreSQL (docs/ha.md)
+    opened.update(backup.mesh_ports(), monitoring.mesh_ports())  # day two: pgBackRest, rsync, exporters
+    return sorted(opened)
 
 
 @deploy("Firewall (nftables)")
 def firewall() -> None:
     mesh = host.data.mesh
-    settings = component("firewall")
     apt.packages(name="nftables", packages=["nftables"], no_recommends=True)
     rules = template(
         "firewall/nftables.conf.j2",
@@ -85,8 +82,8 @@ def firewall() -> None:
         interface=mesh.get("interface", "wg0"),
         mesh_subnet=mesh["subnet"],
         mesh_ports=mesh_ports(),
-        ssh_port=settings.get("ssh_port", 22),
-        wireguard_port=mesh.get("port", 51820),
+        ssh_port=components().firewall.ssh_port,
+        wireguard_port=mesh.get("port", ports.port("wireguard")),
         wireguard_peers=peer_addresses(),
         mode="755",
     )

@@ -15,4 +15,3 @@ DATA_DIR = "/var/lib/memoryctl"
 USER = "memoryctl"
 SERVE_UNIT = "/etc/systemd/system/memoryctl-serve.service"
 SERVE_SOCKET = "/run/memoryctl/serve.sock"
-SERVE_PORT = 8765

@@ -22,7 +22,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from deploy.common import component
+from deploy.common import components
 from deploy.osrelease import release
 from deploy.settings import resolve_path
 from deploy.wheelhouse import PIP, STAMP, Platform, _git, node_platform, source_ref, wheel_command
@@ -81,7 +81,7 @@ def lora_wheelhouse(torch: str | None, closure: bool = True) -> Path:
     memoryctl-lora installed nor the CUDA torch passing through it. Once per process, as
     :func:`deploy.wheelhouse.ensure_wheelhouse`."""
     platform = node_platform(release())
-    base = resolve_path(str(component("memoryctl").get("wheelhouse", ".cache/wheelhouse")))
+    base = resolve_path(components().memoryctl.wheelhouse)
     path = base / (f"lora-{platform.tag}" if closure else f"lora-only-{platform.tag}")
     with _building:
         if (path, torch) not in _built:

@@ -24,15 +24,14 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip, systemd
 
-from deploy import backup, embedding_slots, monitoring, patroni
-from deploy.common import component, keep_running, secrets, service_account, sudoers, template
+from deploy import backup, embedding_slots, monitoring, patroni, ports
+from deploy.common import components, keep_running, secrets, service_account, sudoers, template
 from deploy.layout import (
     CONFIG,
     DATA_DIR,
     LOG_DIR,
     PREFIX,
     REMOTE_WHEELHOUSE,
-    SERVE_PORT,
     SERVE_SOCKET,
     SERVE_UNIT,
     USER,
@@ -43,18 +42,15 @@ from deploy.qdrant import collection_layout
 from deploy.vllm import served_models
 from deploy.wheelhouse import controller_wheelhouse, install_offline
 
-# name -> (schedule, command). reconcile every 10 minutes (the design's cadence) repairs what it
-# finds, so a store that lost writes is refilled within minutes; its run record says what it fixed.
-DEFAULT_JOBS = {
-    "sync": ("*/5 * * * *", "sync"),
-    "reconcile": ("*/10 * * * *", "reconcile --repair"),
-    "nightly": ("15 2 * * *", "nightly"),
-}
+# name -> command; the schedules are components.memoryctl.schedules (deploy/components.py).
+# reconcile every 10 minutes (the design's cadence) repairs what it finds, so a store that lost
+# writes is refilled within minutes; its run record says what it fixed.
+JOBS = {"sync": "sync", "reconcile": "reconcile --repair", "nightly": "nightly"}
 
 
 @deploy("memoryctl")
 def memoryctl() -> None:
-    settings = component("memoryctl")
+    schedules = components().memoryctl.schedules.model_dump()
 
     apt.packages(
         name="Python venv, cron, logrotate",
@@ -67,10 +63,9 @@ def memoryctl() -> None:
     installed = install()
 
     config = config_file(serve=True, night=None)
-    schedules = {name: schedule for name, (schedule, _) in DEFAULT_JOBS.items()} | settings.get("schedules", {})
     # The night runs on the gpu node where there is one (deploy/nightly.py), not here as well.
-    here = [name for name in DEFAULT_JOBS if not (name == "nightly" and night_on_gpu())]
-    jobs = [{"name": name, "command": DEFAULT_JOBS[name][1], "schedule": schedules[name]} for name in here]
+    here = [name for name in JOBS if not (name == "nightly" and night_on_gpu())]
+    jobs = [{"name": name, "command": JOBS[name], "schedule": schedules[name]} for name in here]
     template(
         "memoryctl/cron.j2",
         "/etc/cron.d/memoryctl",
@@ -100,7 +95,7 @@ def memoryctl() -> None:
 
 def serve_port() -> int:
     """The port of ``memoryctl serve``'s HTTP side on the db node's mesh address."""
-    return int(component("memoryctl").get("serve_port", SERVE_PORT))
+    return components().memoryctl.serve_port
 
 
 def install() -> Any:
@@ -127,6 +122,7 @@ def config_file(*, serve: bool, night: dict[str, Any] | None) -> Any:
         CONFIG,
         data_dir=DATA_DIR,
         endpoints=host.data.endpoints,
+        ports=ports.CLIENT_PORTS,
         pg_hosts=patroni.member_addresses() if patroni.enabled() else [],
         pg_user="memoryctl",
         pg_database="memoryctl",

@@ -42,16 +42,17 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
-from deploy import backup, embedding_slots, etcd, patroni, vllm
-from deploy.common import TEMPLATES, after_mesh, component, has_role, inventory, keep_running, secrets, template
+from deploy import backup, embedding_slots, etcd, patroni, ports, vllm
+from deploy.common import TEMPLATES, after_mesh, components, has_role, inventory, keep_running, secrets, template
+from deploy.components import Monitoring
 from deploy.facts import PostgresRoleNames
 from deploy.opsnode import ops_node
 from wireguard.keys import SecretDir
 
-NODE_EXPORTER_PORT = 9100
-POSTGRES_EXPORTER_PORT = 9187
-PROMETHEUS_PORT = 9090
-ALERTMANAGER_PORT = 9093
+NODE_EXPORTER_PORT = ports.NODE_EXPORTER
+POSTGRES_EXPORTER_PORT = ports.POSTGRES_EXPORTER
+PROMETHEUS_PORT = ports.PROMETHEUS
+ALERTMANAGER_PORT = ports.ALERTMANAGER
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 WIREGUARD_SCRIPT = "/usr/local/sbin/memoryctl-wireguard-metrics"
 RESTART_SCRIPT = "/usr/local/sbin/memoryctl-restart-metrics"
@@ -78,8 +79,6 @@ LITERAL_SECRETS = frozenset(
     {"auth_password", "auth_secret", "credentials", "password", "bearer_token", "api_key", "routing_key", "service_key"}
 )
 PLACEHOLDER = "REPLACE-WITH-"
-# How often the Watchdog pings the heartbeat service (docs/monitoring.md: why one minute).
-HEARTBEAT_INTERVAL = "1m"
 # memoryctl's textfile jobs on the db node: file name, command, schedule.
 MEMORYCTL_JOBS = [
     {"name": "memoryctl-health", "command": "health", "schedule": "* * * * *"},
@@ -88,11 +87,11 @@ MEMORYCTL_JOBS = [
 
 
 def enabled() -> bool:
-    return bool(component("monitoring").get("enabled", True))
+    return components().monitoring.enabled
 
 
 def monitor_node() -> str:
-    return ops_node(inventory(), "monitoring", component("monitoring"))
+    return ops_node(inventory(), "monitoring", components().monitoring.node)
 
 
 def duration_s(value: str) -> float:
@@ -109,11 +108,11 @@ def memoryctl_alerting() -> dict[str, Any] | None:
     delivered, and whether a dead-man's switch is there to be heard from (docs/monitoring.md)."""
     if not enabled():
         return None
-    settings = component("monitoring")
+    settings = components().monitoring
     return {
         "prometheus_url": f"http://{host.data.mesh_addresses[monitor_node()]}:{PROMETHEUS_PORT}",
-        "heartbeat": bool(settings.get("heartbeat")),
-        "heartbeat_interval_s": duration_s(settings.get("heartbeat_interval", HEARTBEAT_INTERVAL)),
+        "heartbeat": bool(settings.heartbeat),
+        "heartbeat_interval_s": duration_s(settings.heartbeat_interval),
     }
 
 
@@ -132,8 +131,9 @@ def vllm_targets() -> dict[str, dict[str, str]]:
     found: dict[str, dict[str, str]] = {}
     for name in gpu:
         address = cluster.nodes[name]["mesh"]
-        embedding = dict(embedding_slots.SLOTS) if embedding_slots.enabled() and name == gpu[0] else {"embed": 8001}
-        units = {"generate": 8000, **embedding}
+        slots = embedding_slots.enabled() and name == gpu[0]
+        embedding = dict(embedding_slots.SLOTS) if slots else {"embed": ports.VLLM_EMBED}
+        units = {"generate": ports.VLLM_GENERATE, **embedding}
         found[name] = {unit: f"{address}:{port}" for unit, port in units.items()}
     return found
 
@@ -228,7 +228,7 @@ def _resolve(value: Any, where: str, store: SecretDir, files: dict[str, str]) ->
     return resolved
 
 
-def receivers(settings: dict[str, Any], cluster: str, store: SecretDir) -> Receivers:
+def receivers(settings: Monitoring, cluster: str, store: SecretDir) -> Receivers:
     """The operator's and the heartbeat's receiver from ``components.monitoring``, checked at plan time.
 
     Off the local nodes both are required: without the operator's, alerts fire into the void; without
@@ -236,7 +236,7 @@ def receivers(settings: dict[str, Any], cluster: str, store: SecretDir) -> Recei
     run a webhook for both)."""
     files: dict[str, str] = {}
     where = "components.monitoring.receiver"
-    operator = _resolve(settings.get("receiver") or {}, where, store, files)
+    operator = _resolve(settings.receiver or {}, where, store, files)
     if "name" in operator:
         raise MonitoringSettingsError(f"{where}: give the receiver's settings without a name")
     if cluster != "local" and not _sends(operator):
@@ -245,7 +245,7 @@ def receivers(settings: dict[str, Any], cluster: str, store: SecretDir) -> Recei
             "email_configs (SMTP), webhook_configs, or both (docs/monitoring.md)"
         )
     where = "components.monitoring.heartbeat"
-    heartbeat = _resolve(settings.get("heartbeat") or {}, where, store, files)
+    heartbeat = _resolve(settings.heartbeat or {}, where, store, files)
     unknown = set(heartbeat) - {"url"}
     if unknown:
         raise MonitoringSettingsError(f"{where}: unknown settings {sorted(unknown)}; give url_secret (or url)")
@@ -259,7 +259,7 @@ def receivers(settings: dict[str, Any], cluster: str, store: SecretDir) -> Recei
 
 
 def monitoring_receivers() -> Receivers:
-    return receivers(component("monitoring"), inventory().name, secrets().dir)
+    return receivers(components().monitoring, inventory().name, secrets().dir)
 
 
 @deploy("Monitoring")
@@ -403,7 +403,7 @@ def postgres_exporter() -> None:
 
 
 def prometheus(routes: Receivers) -> None:
-    settings = component("monitoring")
+    settings = components().monitoring
     cluster = inventory()
     apt.packages(
         name="Prometheus, Alertmanager", packages=["prometheus", "prometheus-alertmanager"], no_recommends=True
@@ -435,15 +435,16 @@ def prometheus(routes: Receivers) -> None:
         alertmanager_port=ALERTMANAGER_PORT,
         node_exporter_port=NODE_EXPORTER_PORT,
         postgres_exporter_port=POSTGRES_EXPORTER_PORT,
-        scrape_interval=settings.get("scrape_interval", "15s"),
-        evaluation_interval=settings.get("evaluation_interval", "15s"),
+        scrape_interval=settings.scrape_interval,
+        evaluation_interval=settings.evaluation_interval,
         rules_dir=RULES_DIR,
         nodes=mesh,
         db_nodes={name: mesh[name] for name in cluster.group("db")},
         patroni_members={name: mesh[name] for name in patroni.members()} if patroni.enabled() else {},
         patroni_port=patroni.REST_PORT,
-        qdrant_peers={name: mesh[name] for name in qdrant_peers()} if component("qdrant").get("source") else {},
+        qdrant_peers={name: mesh[name] for name in qdrant_peers()} if components().qdrant.source else {},
         qdrant_key_file=QDRANT_KEY_FILE,
+        qdrant_port=ports.QDRANT_HTTP,
         vllm_targets=vllm_targets(),
         etcd_targets=etcd_targets(),
         mode="644",
@@ -455,7 +456,7 @@ def prometheus(routes: Receivers) -> None:
         "promtool check config /etc/prometheus/prometheus.yml",
         PROMETHEUS_PORT,
         [rules, key],
-        retention=settings.get("retention", "30d"),
+        retention=settings.retention,
     )
     files.directory(
         name=f"Directory {RECEIVER_SECRETS_DIR} (receiver secrets)",
@@ -481,12 +482,12 @@ def prometheus(routes: Receivers) -> None:
         "alertmanager/alertmanager.yml.j2",
         "/etc/prometheus/alertmanager.yml",
         receivers=routes.yaml(),
-        heartbeat_interval=settings.get("heartbeat_interval", HEARTBEAT_INTERVAL),
+        heartbeat_interval=settings.heartbeat_interval,
         # How long Alertmanager gathers a group's first alerts, waits between notifications of a
         # group (also what a resolved alert waits for) and repeats a firing one.
-        group_wait=settings.get("group_wait", "30s"),
-        group_interval=settings.get("group_interval", "5m"),
-        repeat_interval=settings.get("repeat_interval", "4h"),
+        group_wait=settings.group_wait,
+        group_interval=settings.group_interval,
+        repeat_interval=settings.repeat_interval,
         user="root",
         group="prometheus",
         mode="640",

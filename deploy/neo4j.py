@@ -25,11 +25,11 @@ from pyinfra.api.command import StringCommand
 from pyinfra.facts.files import Directory, File
 from pyinfra.operations import apt, files, python, server, systemd
 
-from deploy import versions
+from deploy import ports, versions
 from deploy.artefacts import ArtefactSourceError, install_archive, resolve
 from deploy.common import (
     after_mesh,
-    component,
+    components,
     inventory,
     keep_running,
     secrets,
@@ -52,18 +52,20 @@ REBUILD_MARKER = f"{HOME}/.memoryctl-graph-rebuild-pending"
 
 
 def conf_context(version: str) -> dict[str, object]:
-    settings = component("neo4j")
+    settings = components().neo4j
     return {
         "run_dir": RUN_DIR,
         "mesh_address": host.data.mesh_address,
-        "heap": settings.get("heap", "2g"),
-        "pagecache": settings.get("pagecache", "2g"),
-        "jvm_additional": list(settings.get("jvm_additional", [])),
+        "heap": settings.heap,
+        "pagecache": settings.pagecache,
+        "jvm_additional": list(settings.jvm_additional),
         "home": HOME,
         "log_dir": LOG_DIR,
         "install_dir": INSTALL_DIR,
         "conf_dir": CONF_DIR,
         "version": version,
+        "bolt_port": ports.NEO4J_BOLT,
+        "http_port": ports.NEO4J_HTTP,
     }
 
 
@@ -74,13 +76,13 @@ def admin_command(args: str) -> str:
 
 @deploy("Neo4j")
 def neo4j() -> None:
-    settings = component("neo4j")
-    if not settings.get("enabled", True):
+    settings = components().neo4j
+    if not settings.enabled:
         host.noop("neo4j: disabled in the inventory")
         return
-    version = versions.version("neo4j", settings)
+    version = versions.version("neo4j", settings.version)
     context = conf_context(version)
-    artefact = resolve("neo4j", settings.get("source"), version=version)
+    artefact = resolve("neo4j", settings.source, version=version)
     if artefact is None:
         raise ArtefactSourceError("neo4j.source: give the release tarball's url and sha256 (docs/deploy.md)")
     apt.packages(
@@ -144,7 +146,7 @@ def rebuild_where_blank() -> None:
     what is written during it."""
     index = [state.inventory.get_host(name) for name in inventory().group("index")]
     blank = [node for node in index if needs_rebuild(node)]
-    if not component("neo4j").get("enabled", True) or not blank:
+    if not components().neo4j.enabled or not blank:
         return
     has_memories = "sudo -u postgres psql -d memoryctl -XAtc 'SELECT 1 FROM memories LIMIT 1' 2>/dev/null | grep -q 1"
     memories = lambda: bool(host.run_shell_command(StringCommand(has_memories))[0])  # noqa: E731

@@ -8,37 +8,29 @@ imports another for it (the import cycle memoryctl <-> nightly <-> embedding_slo
 
 from __future__ import annotations
 
-from typing import Any
-
 from pyinfra import host
 
 from deploy import vllm
-from deploy.common import component, has_role, inventory
+from deploy.common import components, has_role, inventory
+from deploy.components import Nightly
 
 ADAPTERS_DIR = "/var/lib/memoryctl-adapters"
 MODELS_DIR = "/var/lib/memoryctl/models"
 TINY_BASE = f"{MODELS_DIR}/tiny-qwen2"
-SCHEDULE = "15 2 * * *"
-GENERATION_UNIT = "vllm@generate"
 # Loads the active generation adapter again whenever vllm@generate starts (vLLM forgets it).
 ADAPTER_SERVE_UNIT = "memoryctl-adapter-serve"
-# What the tests' nights train with (tests/integration/test_nightly.py); production sets its own
-# steps. The gate's noise floor: a candidate must lower the held-out loss by more than 0.01 nats
-# to replace the served adapter (measured on the local nodes' tiny model: a first night 5.75 ->
-# 5.50 against the base, a second night on the same kind of turns 0.001-0.005 against the first:
-# a swap for nothing), docs/nightly.md.
-DEFAULT_GENERATION_LORA = {"steps": 20, "min_examples": 8, "min_heldout": 2, "min_loss_improvement": 0.01}
 
 
-def settings() -> dict[str, Any]:
-    return component("nightly")
+def settings() -> Nightly:
+    return components().nightly
 
 
 def enabled() -> bool:
     """The night trains on the gpu node when there is one with vLLM (or its stand-in) on it."""
     if not inventory().group("gpu"):
         return False
-    return bool(settings().get("enabled", vllm.mode() != "off"))
+    stated = settings().enabled
+    return vllm.mode() != "off" if stated is None else stated
 
 
 def on_this_host() -> bool:
@@ -48,11 +40,11 @@ def on_this_host() -> bool:
 
 
 def generation_base_model() -> str | None:
-    stated = settings().get("generation_base_model")
+    stated = settings().generation_base_model
     if stated:
         return str(stated)
     return TINY_BASE if vllm.mode() == "standin" else None
 
 
 def schedule() -> str:
-    return str(settings().get("schedule", SCHEDULE))
+    return settings().schedule

@@ -40,12 +40,11 @@ from pyinfra.operations import apt, files, pip, server, systemd
 from deploy import embedding_slots, gpulock, versions, vllm
 from deploy import memoryctl as mctl
 from deploy.common import service_account, sudoers, template
+from deploy.components import GENERATION_UNIT
 from deploy.lora_wheelhouse import lora_wheelhouse
 from deploy.night import (
     ADAPTER_SERVE_UNIT,
     ADAPTERS_DIR,
-    DEFAULT_GENERATION_LORA,
-    GENERATION_UNIT,
     MODELS_DIR,
     TINY_BASE,
     generation_base_model,
@@ -58,13 +57,12 @@ from deploy.wheelhouse import install_offline, projects
 
 def memoryctl_settings() -> dict[str, Any]:
     """The ``[nightly]`` table of the gpu node's memoryctl.toml."""
-    pause = list(settings().get("pause_units", [GENERATION_UNIT]))
     return {
         "adapters_dir": ADAPTERS_DIR,
         "generation_base_model": generation_base_model(),
-        "pause_units": pause,
-        "vllm_ready_s": float(settings().get("vllm_ready_s", 900 if vllm.mode() == "vllm" else 120)),
-        "generation_lora": {**DEFAULT_GENERATION_LORA, **settings().get("generation_lora", {})},
+        "pause_units": list(settings().pause_units),
+        "vllm_ready_s": settings().vllm_ready_s,
+        "generation_lora": dict(settings().generation_lora),
         **embedding_slots.nightly_settings(),
     }
 

@@ -15,8 +15,8 @@ class OpsNodeError(ValueError):
     """A backup or monitoring node that is not in the inventory or is the database's node."""
 
 
-def ops_node(cluster: ClusterInventory, component: str, settings: dict[str, object]) -> str:
-    named = settings.get("node")
+def ops_node(cluster: ClusterInventory, component: str, named: str | None) -> str:
+    """``named`` (the component's ``node`` setting) checked, or the default node when it is None."""
     db_nodes = set(cluster.group("db"))
     if named is not None:
         if named not in cluster.nodes:

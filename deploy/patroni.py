@@ -44,15 +44,15 @@ from pyinfra.facts.server import Users
 from pyinfra.facts.systemd import SystemdStatus
 from pyinfra.operations import apt, files, server, systemd
 
-from deploy import etcd, patroni_settings
-from deploy.common import after_mesh, component, inventory, secrets, template
+from deploy import etcd, patroni_settings, ports
+from deploy.common import after_mesh, components, inventory, secrets, template
 from deploy.facts import MaintenanceMarker, PatroniCluster, PatroniDynamicConfig
 from deploy.scram import scram_verifier
 from deploy.topology import PatroniSettingsError as PatroniSettingsError
 from deploy.topology import patroni_enabled as enabled
 from deploy.topology import postgres_members as members
 
-REST_PORT = 8008
+REST_PORT = ports.PATRONI
 PKI_DIR = "/etc/patroni/pki"
 LEADER_AWAY = "/usr/local/sbin/memoryctl-etcd-leader-away"
 LEADER_AWAY_PERIOD_S = 10
@@ -82,7 +82,7 @@ def is_standby_member() -> bool:
 
 
 def mesh_ports() -> list[int]:
-    return [5432, REST_PORT] if is_member() else []
+    return [ports.POSTGRES, REST_PORT] if is_member() else []
 
 
 def leader() -> str | None:
@@ -120,7 +120,7 @@ def scope() -> str:
 def member_addresses() -> list[str]:
     """``HOST:PORT`` of every member, the first member first (memoryctl's ``[postgres] hosts``)."""
     nodes = inventory().nodes
-    return [f"{nodes[name]['mesh']}:5432" for name in members()]
+    return [f"{nodes[name]['mesh']}:{ports.POSTGRES}" for name in members()]
 
 
 def rest_password() -> str:
@@ -135,12 +135,13 @@ def config(version: int) -> Any:
         scope=scope(),
         member=host.name,
         mesh_address=host.data.mesh_address,
+        pg_port=ports.POSTGRES,
         rest_port=REST_PORT,
         rest_password=rest_password(),
         etcd_hosts=[f"{inventory().nodes[name]['mesh']}:{etcd.CLIENT_PORT}" for name in etcd.members()],
         pki_dir=PKI_DIR,
         dcs=DCS,
-        parameters=patroni_settings.dcs_parameters(component("postgres")),
+        parameters=patroni_settings.dcs_parameters(components().postgres),
         version=version,
         replication_user=REPLICATION_USER,
         replication_password=secrets().token("postgres/replicator"),
@@ -296,7 +297,7 @@ def cluster_settings() -> None:
 
 def declared_dcs() -> dict[str, Any]:
     """The dynamic configuration this bundle owns: the timing and ``postgresql.parameters``."""
-    return {**DCS, "postgresql": {"parameters": patroni_settings.dcs_parameters(component("postgres"))}}
+    return {**DCS, "postgresql": {"parameters": patroni_settings.dcs_parameters(components().postgres)}}
 
 
 def start_standby(version: int, changes: list[Any]) -> None:

@@ -9,11 +9,12 @@ these settings go into ``bootstrap.dcs`` (a cluster being formed) and through ``
 edit-config`` into a running cluster (deploy/patroni.py, ``cluster_settings``); a single server
 keeps them in its ``conf.d`` file.
 
-From the inventory (``components.postgres``): ``max_connections`` (default 100), and optionally
-``max_worker_processes`` and ``max_locks_per_transaction``: TimescaleDB's background workers
-(compression, retention, continuous aggregates) need worker slots, and a query or policy that
-touches every chunk of a hypertable takes a lock per chunk, so both grow with the data. Their
-defaults are PostgreSQL's and Patroni's own (8 and 64), so carrying them changes no running value.
+From the inventory (``components.postgres``, typed in deploy/components.py with their defaults and
+Patroni's minimums): ``max_connections`` (default 100), and optionally ``max_worker_processes`` and
+``max_locks_per_transaction``: TimescaleDB's background workers (compression, retention, continuous
+aggregates) need worker slots, and a query or policy that touches every chunk of a hypertable takes
+a lock per chunk, so both grow with the data. Their defaults are PostgreSQL's and Patroni's own (8
+and 64), so carrying them changes no running value.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-# Declared by the inventory; the values are the defaults of PostgreSQL and of Patroni alike.
-INVENTORY_DEFAULTS = {"max_connections": 100, "max_worker_processes": 8, "max_locks_per_transaction": 64}
+from deploy.components import PATRONI_MINIMUM, Postgres
+
+# Declared by the inventory (deploy/components.py: defaults those of PostgreSQL and Patroni alike).
+DECLARED = tuple(PATRONI_MINIMUM)
 # What replication and pg_rewind need of every member (Patroni restricts them to the DCS too).
 REPLICATION = {
     "wal_level": "replica",
@@ -32,37 +35,23 @@ REPLICATION = {
     "max_replication_slots": 10,
     "wal_keep_size": "256MB",
 }
-# Patroni's smallest accepted values (it raises a smaller one, and the raised value would then
-# read as a drift on every run).
-PATRONI_MINIMUM = {"max_connections": 25, "max_worker_processes": 2, "max_locks_per_transaction": 32}
 
 
-class PostmasterSettingsError(ValueError):
-    """``components.postgres`` postmaster settings that cannot be deployed as written."""
+def declared(settings: Postgres) -> dict[str, int]:
+    """The inventory's postmaster settings, defaults filled in (each a whole number Patroni accepts:
+    the inventory's parsing refused any other)."""
+    return {name: getattr(settings, name) for name in DECLARED}
 
 
-def declared(settings: Mapping[str, Any]) -> dict[str, int]:
-    """The inventory's postmaster settings, defaults filled in, each a whole number Patroni accepts."""
-    values: dict[str, int] = {}
-    for name, default in INVENTORY_DEFAULTS.items():
-        value = settings.get(name, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < PATRONI_MINIMUM[name]:
-            raise PostmasterSettingsError(
-                f"postgres.{name}: {value!r} must be a whole number of at least {PATRONI_MINIMUM[name]}"
-            )
-        values[name] = value
-    return values
-
-
-def single_server(settings: Mapping[str, Any]) -> dict[str, int]:
+def single_server(settings: Postgres) -> dict[str, int]:
     """What ``conf.d/memoryctl.conf`` sets on a server without Patroni: ``max_connections`` always
     (as it always did), the optional ones only when the inventory names them, so that removing one
     from the inventory returns the server to PostgreSQL's default."""
-    values = declared(settings)
-    return {name: value for name, value in values.items() if name == "max_connections" or name in settings}
+    stated = settings.model_fields_set
+    return {name: value for name, value in declared(settings).items() if name == "max_connections" or name in stated}
 
 
-def dcs_parameters(settings: Mapping[str, Any]) -> dict[str, Any]:
+def dcs_parameters(settings: Postgres) -> dict[str, Any]:
     """``postgresql.parameters`` of Patroni's dynamic configuration: replication's and the inventory's."""
     return {**REPLICATION, **declared(settings)}
 

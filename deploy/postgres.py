@@ -32,8 +32,8 @@ from pyinfra.facts.postgres import PostgresRoles
 from pyinfra.facts.server import Users
 from pyinfra.operations import apt, postgres, server, systemd
 
-from deploy import aptsources, patroni, patroni_settings, versions
-from deploy.common import START_RETRIES, after_mesh, component, secrets, template, with_secret_file
+from deploy import aptsources, patroni, patroni_settings, ports, versions
+from deploy.common import START_RETRIES, after_mesh, components, secrets, template, with_secret_file
 from deploy.facts import PostgresAnswers, PostgresExtensions, PostgresPreloaded, PostgresRoleMemberships
 from deploy.osrelease import release
 from deploy.scram import scram_verifier
@@ -72,8 +72,8 @@ class PostgresClusters(FactBase[dict[str, list[str]]]):
 def major() -> int:
     """The release's PostgreSQL major; an inventory that states another one is refused."""
     value = release().postgres
-    stated = component("postgres").get("version")
-    if stated is not None and int(stated) != value:
+    stated = components().postgres.version
+    if stated is not None and stated != value:
         raise PostgresSettingsError(
             f"postgres.version {stated}: {release().label} ships PostgreSQL {value}, the one this bundle "
             "installs; remove postgres.version from the inventory"
@@ -95,7 +95,7 @@ def check_no_other_major(version: int) -> None:
 
 
 def timescaledb_enabled() -> bool:
-    return bool(component("timescaledb").get("enabled", False))
+    return components().timescaledb.enabled
 
 
 @deploy("PostgreSQL")
@@ -117,7 +117,7 @@ def postgresql() -> None:
     timescale = timescaledb_enabled()
     preloaded = host.get_fact(PostgresPreloaded, **AS_POSTGRES)
     extensions = host.get_fact(PostgresExtensions, database=DATABASE, **AS_POSTGRES)
-    wanted = versions.version("timescaledb", component("timescaledb"))
+    wanted = versions.version("timescaledb", components().timescaledb.version)
     not_loaded = timescale and preloaded is not None and "timescaledb" not in preloaded
     outdated = timescale and extensions.get("timescaledb") not in (None, wanted)
     if outdated and versions.numeric(extensions["timescaledb"]) > versions.numeric(wanted):
@@ -200,7 +200,7 @@ def standby_start() -> None:
 def server_files(version: int) -> tuple[Any, Any, Any]:
     """Packages and configuration files, the same on every member: the single server's, and with
     Patroni the standby's (which Patroni clones into, keeping Debian's layout)."""
-    settings = component("postgres")
+    settings = components().postgres
     mesh = host.data.mesh
     config_dir = f"/etc/postgresql/{version}/main"
     service = f"postgresql@{version}-main"
@@ -213,12 +213,13 @@ def server_files(version: int) -> tuple[Any, Any, Any]:
         "postgres/memoryctl.conf.j2",
         f"{config_dir}/conf.d/memoryctl.conf",
         mesh_address=host.data.mesh_address,
+        port=ports.POSTGRES,
         # Patroni takes these from its dynamic configuration only (deploy/patroni_settings.py).
         postmaster={} if patroni.enabled() else patroni_settings.single_server(settings),
-        shared_buffers=settings.get("shared_buffers", "1GB"),
-        effective_cache_size=settings.get("effective_cache_size", "3GB"),
-        work_mem=settings.get("work_mem", "16MB"),
-        maintenance_work_mem=settings.get("maintenance_work_mem", "256MB"),
+        shared_buffers=settings.shared_buffers,
+        effective_cache_size=settings.effective_cache_size,
+        work_mem=settings.work_mem,
+        maintenance_work_mem=settings.maintenance_work_mem,
         timescaledb=timescale,
         user="postgres",
         group="postgres",
@@ -278,8 +279,9 @@ def timescaledb_packages(pg_major: int) -> list[str]:
 
 def install_timescaledb(pg_major: int) -> object:
     """The extension's package from its repository, pinned; the install operation."""
-    wanted = versions.version("timescaledb", component("timescaledb"))
-    scheme = str(component("timescaledb").get("package_version", "{version}~debian{release}"))
+    settings = components().timescaledb
+    wanted = versions.version("timescaledb", settings.version)
+    scheme = settings.package_version
     pinned = scheme.format(version=wanted, release=release().major)
     package = timescaledb_packages(pg_major)[0]
     aptsources.pin("timescaledb", timescaledb_packages(pg_major), pinned)

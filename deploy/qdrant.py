@@ -36,9 +36,9 @@ from pyinfra.api.command import StringCommand
 from pyinfra.facts.systemd import SystemdStatus
 from pyinfra.operations import apt, files, server, systemd
 
-from deploy import versions
+from deploy import ports, versions
 from deploy.artefacts import install_archive, resolve
-from deploy.common import START_RETRIES, component, inventory, secrets, service_account, template
+from deploy.common import START_RETRIES, components, inventory, secrets, service_account, template
 from deploy.osrelease import release
 
 PREFIX = "/opt/qdrant"
@@ -48,7 +48,7 @@ UNIT = "/etc/systemd/system/qdrant.service"
 WAIT_ACTIVE = "/usr/local/sbin/memoryctl-qdrant-wait-active"
 START = "/usr/local/sbin/memoryctl-qdrant-start"
 REPLICAS = "/usr/local/sbin/memoryctl-qdrant-replicas"
-P2P_PORT = 6335
+P2P_PORT = ports.QDRANT_P2P
 # Run in the unpacked directory before it is marked installed: the binary's newest GLIBC_x.y
 # symbol version must not be newer than the node's glibc (none at all: a static musl binary).
 GLIBC_CHECK = (
@@ -72,11 +72,11 @@ def collection_layout() -> dict[str, int] | None:
     count = len(peers())
     if count < 2:
         return None
-    settings = component("qdrant")
+    settings = components().qdrant
     return {
-        "shard_number": int(settings.get("shard_number", count)),
-        "replication_factor": int(settings.get("replication_factor", 2)),
-        "write_consistency_factor": int(settings.get("write_consistency_factor", 1)),
+        "shard_number": count if settings.shard_number is None else settings.shard_number,
+        "replication_factor": settings.replication_factor,
+        "write_consistency_factor": settings.write_consistency_factor,
     }
 
 
@@ -93,28 +93,31 @@ def unit_context(version: str) -> dict[str, object]:
         "config_path": CONFIG,
         "binary": f"{PREFIX}/{version}/qdrant",
         "version": version,
+        "http_port": ports.QDRANT_HTTP,
+        "grpc_port": ports.QDRANT_GRPC,
         "cluster_mode": cluster_mode,
         "p2p_port": P2P_PORT,
         "bootstrap": f"http://{first}:{P2P_PORT}" if cluster_mode and host.name != all_peers[0] else None,
         "start": START,
         "other_peers": [
-            [f"http://{nodes[name]['mesh']}:6333", f"http://{nodes[name]['mesh']}:{P2P_PORT}"]
+            [f"http://{nodes[name]['mesh']}:{ports.QDRANT_HTTP}", f"http://{nodes[name]['mesh']}:{P2P_PORT}"]
             for name in all_peers
             if name != host.name
         ],
-        "log_level": str(component("qdrant").get("log_level", "INFO")),
+        "log_level": components().qdrant.log_level,
     }
 
 
 @deploy("Qdrant")
 def qdrant() -> None:
-    settings = component("qdrant")
-    version = versions.version("qdrant", settings)
-    artefact = resolve("qdrant", settings.get("source"), version=version)
-    if artefact is None:
+    settings = components().qdrant
+    version = versions.version("qdrant", settings.version)
+    source = settings.source
+    artefact = resolve("qdrant", source, version=version)
+    if artefact is None or source is None:
         host.noop("qdrant: source is null, nothing to install (configs are validated by the unit tests)")
         return
-    versions.check_glibc(release(), artefact.url, artefact.settings.get("glibc_floor"))
+    versions.check_glibc(release(), artefact.url, source.glibc_floor)
     context = unit_context(version)
     apt.packages(name="Tools to unpack release archives", packages=["tar", "xz-utils"], no_recommends=True)
     service_account("qdrant", DATA_DIR)

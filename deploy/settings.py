@@ -18,15 +18,12 @@ from typing import Any
 
 import yaml
 
+from deploy.components import Components, InventoryError, parse
 from wireguard import MeshNode, MeshPlan
 from wireguard.keys import KeyStore, SecretDir, generate_token
 
 ROLES = ("db", "index", "gpu")
 REPO = Path(__file__).resolve().parent.parent
-
-
-class InventoryError(ValueError):
-    """The inventory YAML is missing a field or contradicts itself."""
 
 
 def resolve_path(path: str) -> Path:
@@ -53,6 +50,7 @@ class ClusterInventory:
     def __init__(self, path: Path) -> None:
         self.path = path
         doc = yaml.safe_load(path.read_text())
+        where = str(path)
         # A change of data for one run (an upgrade rehearsed on the local nodes, a setting tried):
         # $MEMORYCTL_INVENTORY_OVERLAY names YAML files merged over the inventory whose
         # `cluster:` they name (never over another cluster's).
@@ -61,16 +59,19 @@ class ClusterInventory:
             overlay = yaml.safe_load(resolve_path(overlay_path).read_text())
             if overlay and overlay.get("cluster") == doc.get("cluster"):
                 doc = merge(doc, overlay)
+                where += f" + {overlay_path}"
         try:
             self.name: str = doc["cluster"]
             self.mesh: dict[str, Any] = doc["mesh"]
             self.nodes: dict[str, dict[str, Any]] = doc["nodes"]
-            self.components: dict[str, Any] = doc.get("components", {})
+            raw_components = doc.get("components")
             self.sources: dict[str, Any] = doc.get("sources", {})
             ssh: dict[str, Any] = doc.get("ssh", {})
             self.extra_data: dict[str, Any] = doc.get("pyinfra_data", {})
         except (KeyError, TypeError) as exc:
             raise InventoryError(f"{path}: missing {exc}") from None
+        # Merged as dictionaries above, validated once here: a misspelt setting stops the run now.
+        self.components: Components = parse(raw_components, where)
         secrets = (
             os.environ.get("MEMORYCTL_SECRETS_DIR") or doc.get("secrets_dir") or f"~/.config/memoryctl/{self.name}"
         )
@@ -103,7 +104,7 @@ class ClusterInventory:
         Only used when PostgreSQL is replicated (deploy/etcd.py). A node added later is no member
         unless declared: etcd stays three members as the cluster grows.
         """
-        stated = (self.components.get("etcd") or {}).get("members")
+        stated = self.components.etcd.members
         names = list(self.nodes)
         members = list(stated) if stated else (names[:3] if len(names) >= 3 else names[:1])
         unknown = sorted(set(members) - set(self.nodes))
@@ -129,8 +130,7 @@ class ClusterInventory:
         With more than one, they form one Qdrant cluster over the mesh; the first ``index`` node
         among them bootstraps it (it must be up when the others first join).
         """
-        settings = self.components.get("qdrant") or {}
-        peers = list(settings.get("peers") or self.group("index"))
+        peers = list(self.components.qdrant.peers or self.group("index"))
         index = [name for name in self.group("index") if name in peers]
         return index[:1] + [name for name in peers if name not in index[:1]]
 

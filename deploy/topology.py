@@ -8,7 +8,7 @@ cycle in deploy/ (tests/unit/test_import_graph.py).
 
 from __future__ import annotations
 
-from deploy.common import component, inventory
+from deploy.common import components, inventory
 
 
 class PatroniSettingsError(ValueError):
@@ -19,7 +19,7 @@ def postgres_members() -> list[str]:
     """The PostgreSQL members, the ``db`` node first; ``[db node]`` unless the inventory names more."""
     inv = inventory()
     db = inv.group("db")[0]
-    stated = list(component("postgres").get("members") or [db])
+    stated = list(components().postgres.members or [db])
     unknown = [name for name in stated if name not in inv.nodes]
     if unknown:
         raise PatroniSettingsError(f"postgres.members names unknown nodes {unknown}; known: {sorted(inv.nodes)}")

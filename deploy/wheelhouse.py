@@ -35,7 +35,7 @@ from pyinfra import host
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files, server
 
-from deploy.common import component
+from deploy.common import components
 from deploy.osrelease import Release, release
 from deploy.settings import REPO, resolve_path
 
@@ -159,7 +159,7 @@ def controller_wheelhouse() -> Path:
     """The wheelhouse for this host's platform on the controller (under
     ``components.memoryctl.wheelhouse``, one directory per platform), built if stale."""
     platform = node_platform(release())
-    path = resolve_path(str(component("memoryctl").get("wheelhouse", ".cache/wheelhouse"))) / platform.tag
+    path = resolve_path(components().memoryctl.wheelhouse) / platform.tag
     ensure_wheelhouse(path, platform)
     return path
 

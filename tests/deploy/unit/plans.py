@@ -25,6 +25,7 @@ from pyinfra.api.host import Host
 from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 
+from deploy.components import with_settings
 from deploy.settings import REPO, load_inventory
 
 # Facts of a freshly installed Debian node where a fact's own default would not do.
@@ -81,7 +82,7 @@ LOCAL = REPO / "inventory" / "local.yaml"
 EXAMPLE = REPO / "inventory" / "hetzner.example.yaml"
 # What the example's operator has put on the gpu node by hand before deploying (docs/nightly.md):
 # the embedding model's weights the embedding slots serve and the night trains on.
-BASE_EMBEDDING = str(load_inventory(EXAMPLE).components["nightly"]["embedding_base_model"])
+BASE_EMBEDDING = str(load_inventory(EXAMPLE).components.nightly.embedding_base_model)
 OPERATOR_DOWNLOADS = {"Directory": lambda path, **_: {"mode": 755} if path == BASE_EMBEDDING else None}
 # What the example's operator fills in for alerts (docs/monitoring.md): the addresses in place of the
 # example's REPLACE-WITH- placeholders, and the secrets the example names in the secret store.
@@ -134,8 +135,8 @@ def _state(components: dict[str, Any] | None, inventory: Path) -> State:
     cluster = load_inventory(inventory)
     hosts, data = cluster.pyinfra_all()
     data = copy.deepcopy(data)
-    for name, settings in (components or {}).items():
-        data["components"][name] = {**data["components"].get(name, {}), **settings}
+    # The test's settings over the inventory's, per component key by key, parsed again as a load does.
+    data["components"] = with_settings(cluster.components, components or {}, f"{inventory} + the test's components")
     groups = {role: (cluster.group(role), {}) for role in ("db", "index", "gpu")}
     return State(Inventory((hosts, data), **groups), Config())
 

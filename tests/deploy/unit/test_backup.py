@@ -264,12 +264,12 @@ def test_a_node_certificate_that_no_longer_fits_is_issued_again(tmp_path: Path) 
 
 def test_backup_node_is_never_the_database_node() -> None:
     cluster = load_inventory(REPO / "inventory" / "local.yaml")
-    assert ops_node(cluster, "backup", {}) == "node3"
-    assert ops_node(cluster, "monitoring", {"node": "node2"}) == "node2"
+    assert ops_node(cluster, "backup", None) == "node3"
+    assert ops_node(cluster, "monitoring", "node2") == "node2"
     with pytest.raises(OpsNodeError, match="runs PostgreSQL"):
-        ops_node(cluster, "backup", {"node": "node1"})
+        ops_node(cluster, "backup", "node1")
     with pytest.raises(OpsNodeError, match="not a node"):
-        ops_node(cluster, "backup", {"node": "node9"})
+        ops_node(cluster, "backup", "node9")
 
 
 def test_stanza_fact_reads_pgbackrest_info(tmp_path: Path) -> None:

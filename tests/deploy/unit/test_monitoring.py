@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from deploy.common import TEMPLATES
+from deploy.components import Monitoring
 from deploy.monitoring import MonitoringSettingsError, Receivers, monitoring, receivers
 from tests.deploy.unit.test_backup import plan, present
 from tests.deploy.unit.test_plans import _no_commands
@@ -168,7 +169,7 @@ def test_a_receiver_without_settings_sends_nothing_on_the_local_nodes(tmp_path: 
 
 def _production(secrets_dir: Path, **monitoring_settings: Any) -> Receivers:
     """The receivers of a cluster that is not the local one, from ``monitoring_settings``."""
-    return receivers(monitoring_settings, "hetzner", SecretDir(secrets_dir))
+    return receivers(Monitoring(**monitoring_settings), "hetzner", SecretDir(secrets_dir))
 
 
 def _store(secrets_dir: Path, **values: str) -> None:
@@ -191,7 +192,7 @@ def test_a_production_cluster_without_a_receiver_or_a_heartbeat_stops_at_plan_ti
     routes = _production(secrets_dir, receiver=email, heartbeat=HEARTBEAT)
     assert routes.heartbeat == {"webhook_configs": [{"url": "https://hc-ping.example.org/abc", "send_resolved": False}]}
     # The local nodes may go without (the unit plans of other tests run with the local inventory).
-    assert receivers({}, "local", SecretDir(secrets_dir)) == Receivers({}, {}, {})
+    assert receivers(Monitoring(), "local", SecretDir(secrets_dir)) == Receivers({}, {}, {})
 
 
 def test_receiver_secrets_come_from_the_secret_store_as_files(secrets_dir: Path, tmp_path: Path) -> None:

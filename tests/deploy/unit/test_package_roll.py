@@ -47,7 +47,7 @@ def test_the_roll_is_planned_only_when_the_inventory_asks_for_it(secrets_dir: Pa
 
 
 def test_an_unknown_mode_is_refused() -> None:
-    with pytest.raises(InventoryError, match=r"components\.upgrades\.held must be one of hold, roll"):
+    with pytest.raises(InventoryError, match=r"components\.upgrades\.held: Input should be 'hold' or 'roll'"):
         plan(everything, "node1", components={"upgrades": {"held": "always"}})
 
 

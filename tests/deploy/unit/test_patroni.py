@@ -18,8 +18,9 @@ import yaml
 from pyinfra.api.host import Host
 
 from deploy.common import render
+from deploy.components import InventoryError, parse
 from deploy.patroni import PatroniSettingsError, members
-from deploy.patroni_settings import PostmasterSettingsError, dcs_parameters, differences, needs_restart
+from deploy.patroni_settings import differences, needs_restart
 from deploy.roles import everything
 from tests.deploy.unit.plans import FRESH_DEBIAN, Plan, cluster_order
 from tests.deploy.unit.plans import plan as plan_of
@@ -269,8 +270,8 @@ def test_a_paused_cluster_or_a_maintenance_marker_keeps_the_deploy_from_starting
 
 @pytest.mark.parametrize("value", [10, "many", 1.5, True])
 def test_postmaster_settings_patroni_would_refuse_or_raise_are_refused(value: object) -> None:
-    with pytest.raises(PostmasterSettingsError, match="max_connections"):
-        dcs_parameters({"max_connections": value})
+    with pytest.raises(InventoryError, match=r"^local.yaml: components.postgres.max_connections: "):
+        parse({"postgres": {"max_connections": value}}, "local.yaml")
 
 
 def test_values_compare_as_patroni_returns_them() -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from deploy.components import InventoryError
 from deploy.firewall import FirewallSettingsError, firewall
 from deploy.memoryctl import memoryctl
 from deploy.neo4j import neo4j
@@ -406,7 +407,7 @@ def test_qdrant_installed_version_is_not_fetched_again() -> None:
 def test_qdrant_sources_are_checked_at_plan_time(standin: Path) -> None:
     with pytest.raises(ValueError, match="needs its sha256"):
         plan(qdrant, "node2", components={"qdrant": {"source": {"url": "https://example.invalid/q"}}})
-    with pytest.raises(ValueError, match=r"must be null or \{url"):
+    with pytest.raises(InventoryError, match=r"components.qdrant.source.url: required; .*source.file: no such setting"):
         plan(qdrant, "node2", components={"qdrant": {"source": {"file": "/srv/qdrant.tar.gz"}}})
     with pytest.raises(ValueError, match="has no line for"):
         source = {"url": "http://10.78.0.254:8090/other.tar.gz", "sha256sums": str(standin / "SHA256SUMS")}
