@@ -14,7 +14,7 @@ operation is refused.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from memoryctl.declaration.declare import Operation
@@ -28,6 +28,7 @@ class AccessDenied(UsageError):
 @dataclass(frozen=True, slots=True)
 class Caller:
     agent: str | None = None  # None: the operator
+    label: str | None = field(default=None, compare=False)  # an issued token's name
 
     @property
     def operator(self) -> bool:
@@ -35,10 +36,16 @@ class Caller:
 
     @property
     def name(self) -> str:
-        return "operator" if self.agent is None else f"agent:{self.agent}"
+        who = "operator" if self.agent is None else f"agent:{self.agent}"
+        return who if self.label is None else f"{who} ({self.label})"
 
 
 OPERATOR = Caller()
+
+
+def issued_caller(entry: Mapping[str, Any]) -> Caller:
+    """The caller an issued token's entry (``memoryctl.operations.tokens``) stands for."""
+    return Caller(None if entry.get("operator") else str(entry["agent"]), label=str(entry["name"]))
 
 
 def bind(op: Operation, params: Mapping[str, Any], caller: Caller) -> dict[str, Any]:

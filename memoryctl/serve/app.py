@@ -35,14 +35,15 @@ import anyio
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from memoryctl.console import web as console
 from memoryctl.declaration.declare import Operation
 from memoryctl.declaration.table import OPERATIONS
 from memoryctl.diskspace import disk_full
 from memoryctl.errors import ConflictError, ExitCode, MemoryctlError, NotFoundError, StoreError
-from memoryctl.operations.access import OPERATOR, AccessDenied, Caller, bind
+from memoryctl.operations.access import OPERATOR, AccessDenied, Caller, bind, issued_caller
 from memoryctl.operations.reply import Reply
 from memoryctl.serve.wire import API, CONFIG_DIFFERS, CONFIG_HEADER, EXIT_HEADER, WARNINGS_HEADER, encode
 
@@ -117,6 +118,9 @@ class TokenCheck:
             await self.app(scope, receive, send)
             return
         self.service.count("requests")
+        if _console(scope["path"]):  # a browser: signs in with a form, then a session (memoryctl.console)
+            await self.app(scope, receive, send)
+            return
         try:
             caller = OPERATOR if scope.get(TRUSTED) else self.caller(_header(scope, b"authorization"))
         except HttpError as exc:
@@ -135,12 +139,9 @@ class TokenCheck:
         scheme, _, given = (header or "").partition(" ")
         given = given.strip()
         if scheme.lower() == "bearer" and given:
-            token = self.service.token
-            if token is not None and hmac.compare_digest(given.encode(), token.encode()):
-                return OPERATOR
-            agent = self.service.tokens.agent_of(given)
-            if agent is not None:
-                return Caller(agent)
+            found = caller_of(self.service, given)
+            if found is not None:
+                return found
         raise HttpError(
             401,
             "missing or wrong bearer token",
@@ -148,6 +149,20 @@ class TokenCheck:
             " (memoryctl token issue)",
             headers={"WWW-Authenticate": 'Bearer realm="memoryctl"'},
         )
+
+
+def _console(path: str) -> bool:
+    return path == "/console" or path.startswith("/console/")
+
+
+def caller_of(service: Service, given: str) -> Caller | None:
+    """Who ``given`` (a bearer token) stands for: the operator's token, an issued operator or
+    agent token, or None. The one check of HTTP, MCP and the console's sign-in."""
+    token = service.token
+    if token is not None and hmac.compare_digest(given.encode(), token.encode()):
+        return OPERATOR
+    entry = service.tokens.lookup(given)
+    return None if entry is None else issued_caller(entry)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -178,20 +193,21 @@ async def _drain(scope: Scope, receive: Receive) -> None:
 
 def build(service: Service) -> Starlette:
     """The application: every operation that may run in the service, the documents, MCP."""
-    routes: list[Route] = [
+    routes: list[BaseRoute] = [
         Route(op.path, _endpoint(service, op), methods=["POST"]) for op in OPERATIONS.values() if not op.local
     ]
     routes += [
         Route(f"{API}/openapi.json", _openapi, methods=["GET"]),
         Route(f"{API}/status", lambda request: _json(service.status()), methods=["GET"]),
         Route("/mcp", _Asgi(service.mcp_app)),
+        Mount("/console", console.build(service)),
     ]
 
     async def not_found(request: Request, exc: Exception) -> Response:
         status = int(getattr(exc, "status_code", 404))
         if status == 405:
             return error_response(405, f"{request.url.path} takes POST", None, int(ExitCode.USAGE), {"Allow": "POST"})
-        hint = f"operations are under {API}/ (see {API}/openapi.json); MCP is at /mcp"
+        hint = f"operations are under {API}/ (see {API}/openapi.json); MCP is at /mcp; the console at /console"
         return error_response(status, f"no such path {request.url.path!r}", hint, int(ExitCode.USAGE), {})
 
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
