@@ -14,19 +14,21 @@ if TYPE_CHECKING:
     from memoryctl.console.web import Ctx
 
 
-def gate_figures(step: dict[str, Any]) -> dict[str, float]:
-    """A nightly step's gate figures: the numbers of its ``figures`` (docs/nightly.md)."""
-    figures = step.get("figures") or {}
+def numbers(figures: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in figures.items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
 def nights(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each nightly run with its steps read as ``memoryctl health`` reads the last one (reason,
+    figures: the gate's own, the registered ``version``, migrate's and the swap's)."""
+    from memoryctl.health.nightly import night_steps
+
     out = []
     for row in rows:
         if row.get("command") != "nightly":
             continue
-        steps = (row.get("details") or {}).get("steps") or []
-        out.append({"run": row, "steps": [{**s, "gate": gate_figures(s)} for s in steps]})
+        steps = night_steps(row.get("details") or {})
+        out.append({"run": row, "steps": [{**s, "gate": numbers(s.get("figures") or {})} for s in steps]})
     return out
 
 

@@ -506,7 +506,7 @@ OPERATIONS: dict[str, Operation] = {
             "Issue a bearer token bound to one agent, or an operator token (--operator), for HTTP, MCP"
             " and the console; printed once, kept hashed.",
             (
-                Param("agent", "string", "The agent the token may read and write.", flag=None, metavar="[AGENT]"),
+                Param("agent", "string", "The agent the token may read and write.", flag=None, metavar="AGENT"),
                 Param(
                     "operator",
                     "boolean",

@@ -1,10 +1,12 @@
 """The service's ASGI application (Starlette): one route per operation of the table, the OpenAPI
-document, the status, and MCP (streamable HTTP) at ``/mcp`` -- all behind one bearer token check.
+document, the status, and MCP (streamable HTTP) at ``/mcp`` -- all behind one bearer token check --
+and the operator console at ``/console`` (``memoryctl.console``), which a browser signs in to with
+a form and a session cookie instead: the token in that form is checked by ``caller_of`` too.
 
 Requests (``POST /v1/<operation>``, ``/v1/backup/status`` for a grouped one):
 - Who calls: the Unix socket is the operator (its file mode is the access control); over TCP the
-  bearer token says -- the operator's token, or an agent token bound to one agent
-  (``memoryctl.operations.access``). Checked before anything else, in constant time.
+  bearer token says -- the operator's token, an issued operator token, or an agent token bound to
+  one agent (``memoryctl.operations.access``). Checked before anything else, in constant time.
 - The body: a JSON object of parameters, with a ``Content-Length`` (411 without one: a chunked
   body is not read), at most ``serve.max_body_mb`` (413 before reading it), each read within
   ``serve.io_timeout_s`` (408). ``import`` takes JSONL, spooled to a private file in 1 MiB pieces.

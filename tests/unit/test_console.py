@@ -197,3 +197,38 @@ def test_token_issue_takes_an_agent_or_operator_not_both() -> None:
     for params in ({}, {"agent": "support", "operator": True}):
         with pytest.raises(InputError, match="--operator"):
             op.validate(params)
+
+
+def _night(day: int, recall: float, loss: float) -> dict[str, object]:
+    from datetime import UTC, datetime
+
+    from memoryctl.maintenance.nightly import NightlyReport, StepOutcome
+
+    report = NightlyReport(
+        steps=[
+            StepOutcome("embedding", "ok", {"gate_metrics": {"candidate_recall_at_k": recall}, "version": "v1"}, 36.8),
+            StepOutcome("generation", "rejected", {"gate_metrics": {"candidate_heldout_loss": loss}, "reason": "<b>"}),
+        ]
+    )
+    started = datetime(2026, 12, day, 3, tzinfo=UTC)
+    return {"id": day, "command": "nightly", "status": "ok", "started_at": started, "details": report.as_dict()}
+
+
+def test_nights_chart_each_gate_figure_oldest_first_and_render_escaped() -> None:
+    from memoryctl.console.runs import gate_charts, nights
+
+    rows = [_night(3, 0.9, 1.5), {"id": 9, "command": "sync", "details": {}}, _night(2, 0.7, 2.0)]  # newest first
+    found = nights(rows)
+    assert [n["run"]["id"] for n in found] == [3, 2]
+    assert found[0]["steps"][0]["figures"]["version"] == "v1"  # read as `memoryctl health` reads a night
+    charts = {c.title: c for c in gate_charts(found)}
+    assert set(charts) == {"embedding candidate_recall_at_k", "generation candidate_heldout_loss"}
+    recall = charts["embedding candidate_recall_at_k"]
+    assert [p["label"] for p in recall.points] == ["2026-12-02", "2026-12-03"]
+    assert recall.points[0]["y"] > recall.points[1]["y"]  # 0.7 then 0.9: the line goes up
+    html = (
+        environment()
+        .get_template("runs.html")
+        .render(ctx=None, rows=rows, nights=found, charts=list(charts.values()), command="")
+    )
+    assert "<polyline" in html and "&lt;b&gt;" in html and "<b>" not in html
