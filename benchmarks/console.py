@@ -149,6 +149,7 @@ def main() -> None:
             "memories (search)": "/console/memories?text=rollback+deploy+canary&limit=10",
             "memories (entity)": "/console/memories?entity=User%3AAlice&limit=10",
             "memory (graph)": f"/console/memories/{found.group(1)}",
+            "memory (+neighbours)": f"/console/memories/{found.group(1)}?neighbours=1",
             "stats": "/console/stats",
             "stats (2 agents)": "/console/stats?agents=bench,other&bucket=1h&since=2d",
         }

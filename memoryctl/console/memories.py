@@ -1,7 +1,8 @@
 """The Memories pages: search with the options of ``memoryctl query`` and its plan (``--explain``)
 drawn with per-store timings; a memory's page (``get``) with its entities, relations and graph
-neighbourhood drawn as SVG (the other memories that mention its entities: a ``query --entity``
-each), whether each store answers for it, the outbox rows set aside for it, and ``forget``.
+neighbourhood drawn as SVG (and, when asked, the other memories that mention its entities: a
+``query --entity`` each), whether each store answers for it, the outbox rows set aside for it, and
+``forget``.
 
 An agent token searches and opens its own agent's memories only: ``bind`` fills in its agent, so
 another agent's memory is "no such memory" (404), as over HTTP.
@@ -70,8 +71,11 @@ async def search(ctx: Ctx) -> Response:
     return ctx.render("memories.html", form=form, params=QUERY.params, result=result, plan=plan)
 
 
-async def neighbourhood(ctx: Ctx, memory: dict[str, Any]) -> tuple[draw.Graph, dict[str, bool]]:
-    """The memory, its entities, the memories that mention them, and the edges between them."""
+async def neighbourhood(ctx: Ctx, memory: dict[str, Any], wide: bool) -> tuple[draw.Graph, dict[str, bool]]:
+    """The memory, its entities and relations; with ``wide``, also the memories that mention its
+    entities (a ``query --entity`` each: a graph traversal whose cost grows with how many memories
+    mention the entity -- about a second for an entity in 20,000 memories on the embedded profile,
+    so it is asked for, not run on every visit)."""
     mid = memory["id"]
     entities = [f"{e['type']}:{e['name']}" for e in memory["entities"]][:MAX_ENTITIES]
     centre = {"id": mid, "kind": "memory", "label": memory["text"][:40], "href": None}
@@ -82,7 +86,7 @@ async def neighbourhood(ctx: Ctx, memory: dict[str, Any]) -> tuple[draw.Graph, d
         edges.append((a, str(rel.get("type", "")), b))
     neighbours: dict[str, dict[str, Any]] = {}
     in_graph = False
-    for entity in entities:
+    for entity in entities if wide else []:
         try:
             reply = await ctx.call(
                 "query",
@@ -104,7 +108,7 @@ async def neighbourhood(ctx: Ctx, memory: dict[str, Any]) -> tuple[draw.Graph, d
                 },
             )
             edges.append((hit["id"], "MENTIONS", entity))
-    found = {"graph": in_graph}
+    found = {"graph": in_graph} if wide else {}
     drawn = draw.graph(centre, nodes, list(neighbours.values())[: NEIGHBOURS_PER_ENTITY * 2], edges)
     return drawn, found
 
@@ -133,22 +137,25 @@ async def stores_answer(ctx: Ctx, memory: dict[str, Any], found: dict[str, bool]
             state["vector"] = f"degraded: {', '.join(reply.data['degraded'])}"
     except MemoryctlError as exc:
         state["vector"] = exc.message
-    if memory["entities"]:
+    if not memory["entities"]:
+        state["graph"] = "no entities to reach it through"
+    elif "graph" in found:
         state["graph"] = "answers" if found["graph"] else "not found through its entities"
     else:
-        state["graph"] = "no entities to reach it through"
+        state["graph"] = "asked with the memories that share its entities (below the graph)"
     return state
 
 
 async def memory_page(ctx: Ctx) -> Response:
     mid = str(parse_uuid(ctx.request.path_params["id"]))
     memory = (await ctx.call("get", {"id": mid})).data
-    graph, found = await neighbourhood(ctx, memory)
+    wide = ctx.request.query_params.get("neighbours") == "1"
+    graph, found = await neighbourhood(ctx, memory, wide)
     state = await stores_answer(ctx, memory, found)
     aside = None
     if ctx.caller.operator:
         aside = [r for r in (await ctx.call("outbox list", {"limit": 100_000})).data if str(r["memory_id"]) == mid]
-    return ctx.render("memory.html", memory=memory, graph=graph, state=state, aside=aside)
+    return ctx.render("memory.html", memory=memory, graph=graph, state=state, aside=aside, wide=wide)
 
 
 async def forget(ctx: Ctx) -> Response:

@@ -1,9 +1,10 @@
-"""The console's application: sign-in, the session check, the security headers, the page routes.
+"""The console's framework: sign-in, the session check, CSRF, the security headers, rendering, and
+running an operation for the signed-in caller (the application itself: ``memoryctl.console.app``).
 
 Mounted at ``/console`` on ``memoryctl serve``'s listeners (``memoryctl.serve.app.build``); the
 bearer-token check of ``/v1`` and ``/mcp`` lets ``/console`` through, because a browser signs in
 once with a form and then carries a session cookie (``memoryctl.console.session``) -- the token
-itself is checked by the same function as a bearer token (``memoryctl.serve.app.caller_of``).
+itself is checked by the same function as a bearer token (``memoryctl.operations.access.caller_of``).
 
 Every page calls operations as HTTP does: ``bind`` (the caller's access, the one check) then the
 service's ``execute`` in a worker thread of the listener. Nothing here reads a store.
@@ -19,24 +20,26 @@ import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import jinja2
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memoryctl.console.session import COOKIE, LOGIN_COOKIE, Session, Sessions, load_secret
 from memoryctl.declaration.table import OPERATIONS
 from memoryctl.errors import MemoryctlError
-from memoryctl.operations.access import OPERATOR, Caller, bind, issued_caller
+from memoryctl.operations.access import OPERATOR, Caller, bind, caller_of, issued_caller, status_for
 
 if TYPE_CHECKING:
+    from memoryctl.client import MemoryClient
+    from memoryctl.config import Settings
+    from memoryctl.declaration.declare import Operation
     from memoryctl.operations.reply import Reply
-    from memoryctl.serve.app import Service
+    from memoryctl.operations.tokens import AgentTokens
+
+T = TypeVar("T")
 
 HERE = Path(__file__).parent
 PREFIX = "/console"
@@ -52,6 +55,19 @@ HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"cache-control", b"no-store"),
 ]
+
+
+class Service(Protocol):
+    """What the console asks of the service it is mounted in (``memoryctl.serve.server.Service``)."""
+
+    settings: Settings
+    token: str | None
+    tokens: AgentTokens
+    client: MemoryClient  # the console's actions are recorded in its runs log
+
+    def execute(self, op: Operation, params: dict[str, Any], upload: Path | None) -> Reply: ...
+
+    async def run_in_worker(self, trusted: bool, work: Callable[[], T]) -> T: ...
 
 
 class SecurityHeaders:
@@ -142,7 +158,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.globals["prefix"] = PREFIX
-    env.filters["ms"] = lambda v: "-" if v is None else f"{float(v):,.1f}"
+    env.filters["ms"] = milliseconds
     env.filters["age"] = age
     return env
 
@@ -178,7 +194,7 @@ class Console:
                 return service.execute(op, bound, None)
             from memoryctl.maintenance.runs import recorded_run
 
-            runs = service.client.stack.runs  # type: ignore[attr-defined]
+            runs = service.client.stack.runs
             with recorded_run(runs, f"console {name}", trigger="api", actor=f"console {caller.name}") as rec:
                 reply = service.execute(op, bound, None)
                 rec.details = {"params": {k: v for k, v in bound.items() if v not in (None, False, [])}}
@@ -212,8 +228,6 @@ class Console:
             except Refused as exc:
                 return self.error(exc.status, exc.message, ctx=ctx)
             except MemoryctlError as exc:
-                from memoryctl.serve.app import status_for
-
                 return self.error(status_for(exc), exc.message, exc.hint, ctx=ctx)
 
         return endpoint
@@ -229,8 +243,6 @@ class Console:
         return response
 
     async def login(self, request: Request) -> Response:
-        from memoryctl.serve.app import caller_of
-
         try:
             form = await read_form(request)
         except Refused as exc:
@@ -238,7 +250,7 @@ class Console:
         if not self.sessions.csrf_ok(request.cookies.get(LOGIN_COOKIE), first(form, "csrf")):
             return await self.login_form(request, "the sign-in form expired: send it again", 403)
         token = (first(form, "token") or "").strip()
-        if not token or caller_of(self.service, token) is None:
+        if not token or caller_of(token, self.service.token, self.service.tokens) is None:
             return await self.login_form(request, "that token is not valid here", 401)
         _, cookie = self.sessions.start(token)
         response = RedirectResponse(safe_next(first(form, "next")), 303)
@@ -266,9 +278,16 @@ def safe_next(value: str | None) -> str:
     return f"{PREFIX}/overview"
 
 
+def milliseconds(value: Any) -> str:
+    """A figure in ms, or "-" where a component reports none."""
+    if value is None or isinstance(value, jinja2.Undefined):
+        return "-"
+    return f"{float(value):,.1f}"
+
+
 def age(seconds: Any) -> str:
     """An age in seconds as a person reads it (``3 h 12 min``)."""
-    if seconds is None:
+    if seconds is None or isinstance(seconds, jinja2.Undefined):
         return "-"
     s = float(seconds)
     for (unit, size), (sub, sub_size) in itertools.pairwise(AGES):
@@ -279,27 +298,3 @@ def age(seconds: Any) -> str:
 
 
 AGES = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
-
-
-def build(service: Service) -> ASGIApp:
-    """The console's ASGI application (mounted at ``/console``)."""
-    from memoryctl.console import memories, outbox, overview, runs, stats
-
-    console = Console(service)
-    routes: list[Route | Mount] = [
-        Route("/", lambda request: RedirectResponse(f"{PREFIX}/overview", 303), methods=["GET"]),
-        Route("/login", console.login_form, methods=["GET"]),
-        Route("/login", console.login, methods=["POST"]),
-        Route("/logout", console.page(console.logout), methods=["POST"]),
-        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
-    ]
-    for module in (overview, runs, outbox, memories, stats):
-        for path, handler, methods in module.ROUTES:
-            routes.append(Route(path, console.page(handler), methods=methods))
-
-    async def not_found(request: Request, exc: Exception) -> Response:
-        status = int(getattr(exc, "status_code", 404))
-        return console.error(status, f"no console page {request.url.path!r}" if status == 404 else "method not allowed")
-
-    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
-    return SecurityHeaders(app)

@@ -1,7 +1,7 @@
 """The service's ASGI application (Starlette): one route per operation of the table, the OpenAPI
 document, the status, and MCP (streamable HTTP) at ``/mcp`` -- all behind one bearer token check --
 and the operator console at ``/console`` (``memoryctl.console``), which a browser signs in to with
-a form and a session cookie instead: the token in that form is checked by ``caller_of`` too.
+a form and a session cookie instead: the token in that form is checked by the same ``caller_of``.
 
 Requests (``POST /v1/<operation>``, ``/v1/backup/status`` for a grouped one):
 - Who calls: the Unix socket is the operator (its file mode is the access control); over TCP the
@@ -24,7 +24,6 @@ Requests (``POST /v1/<operation>``, ``/v1/backup/status`` for a grouped one):
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 import logging
 import tempfile
@@ -40,16 +39,17 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from memoryctl.console import web as console
+from memoryctl.console.app import build as console
 from memoryctl.declaration.declare import Operation
 from memoryctl.declaration.table import OPERATIONS
 from memoryctl.diskspace import disk_full
-from memoryctl.errors import ConflictError, ExitCode, MemoryctlError, NotFoundError, StoreError
-from memoryctl.operations.access import OPERATOR, AccessDenied, Caller, bind, issued_caller
+from memoryctl.errors import ExitCode, MemoryctlError
+from memoryctl.operations.access import OPERATOR, Caller, bind, caller_of, status_for
 from memoryctl.operations.reply import Reply
 from memoryctl.serve.wire import API, CONFIG_DIFFERS, CONFIG_HEADER, EXIT_HEADER, WARNINGS_HEADER, encode
 
 if TYPE_CHECKING:
+    from memoryctl.client import MemoryClient
     from memoryctl.config import Settings
     from memoryctl.operations.tokens import AgentTokens
 
@@ -67,6 +67,7 @@ class Service(Protocol):
     settings: Settings
     token: str | None
     tokens: AgentTokens
+    client: MemoryClient
     max_body: int
     io_timeout: float
 
@@ -85,22 +86,6 @@ class HttpError(Exception):
     def __init__(self, status: int, message: str, *, hint: str | None = None, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.message, self.hint, self.headers = status, message, hint, headers or {}
-
-
-def status_for(exc: MemoryctlError) -> int:
-    """HTTP status of a deliberate error: bad input 400, not allowed 403, unknown id 404, an id of
-    another agent 409, store down 503."""
-    if isinstance(exc, AccessDenied):
-        return 403
-    if isinstance(exc, ConflictError):
-        return 409
-    if isinstance(exc, NotFoundError):
-        return 404
-    if isinstance(exc, StoreError):
-        return 503
-    if exc.exit_code == ExitCode.USAGE:
-        return 400
-    return 500
 
 
 def error_response(status: int, message: str, hint: str | None, exit_code: int, headers: dict[str, str]) -> Response:
@@ -141,7 +126,7 @@ class TokenCheck:
         scheme, _, given = (header or "").partition(" ")
         given = given.strip()
         if scheme.lower() == "bearer" and given:
-            found = caller_of(self.service, given)
+            found = caller_of(given, self.service.token, self.service.tokens)
             if found is not None:
                 return found
         raise HttpError(
@@ -155,16 +140,6 @@ class TokenCheck:
 
 def _console(path: str) -> bool:
     return path == "/console" or path.startswith("/console/")
-
-
-def caller_of(service: Service, given: str) -> Caller | None:
-    """Who ``given`` (a bearer token) stands for: the operator's token, an issued operator or
-    agent token, or None. The one check of HTTP, MCP and the console's sign-in."""
-    token = service.token
-    if token is not None and hmac.compare_digest(given.encode(), token.encode()):
-        return OPERATOR
-    entry = service.tokens.lookup(given)
-    return None if entry is None else issued_caller(entry)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -202,7 +177,7 @@ def build(service: Service) -> Starlette:
         Route(f"{API}/openapi.json", _openapi, methods=["GET"]),
         Route(f"{API}/status", lambda request: _json(service.status()), methods=["GET"]),
         Route("/mcp", _Asgi(service.mcp_app)),
-        Mount("/console", console.build(service)),
+        Mount("/console", console(service)),
     ]
 
     async def not_found(request: Request, exc: Exception) -> Response:

@@ -178,13 +178,19 @@ def test_a_memory_page_shows_its_graph_and_script_as_text(served: dict[str, Any]
         browser.switch_to.alert.text  # noqa: B018
     assert "&lt;script&gt;" in browser.page_source
     nodes = browser.find_elements(By.CSS_SELECTOR, "#graph g.node")
+    assert {n.get_attribute("data-label") for n in nodes} >= {"User:Alice", "User:Bob"} and len(nodes) == 3
+    assert "vector answers" in browser.find_element(By.ID, "delivery").text
+    shot(browser, "memory")
+    browser.find_element(By.ID, "neighbours").click()  # the memories that share its entities too
+    wait_url(browser, "neighbours=1")
+    nodes = browser.find_elements(By.CSS_SELECTOR, "#graph g.node")
     labels = {n.get_attribute("data-label") for n in nodes}
     assert {"User:Alice", "User:Bob"} <= labels and len(nodes) >= 4  # itself, 2 entities, a neighbour
     assert browser.find_elements(By.CSS_SELECTOR, "#graph line.edge")
     assert browser.find_element(By.CSS_SELECTOR, "#graph a")  # a neighbour links to its own page
     delivery = browser.find_element(By.ID, "delivery").text
     assert "vector answers" in delivery and "graph answers" in delivery
-    shot(browser, "memory")
+    shot(browser, "memory-neighbours")
     assert csp_violations(browser) == []
 
 

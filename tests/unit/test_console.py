@@ -232,3 +232,43 @@ def test_nights_chart_each_gate_figure_oldest_first_and_render_escaped() -> None
         .render(ctx=None, rows=rows, nights=found, charts=list(charts.values()), command="")
     )
     assert "<polyline" in html and "&lt;b&gt;" in html and "<b>" not in html
+
+
+def test_the_overview_draws_a_clusters_members_peers_replicas_and_alerts() -> None:
+    from memoryctl.console.overview import scalars
+    from memoryctl.health.postgres import cluster_status
+    from memoryctl.health.probes import qdrant_cluster_status
+
+    server = {"in_recovery": False, "connected_to": "10.77.0.2:5432", "timeline": 4}
+    standby = {"name": "pg-b", "address": "10.77.0.3", "state": "streaming", "sync_state": "sync", "lag_bytes": 128}
+    postgres = cluster_status(server, [standby], members=["10.77.0.2:5432", "10.77.0.3:5432"], max_lag_bytes=1 << 20)
+    peers = {"peers": {"1": {}, "2": {}}, "peer_id": 1, "raft_info": {"leader": 1, "role": "Leader", "term": 3}}
+    shards = {"peer_id": 1, "shard_count": 1, "local_shards": [{"shard_id": 0, "state": "Active"}]}
+    shards["remote_shards"] = [{"shard_id": 0, "peer_id": 2, "state": "Dead"}]
+    qdrant = qdrant_cluster_status(peers, shards, 0.0)
+    components = {
+        "postgres": {"status": "ok", "latency_ms": 3.0, "cluster": postgres, "profile": "cluster"},
+        "qdrant": {"status": "degraded", "latency_ms": 4.0, "cluster": qdrant, "error": "a replica <Dead>"},
+        "alerting": {"status": "ok", "firing": ["PostgresReplicationLag"]},
+    }
+    health = {"status": "degraded", "version": "x", "checked_at": "now", "seconds": 0.1, "components": components}
+    html = (
+        environment()
+        .get_template("overview.html")
+        .render(
+            ctx=None,
+            health=health,
+            components=components,
+            scalars=scalars,
+            clusters={k: c["cluster"] for k, c in components.items() if "cluster" in c},
+            alerting=components["alerting"],
+            last=[],
+            runs_note="for an operator token",
+            backups=None,
+            backups_note="for an operator token",
+        )
+    )
+    assert "Not in this profile" not in html
+    assert "<td>pg-b</td>" in html and "<td>sync</td>" in html and "10.77.0.2:5432" in html  # leader, standby
+    assert "<td>Dead</td>" in html and "shard 0 replica on peer 2 is Dead" in html  # Qdrant's replicas
+    assert "PostgresReplicationLag" in html and "a replica &lt;Dead&gt;" in html
