@@ -268,7 +268,7 @@ class Console:
 
 def cookie_flags(request: Request) -> dict[str, Any]:
     """HttpOnly, SameSite=Strict, Secure when the request came over TLS."""
-    return {"httponly": True, "samesite": "strict", "secure": request.url.scheme == "https"}
+    return {"httponly": True, "samesite": "strict", "secure": request.scope.get("scheme") == "https"}
 
 
 def safe_next(value: str | None) -> str:

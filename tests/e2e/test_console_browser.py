@@ -351,3 +351,34 @@ def test_logout_and_revocation_end_a_session_on_the_server(served: dict[str, Any
     assert _http(url + "/console/overview", cookies=cookies)[0] == 200
     service.request("/v1/token/revoke", {"ids": [issued["id"]]})
     assert _http(url + "/console/overview", cookies=cookies)[0] == 303  # revoked: signed out at once
+
+
+def test_an_agent_session_cannot_forget_another_agents_memory_nor_drop_deliveries(served: dict[str, Any]) -> None:
+    url, service = served["service"].url, served["service"]
+    cookies, _ = _signed_in(url, served["agent"])
+    status, _, html = _http(f"{url}/console/memories/{served['plain']}", cookies=cookies)  # its own: fine
+    assert status == 200
+    csrf = _csrf(html)  # a valid token of this session: what is refused is the agent, not the form
+    status, _, page = _http(f"{url}/console/memories/{served['other']}/forget", form={"csrf": csrf}, cookies=cookies)
+    assert status == 404 and "no memory" in page
+    status, _, memory = service.request("/v1/get", {"id": served["other"]})
+    assert status == 200 and memory["deleted_at"] is None
+    status, _, page = _http(f"{url}/console/outbox/drop", form={"csrf": csrf, "all": "1"}, cookies=cookies)
+    assert status == 403 and "may not run outbox drop" in page
+    assert service.request("/v1/outbox/list", {})[2]  # still set aside
+
+
+def test_drop_deliveries_set_aside_from_a_form(served: dict[str, Any]) -> None:
+    url, service = served["service"].url, served["service"]
+    cookies, _ = _signed_in(url, served["operator"])
+    status, _, html = _http(url + "/console/outbox", cookies=cookies)
+    rows = re.findall(r'name="row" value="(\d+)"', html)
+    assert status == 200 and rows
+    form = {"csrf": _csrf(html), "row": rows[0]}
+    status, headers, _ = _http(url + "/console/outbox/drop", form=form, cookies=cookies)
+    assert status == 303 and headers["Location"] == "/console/outbox?done=dropped+1"
+    assert rows[0] not in {str(r["id"]) for r in service.request("/v1/outbox/list", {})[2]}
+    _, _, runs = service.request("/v1/runs", {"command": "console outbox drop"})
+    assert runs[0]["actor"] == "console operator (browser-test)" and runs[0]["details"]["params"]["rows"] == [
+        int(rows[0])
+    ]

@@ -272,3 +272,13 @@ def test_the_overview_draws_a_clusters_members_peers_replicas_and_alerts() -> No
     assert "<td>pg-b</td>" in html and "<td>sync</td>" in html and "10.77.0.2:5432" in html  # leader, standby
     assert "<td>Dead</td>" in html and "shard 0 replica on peer 2 is Dead" in html  # Qdrant's replicas
     assert "PostgresReplicationLag" in html and "a replica &lt;Dead&gt;" in html
+
+
+@pytest.mark.parametrize(("scheme", "secure"), [("http", False), ("https", True)])
+def test_the_session_cookie_is_secure_when_the_request_came_over_tls(scheme: str, secure: bool) -> None:
+    from starlette.requests import Request
+
+    from memoryctl.console.web import cookie_flags
+
+    request = Request({"type": "http", "scheme": scheme, "method": "GET", "path": "/", "headers": [], "server": None})
+    assert cookie_flags(request) == {"httponly": True, "samesite": "strict", "secure": secure}
