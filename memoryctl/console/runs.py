@@ -42,7 +42,7 @@ def gate_charts(found: list[dict[str, Any]]) -> list[draw.Chart]:
             for key, value in step["gate"].items():
                 if key.startswith("candidate_"):
                     series.setdefault((step["name"], key), {})[i] = value
-    labels = [str(n["run"]["started_at"])[:10] for n in ordered]
+    labels = [str(n["run"]["started_at"])[:16] for n in ordered]
     return [
         draw.chart(f"{step} {key}", [(labels[i], values.get(i)) for i in range(len(ordered))])
         for (step, key), values in sorted(series.items())

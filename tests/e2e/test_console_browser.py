@@ -54,9 +54,29 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         with MemoryClient(load_settings(config)) as client:  # before serve owns the embedded PostgreSQL
             client.init()
             poison(client)  # set aside by the first delivery
+            nights(client)
         log = tmp_path_factory.mktemp("console") / "serve.log"
         with running_service(config, data_dir, log=log) as service:
             yield {"service": service, **_seed(service)}
+
+
+GATE = (0.62, 0.71, 0.69)  # three nights' held-out recall@k of the embedding candidate
+
+
+def nights(client: MemoryClient) -> None:
+    """Three nights as the nightly records them (``NightlyReport.as_dict``), with gate figures: the
+    embedded profile trains nothing (its hash embedder takes no LoRA), so they are recorded here."""
+    from memoryctl.maintenance.nightly import NightlyReport, StepOutcome
+
+    for recall in GATE:
+        report = NightlyReport(
+            steps=[
+                StepOutcome("embedding", "ok", {"gate_metrics": {"candidate_recall_at_k": recall}, "version": "v1"}, 9),
+                StepOutcome("generation", "skipped", {"reason": "no [nightly] generation_base_model configured"}),
+            ]
+        )
+        run = client.stack.runs.start("nightly", trigger="test", actor="console-test")
+        client.stack.runs.finish(run, "ok", details=report.as_dict())
 
 
 def _ok(service: Served, path: str, body: dict[str, Any]) -> Any:
@@ -227,6 +247,11 @@ def test_forget_a_memory_and_see_it_gone(served: dict[str, Any], browser: Any) -
     assert runs[0]["actor"] == "console operator (browser-test)"
     browser.get(service.url + "/console/runs")
     assert "console forget" in browser.find_element(By.ID, "runs").text
+    dots = browser.find_elements(By.CSS_SELECTOR, "figure.chart svg circle.dot")  # the gate over the nights
+    assert len(dots) == len(GATE) and browser.find_element(By.CSS_SELECTOR, "figure.chart polyline")
+    heights = [float(d.get_attribute("cy")) for d in dots]  # oldest first: up, then down a little
+    assert heights[1] < heights[0] and heights[1] < heights[2] < heights[0]
+    assert len(browser.find_elements(By.CSS_SELECTOR, "details.night")) == len(GATE)
     shot(browser, "runs")
     browser.get(service.url + "/console/stats?metric=mood&bucket=1h")
     assert browser.find_elements(By.CSS_SELECTOR, "section.panel svg rect.bar")

@@ -224,7 +224,7 @@ def test_nights_chart_each_gate_figure_oldest_first_and_render_escaped() -> None
     charts = {c.title: c for c in gate_charts(found)}
     assert set(charts) == {"embedding candidate_recall_at_k", "generation candidate_heldout_loss"}
     recall = charts["embedding candidate_recall_at_k"]
-    assert [p["label"] for p in recall.points] == ["2026-12-02", "2026-12-03"]
+    assert [p["label"] for p in recall.points] == ["2026-12-02 03:00", "2026-12-03 03:00"]
     assert recall.points[0]["y"] > recall.points[1]["y"]  # 0.7 then 0.9: the line goes up
     html = (
         environment()
