@@ -220,8 +220,8 @@ class Console:
             if session is None or caller is None:
                 if request.method != "GET":
                     return self.error(401, "not signed in (or the session ended)", "sign in again")
-                target = urllib.parse.quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
-                return RedirectResponse(f"{PREFIX}/login?next={target}", 303)
+                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                return RedirectResponse(f"{PREFIX}/login?{urllib.parse.urlencode({'next': target})}", 303)
             ctx = Ctx(self, request, caller, session)
             try:
                 return await handler(ctx)

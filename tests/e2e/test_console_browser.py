@@ -362,6 +362,18 @@ def test_the_session_cookie_and_what_a_form_without_its_csrf_token_gets(served: 
     assert status == 403  # the sign-in form has its own CSRF token
 
 
+def test_a_deep_link_survives_signing_in(served: dict[str, Any]) -> None:
+    url = served["service"].url
+    status, headers, _ = _http(url + "/console/memories?text=green+tea&limit=3")
+    assert status == 303
+    status, headers, html = _http(url + headers["Location"])
+    nonce = SimpleCookie(headers["Set-Cookie"])["memoryctl_console_login"].value
+    assert 'name="next" value="/console/memories?text=green+tea&amp;limit=3"' in html
+    form = {"csrf": _csrf(html), "token": served["operator"], "next": "/console/memories?text=green+tea&limit=3"}
+    status, headers, _ = _http(url + "/console/login", form=form, cookies={"memoryctl_console_login": nonce})
+    assert status == 303 and headers["Location"] == "/console/memories?text=green+tea&limit=3"
+
+
 def test_logout_and_revocation_end_a_session_on_the_server(served: dict[str, Any]) -> None:
     url, service = served["service"].url, served["service"]
     cookies, _ = _signed_in(url, served["operator"])
