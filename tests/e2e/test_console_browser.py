@@ -172,6 +172,7 @@ def test_sign_in_and_the_overview_shows_each_component(served: dict[str, Any], b
     assert browser.find_elements(By.CSS_SELECTOR, "#last-runs tr")  # the sync above is there
     shot(browser, "overview")
     assert csp_violations(browser) == []  # nothing on the page needs what the CSP forbids
+    assert "js" in browser.find_element(By.TAG_NAME, "html").get_attribute("class")  # the script ran
 
 
 def test_a_search_shows_its_plan(served: dict[str, Any], browser: Any) -> None:
@@ -280,6 +281,7 @@ def test_every_page_reads_without_javascript(served: dict[str, Any]) -> None:
     driver = _browser(javascript=False)
     try:
         sign_in(driver, service.url, served["operator"])
+        assert "js" not in (driver.find_element(By.TAG_NAME, "html").get_attribute("class") or "")  # it did not
         for page in PAGES:
             driver.get(f"{service.url}/console/{page}")
             assert driver.find_element(By.TAG_NAME, "h1").text, page
