@@ -418,13 +418,14 @@ def set_aside(rows: list[dict[str, Any]], values: Mapping[str, Any]) -> None:
 
 def token_issued(data: dict[str, Any], values: Mapping[str, Any]) -> None:
     _print(f"{data['token']}")
-    err.print(f"token {data['id']} for agent {data['agent']!r} ({data['name']})", markup=False, highlight=False)
+    bound = "operator token" if data.get("operator") else f"token for agent {data['agent']!r}"
+    err.print(f"{bound} {data['id']} ({data['name']})", markup=False, highlight=False)
 
 
 def token_list(rows: list[dict[str, Any]], values: Mapping[str, Any]) -> None:
-    table = _table("agent tokens", ("id", "agent", "name", "created"))
+    table = _table("issued tokens", ("id", "agent", "name", "created"))
     for r in rows:
-        table.add_row(r["id"], r["agent"], r["name"], r["created_at"])
+        table.add_row(r["id"], "(operator)" if r.get("operator") else r["agent"], r["name"], r["created_at"])
     out.print(table, markup=False)
 
 

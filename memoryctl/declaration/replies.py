@@ -321,6 +321,24 @@ class TokenRow(Shape):
     created_at: str = field("ISO 8601")
 
 
+class OperatorTokenIssued(Shape):
+    """A new operator token (shown once): every agent and operation."""
+
+    id: str = field("its id (for `token revoke`)")
+    operator: bool = field("true: an operator token")
+    name: str = field("its label (the console records actions with it)")
+    token: str = field("the bearer token itself: keep it, only its hash is stored")
+
+
+class OperatorTokenRow(Shape):
+    """An issued operator token (never the token)."""
+
+    id: str = field("its id")
+    operator: bool = field("true: an operator token")
+    name: str = field("its label")
+    created_at: str = field("ISO 8601")
+
+
 class Revoked(Shape):
     """Agent tokens revoked."""
 

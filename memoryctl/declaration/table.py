@@ -503,27 +503,41 @@ OPERATIONS: dict[str, Operation] = {
         ),
         Operation(
             "token issue",
-            "Issue a bearer token bound to one agent (HTTP and MCP); printed once, kept hashed.",
+            "Issue a bearer token bound to one agent, or an operator token (--operator), for HTTP, MCP"
+            " and the console; printed once, kept hashed.",
             (
-                Param("agent", "string", "The agent the token may read and write.", required=True, flag=None),
-                Param("name", "string", "A label to tell tokens apart (default: the agent)."),
+                Param("agent", "string", "The agent the token may read and write.", flag=None, metavar="AGENT"),
+                Param(
+                    "operator",
+                    "boolean",
+                    "An operator token: every agent and operation (the console records its actions with its name).",
+                    default=False,
+                ),
+                Param("name", "string", "A label to tell tokens apart (default: the agent, or operator)."),
             ),
             _maintenance("token_issue"),
-            reply=R.TokenIssued,
+            reply=R.TokenIssued | R.OperatorTokenIssued,
+            one_of=(
+                OneOf(
+                    ("agent", "operator"),
+                    "name the token's agent or pass --operator (not both)",
+                    hint="memoryctl token issue support-bot, or memoryctl token issue --operator --name alice",
+                ),
+            ),
             writes=True,
             outputs=(JSON,),
         ),
         Operation(
             "token list",
-            "The agent tokens issued (their ids, agents and labels; never the tokens).",
+            "The tokens issued, agent and operator (their ids, agents and labels; never the tokens).",
             (),
             _maintenance("token_list"),
-            reply=list[R.TokenRow],
+            reply=list[R.TokenRow | R.OperatorTokenRow],
             outputs=(JSON,),
         ),
         Operation(
             "token revoke",
-            "Revoke agent tokens by id: refused from the next request on.",
+            "Revoke issued tokens by id: refused from the next request on (console sessions included).",
             (
                 Param(
                     "ids", "array", "Token ids from `memoryctl token list`.", required=True, items="string", flag=None
@@ -574,6 +588,6 @@ GROUPS = {
     "restore": "Restore a store derived from PostgreSQL.",
     "rebuild": "Rebuild a store from PostgreSQL.",
     "outbox": "Deliveries set aside after failing alone: list, retry, drop.",
-    "token": "Agent tokens: issue, list, revoke (HTTP and MCP callers bound to one agent).",
+    "token": "Issued tokens: issue, list, revoke (HTTP, MCP and console callers: one agent, or --operator).",
     "config": "Inspect the effective configuration.",
 }

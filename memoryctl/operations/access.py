@@ -13,12 +13,16 @@ operation is refused.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from memoryctl.declaration.declare import Operation
-from memoryctl.errors import UsageError
+from memoryctl.errors import ConflictError, ExitCode, MemoryctlError, NotFoundError, StoreError, UsageError
+
+if TYPE_CHECKING:
+    from memoryctl.operations.tokens import AgentTokens
 
 
 class AccessDenied(UsageError):
@@ -28,6 +32,7 @@ class AccessDenied(UsageError):
 @dataclass(frozen=True, slots=True)
 class Caller:
     agent: str | None = None  # None: the operator
+    label: str | None = field(default=None, compare=False)  # an issued token's name
 
     @property
     def operator(self) -> bool:
@@ -35,10 +40,42 @@ class Caller:
 
     @property
     def name(self) -> str:
-        return "operator" if self.agent is None else f"agent:{self.agent}"
+        who = "operator" if self.agent is None else f"agent:{self.agent}"
+        return who if self.label is None else f"{who} ({self.label})"
 
 
 OPERATOR = Caller()
+
+
+def issued_caller(entry: Mapping[str, Any]) -> Caller:
+    """The caller an issued token's entry (``memoryctl.operations.tokens``) stands for."""
+    return Caller(None if entry.get("operator") else str(entry["agent"]), label=str(entry["name"]))
+
+
+def caller_of(given: str, operator_token: str | None, tokens: AgentTokens) -> Caller | None:
+    """Who ``given`` (a bearer token) stands for: the operator's token (``serve.token``, compared
+    in constant time), an issued operator or agent token, or None. The one check of HTTP, MCP and
+    the console's sign-in."""
+    if operator_token is not None and hmac.compare_digest(given.encode(), operator_token.encode()):
+        return OPERATOR
+    entry = tokens.lookup(given)
+    return None if entry is None else issued_caller(entry)
+
+
+def status_for(exc: MemoryctlError) -> int:
+    """HTTP status of a deliberate error (HTTP and the console alike): bad input 400, not allowed
+    403, unknown id 404, an id of another agent 409, store down 503."""
+    if isinstance(exc, AccessDenied):
+        return 403
+    if isinstance(exc, ConflictError):
+        return 409
+    if isinstance(exc, NotFoundError):
+        return 404
+    if isinstance(exc, StoreError):
+        return 503
+    if exc.exit_code == ExitCode.USAGE:
+        return 400
+    return 500
 
 
 def bind(op: Operation, params: Mapping[str, Any], caller: Caller) -> dict[str, Any]:

@@ -201,7 +201,8 @@ def demo(client: MemoryClient, call: Call) -> Reply:
 def token_issue(client: MemoryClient, call: Call) -> Reply:
     from memoryctl.operations.tokens import AgentTokens
 
-    issued = AgentTokens.of(client.settings).issue(call.params["agent"], name=call.params["name"])
+    tokens, p = AgentTokens.of(client.settings), call.params
+    issued = tokens.issue_operator(name=p["name"]) if p["operator"] else tokens.issue(p["agent"], name=p["name"])
     return Reply(issued, warnings=["the token is shown once: keep it (only its hash is stored)"])
 
 

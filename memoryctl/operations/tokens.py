@@ -1,7 +1,10 @@
-"""Agent tokens: bearer tokens bound to one agent, issued by ``memoryctl token issue``, kept hashed.
+"""Issued tokens: bearer tokens bound to one agent (``memoryctl token issue AGENT``) or operator
+tokens (``memoryctl token issue --operator``), kept hashed.
 
-The operator's token (``serve.token`` or the token file) opens every agent. An agent token opens
-one: over HTTP and MCP its requests are bound to that agent (``memoryctl.operations.access``).
+The operator's token (``serve.token`` or the token file) opens every agent, and so does an issued
+operator token -- one per person or tool, each with its name (the console records actions with
+it) and revocable on its own, instead of one shared secret. An agent token opens one agent: over
+HTTP, MCP and the console its requests are bound to that agent (``memoryctl.operations.access``).
 Only the SHA-256 of each token is stored (``<data_dir>/agent-tokens.json``, mode 0600): the
 tokens are 256 random bits, so a fast hash is enough -- nothing to guess -- and a lookup is one
 dictionary access. The file is read again when it changes, so a token issued or revoked by
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
 
 FILE = "agent-tokens.json"
 PREFIX = "mca_"  # tells an agent token from the operator's at a glance (and to secret scanners)
+OPERATOR_PREFIX = "mco_"  # an issued operator token
 
 
 def digest(token: str) -> str:
@@ -66,16 +70,25 @@ class AgentTokens:
         """A new token for ``agent``: its id and the token itself (shown once, stored hashed)."""
         agent, name = validate_agent_id(agent), check_name(name)
         token = PREFIX + secrets.token_urlsafe(32)
+        entry = self._add(token, {"agent": agent, "name": name or agent})
+        return {"id": entry["id"], "agent": agent, "name": entry["name"], "token": token}
+
+    def issue_operator(self, *, name: str | None = None) -> dict[str, Any]:
+        """A new operator token (every agent, every operation): its id, its name and the token."""
+        token = OPERATOR_PREFIX + secrets.token_urlsafe(32)
+        entry = self._add(token, {"operator": True, "name": check_name(name) or "operator"})
+        return {"id": entry["id"], "operator": True, "name": entry["name"], "token": token}
+
+    def _add(self, token: str, fields: dict[str, Any]) -> dict[str, Any]:
         entry = {
             "id": secrets.token_hex(4),
-            "agent": agent,
-            "name": name or agent,
+            **fields,
             "sha256": digest(token),
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         with self._lock:
             self._write([*self._read(), entry])
-        return {"id": entry["id"], "agent": agent, "name": entry["name"], "token": token}
+        return entry
 
     def issued(self) -> list[dict[str, Any]]:
         return [{k: v for k, v in t.items() if k != "sha256"} for t in self._read()]
@@ -91,8 +104,18 @@ class AgentTokens:
 
     def agent_of(self, token: str) -> str | None:
         """The agent ``token`` is bound to, or None when it is not an agent token."""
-        if not token.startswith(PREFIX):
+        entry = self.lookup(token) if token.startswith(PREFIX) else None
+        return None if entry is None else str(entry["agent"])
+
+    def lookup(self, token: str) -> dict[str, Any] | None:
+        """The issued token's entry (``agent`` or ``operator``, ``name``), or None: not issued here."""
+        if not token.startswith((PREFIX, OPERATOR_PREFIX)):
             return None
+        return self.by_digest(digest(token))
+
+    def by_digest(self, sha256: str) -> dict[str, Any] | None:
+        """The entry of the token with this SHA-256 (the console's session keeps the digest only,
+        so that a revoked token ends its sessions from the next request on)."""
         with self._lock:
             try:
                 st = self.path.stat()
@@ -102,8 +125,7 @@ class AgentTokens:
             if seen != self._seen:
                 self._by_hash = {t["sha256"]: t for t in self._read()} if seen else {}
                 self._seen = seen
-            entry = self._by_hash.get(digest(token))
-        return None if entry is None else str(entry["agent"])
+            return self._by_hash.get(sha256)
 
 
 def check_name(name: str | None) -> str | None:

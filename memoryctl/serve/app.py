@@ -1,10 +1,12 @@
 """The service's ASGI application (Starlette): one route per operation of the table, the OpenAPI
-document, the status, and MCP (streamable HTTP) at ``/mcp`` -- all behind one bearer token check.
+document, the status, and MCP (streamable HTTP) at ``/mcp`` -- all behind one bearer token check --
+and the operator console at ``/console`` (``memoryctl.console``), which a browser signs in to with
+a form and a session cookie instead: the token in that form is checked by the same ``caller_of``.
 
 Requests (``POST /v1/<operation>``, ``/v1/backup/status`` for a grouped one):
 - Who calls: the Unix socket is the operator (its file mode is the access control); over TCP the
-  bearer token says -- the operator's token, or an agent token bound to one agent
-  (``memoryctl.operations.access``). Checked before anything else, in constant time.
+  bearer token says -- the operator's token, an issued operator token, or an agent token bound to
+  one agent (``memoryctl.operations.access``). Checked before anything else, in constant time.
 - The body: a JSON object of parameters, with a ``Content-Length`` (411 without one: a chunked
   body is not read), at most ``serve.max_body_mb`` (413 before reading it), each read within
   ``serve.io_timeout_s`` (408). ``import`` takes JSONL, spooled to a private file in 1 MiB pieces.
@@ -22,7 +24,6 @@ Requests (``POST /v1/<operation>``, ``/v1/backup/status`` for a grouped one):
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 import logging
 import tempfile
@@ -35,18 +36,20 @@ import anyio
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from memoryctl.console.app import build as console
 from memoryctl.declaration.declare import Operation
 from memoryctl.declaration.table import OPERATIONS
 from memoryctl.diskspace import disk_full
-from memoryctl.errors import ConflictError, ExitCode, MemoryctlError, NotFoundError, StoreError
-from memoryctl.operations.access import OPERATOR, AccessDenied, Caller, bind
+from memoryctl.errors import ExitCode, MemoryctlError
+from memoryctl.operations.access import OPERATOR, Caller, bind, caller_of, status_for
 from memoryctl.operations.reply import Reply
 from memoryctl.serve.wire import API, CONFIG_DIFFERS, CONFIG_HEADER, EXIT_HEADER, WARNINGS_HEADER, encode
 
 if TYPE_CHECKING:
+    from memoryctl.client import MemoryClient
     from memoryctl.config import Settings
     from memoryctl.operations.tokens import AgentTokens
 
@@ -64,6 +67,7 @@ class Service(Protocol):
     settings: Settings
     token: str | None
     tokens: AgentTokens
+    client: MemoryClient
     max_body: int
     io_timeout: float
 
@@ -84,22 +88,6 @@ class HttpError(Exception):
         self.status, self.message, self.hint, self.headers = status, message, hint, headers or {}
 
 
-def status_for(exc: MemoryctlError) -> int:
-    """HTTP status of a deliberate error: bad input 400, not allowed 403, unknown id 404, an id of
-    another agent 409, store down 503."""
-    if isinstance(exc, AccessDenied):
-        return 403
-    if isinstance(exc, ConflictError):
-        return 409
-    if isinstance(exc, NotFoundError):
-        return 404
-    if isinstance(exc, StoreError):
-        return 503
-    if exc.exit_code == ExitCode.USAGE:
-        return 400
-    return 500
-
-
 def error_response(status: int, message: str, hint: str | None, exit_code: int, headers: dict[str, str]) -> Response:
     body = encode({"error": message, "hint": hint, "exit_code": exit_code})
     return Response(body, status, headers=headers, media_type="application/json")
@@ -117,6 +105,9 @@ class TokenCheck:
             await self.app(scope, receive, send)
             return
         self.service.count("requests")
+        if _console(scope["path"]):  # a browser: signs in with a form, then a session (memoryctl.console)
+            await self.app(scope, receive, send)
+            return
         try:
             caller = OPERATOR if scope.get(TRUSTED) else self.caller(_header(scope, b"authorization"))
         except HttpError as exc:
@@ -135,12 +126,9 @@ class TokenCheck:
         scheme, _, given = (header or "").partition(" ")
         given = given.strip()
         if scheme.lower() == "bearer" and given:
-            token = self.service.token
-            if token is not None and hmac.compare_digest(given.encode(), token.encode()):
-                return OPERATOR
-            agent = self.service.tokens.agent_of(given)
-            if agent is not None:
-                return Caller(agent)
+            found = caller_of(given, self.service.token, self.service.tokens)
+            if found is not None:
+                return found
         raise HttpError(
             401,
             "missing or wrong bearer token",
@@ -148,6 +136,10 @@ class TokenCheck:
             " (memoryctl token issue)",
             headers={"WWW-Authenticate": 'Bearer realm="memoryctl"'},
         )
+
+
+def _console(path: str) -> bool:
+    return path == "/console" or path.startswith("/console/")
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -178,20 +170,21 @@ async def _drain(scope: Scope, receive: Receive) -> None:
 
 def build(service: Service) -> Starlette:
     """The application: every operation that may run in the service, the documents, MCP."""
-    routes: list[Route] = [
+    routes: list[BaseRoute] = [
         Route(op.path, _endpoint(service, op), methods=["POST"]) for op in OPERATIONS.values() if not op.local
     ]
     routes += [
         Route(f"{API}/openapi.json", _openapi, methods=["GET"]),
         Route(f"{API}/status", lambda request: _json(service.status()), methods=["GET"]),
         Route("/mcp", _Asgi(service.mcp_app)),
+        Mount("/console", console(service)),
     ]
 
     async def not_found(request: Request, exc: Exception) -> Response:
         status = int(getattr(exc, "status_code", 404))
         if status == 405:
             return error_response(405, f"{request.url.path} takes POST", None, int(ExitCode.USAGE), {"Allow": "POST"})
-        hint = f"operations are under {API}/ (see {API}/openapi.json); MCP is at /mcp"
+        hint = f"operations are under {API}/ (see {API}/openapi.json); MCP is at /mcp; the console at /console"
         return error_response(status, f"no such path {request.url.path!r}", hint, int(ExitCode.USAGE), {})
 
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})

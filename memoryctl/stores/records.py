@@ -494,7 +494,7 @@ class RunLog:
         with pg_errors(), self.pool.connection() as conn:
             return list(
                 conn.execute(
-                    "SELECT id, command, started_at, finished_at, status, trigger, actor, counts, error"
+                    "SELECT id, command, started_at, finished_at, status, trigger, actor, counts, error, details"
                     " FROM maintenance_runs WHERE (%s::text IS NULL OR command = %s)"
                     " ORDER BY started_at DESC LIMIT %s",
                     (command, command, limit),

@@ -20,6 +20,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,24 @@ def embedded_home(prefix: str) -> Iterator[Path]:
         yield config
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def poison(client: Any) -> uuid.UUID:
+    """A memory PostgreSQL stored and psycopg cannot read back (0001 BC, as an older memoryctl
+    stored `--at 0001-01-01T00:00:00+14:00`), queued for both derived stores: the next delivery
+    sets it aside (issue 22, item 1). Written by SQL: the door refuses such timestamps now."""
+    bad = uuid.uuid4()
+    with client.stack.pool.connection() as conn:
+        conn.execute(
+            "INSERT INTO memories (id, agent_id, text, kind, created_at, updated_at, content_hash)"
+            " VALUES (%s, 'dates', 'x', 'note', '0001-12-31 10:00:00+00 BC', now(), 'h')",
+            (bad,),
+        )
+        conn.execute(
+            "INSERT INTO outbox (memory_id, target, op) VALUES (%s, 'vector', 'upsert'), (%s, 'graph', 'upsert')",
+            (bad, bad),
+        )
+    return bad
 
 
 def free_port() -> int:

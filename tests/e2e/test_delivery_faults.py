@@ -21,7 +21,7 @@ from memoryctl.cli.main import _invoke
 from memoryctl.client import MemoryClient
 from memoryctl.config import load_settings
 from memoryctl.stores.pg import process_alive
-from tests.e2e.serving import embedded_home
+from tests.e2e.serving import embedded_home, poison
 
 pytestmark = pytest.mark.integration
 
@@ -43,17 +43,7 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 def test_1_a_poison_row_is_set_aside_shown_and_handled(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with MemoryClient(load_settings(config)) as client:
         client.init()
-        bad = uuid.uuid4()
-        with client.stack.pool.connection() as conn:  # as an older memoryctl stored `--at 0001-01-01T00:00:00+14:00`
-            conn.execute(
-                "INSERT INTO memories (id, agent_id, text, kind, created_at, updated_at, content_hash)"
-                " VALUES (%s, 'dates', 'x', 'note', '0001-12-31 10:00:00+00 BC', now(), 'h')",
-                (bad,),
-            )
-            conn.execute(
-                "INSERT INTO outbox (memory_id, target, op) VALUES (%s, 'vector', 'upsert'), (%s, 'graph', 'upsert')",
-                (bad, bad),
-            )
+        bad = poison(client)
     code, out, err = cli(capsys, "add", "another agent's memory", "--agent", "others")
     assert code == 0, err
     code, out, err = cli(capsys, "sync", "--json")
