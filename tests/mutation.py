@@ -63,7 +63,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "deploy-loss-floor",
         "the deployed nightly asks a generation adapter for a held-out loss gain of 0.01",
-        "deploy/night.py",
+        "deploy/components.py",
         '"min_loss_improvement": 0.01}',
         '"min_loss_improvement": 0.0}',
         ("tests/deploy/unit/test_plans.py",),

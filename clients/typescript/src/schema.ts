@@ -514,7 +514,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Issue a bearer token bound to one agent (HTTP and MCP); printed once, kept hashed.
+         * Issue a bearer token bound to one agent, or an operator token (--operator), for HTTP, MCP and the console; printed once, kept hashed.
          * @description Who may call it: the operator's token only. Profiles: embedded, cluster.
          */
         post: operations["token_issue"];
@@ -534,7 +534,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * The agent tokens issued (their ids, agents and labels; never the tokens).
+         * The tokens issued, agent and operator (their ids, agents and labels; never the tokens).
          * @description Who may call it: the operator's token only. Profiles: embedded, cluster.
          */
         post: operations["token_list"];
@@ -554,7 +554,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Revoke agent tokens by id: refused from the next request on.
+         * Revoke issued tokens by id: refused from the next request on (console sessions included).
          * @description Who may call it: the operator's token only. Profiles: embedded, cluster.
          */
         post: operations["token_revoke"];
@@ -1349,10 +1349,26 @@ export interface components {
             /** @description the bearer token itself: keep it, only its hash is stored */
             token: string;
         };
+        /** @description A new operator token (shown once): every agent and operation. */
+        OperatorTokenIssued: {
+            /** @description its id (for `token revoke`) */
+            id: string;
+            /** @description true: an operator token */
+            operator: boolean;
+            /** @description its label (the console records actions with it) */
+            name: string;
+            /** @description the bearer token itself: keep it, only its hash is stored */
+            token: string;
+        };
         TokenIssueParams: {
             /** @description The agent the token may read and write. */
-            agent: string;
-            /** @description A label to tell tokens apart (default: the agent). */
+            agent?: string;
+            /**
+             * @description An operator token: every agent and operation (the console records its actions with its name).
+             * @default false
+             */
+            operator?: boolean;
+            /** @description A label to tell tokens apart (default: the agent, or operator). */
             name?: string;
         };
         /** @description An issued agent token (never the token). */
@@ -1361,6 +1377,17 @@ export interface components {
             id: string;
             /** @description the agent it is bound to */
             agent: string;
+            /** @description its label */
+            name: string;
+            /** @description ISO 8601 */
+            created_at: string;
+        };
+        /** @description An issued operator token (never the token). */
+        OperatorTokenRow: {
+            /** @description its id */
+            id: string;
+            /** @description true: an operator token */
+            operator: boolean;
             /** @description its label */
             name: string;
             /** @description ISO 8601 */
@@ -4588,7 +4615,7 @@ export interface operations {
             path?: never;
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["TokenIssueParams"];
             };
@@ -4604,7 +4631,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["TokenIssued"];
+                    "application/json": components["schemas"]["TokenIssued"] | components["schemas"]["OperatorTokenIssued"];
                 };
             };
             /** @description bad parameters or body (the parameter is named) */
@@ -4731,7 +4758,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["TokenRow"][];
+                    "application/json": (components["schemas"]["TokenRow"] | components["schemas"]["OperatorTokenRow"])[];
                 };
             };
             /** @description bad parameters or body (the parameter is named) */
