@@ -1,5 +1,6 @@
 """The import graphs have no cycle: memoryctl's between modules and between its subpackages, and
-deploy/'s and memoryctl-lora's between modules (issue 43, item 5).
+deploy/'s and memoryctl-lora's between modules; and the two distributions depend one way,
+memoryctl-lora on memoryctl (issue 43, item 5).
 
 Every import counts: module level, inside functions (lazy) and under ``TYPE_CHECKING``, because a
 cycle is a design fact (two parts that each need the other), whenever the import runs. Read from
