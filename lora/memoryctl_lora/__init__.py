@@ -3,8 +3,10 @@
 Its own distribution, ``memoryctl-lora`` (the repository's top-level ``lora/`` folder), installed
 where the nightly trains — the GPU node — so that torch, peft and transformers are its
 dependencies and never the core's: the db node and every client run memoryctl without them.
-memoryctl imports this package lazily, only from the nightly's own modules (``memoryctl.maintenance.nightly``
-and ``memoryctl.maintenance.adapters``; tests/unit/test_import_graph.py holds that).
+The two depend one way: this package imports memoryctl, memoryctl never imports it. memoryctl's
+nightly and ``memoryctl adapters`` find :class:`memoryctl_lora.night.LoraTraining` through the
+``memoryctl.training`` entry point declared in lora/pyproject.toml (``memoryctl.maintenance.training``
+looks it up; tests/unit/test_import_graph.py holds the "never").
 
 Importing it needs no torch: the registry, the dataset builders, the gates and the adapter serving
 are plain Python (+ numpy; vLLM's HTTP client is ``memoryctl.vllm``). Training and the
@@ -20,6 +22,8 @@ Entry points for ``memoryctl nightly`` (see each module's docstring):
 * :mod:`memoryctl_lora.evaluate` — ``embedding_gate``, ``generation_gate`` → ``Decision``
 * :mod:`memoryctl_lora.registry` — ``AdapterRegistry`` (register/list/get/latest/active/previous/rollback)
 * :mod:`memoryctl_lora.serving` — ``AdapterServing`` over ``memoryctl.vllm.VLLMClient`` (hot_swap, rollback)
+* :mod:`memoryctl_lora.night` — the nightly's training steps and ``memoryctl adapters``' registry work
+  over memoryctl's stack (``LoraTraining``, the entry point)
 """
 
 from __future__ import annotations

@@ -12,8 +12,10 @@ Each module has one reason to change:
 - ``reconcile`` / ``model_migration`` / ``nightly``: the commands themselves (``model_migration``
   is ``memoryctl migrate``: vectors to another embedding model; the schema's migrations are
   ``memoryctl.stores.schema``).
-- ``adapters``: ``memoryctl adapters``, the LoRA adapter versions and rolling the served one back
-  (with ``nightly``, the only modules that import ``memoryctl_lora``, inside functions).
+- ``adapters``: ``memoryctl adapters``, the LoRA adapter versions and rolling the served one back.
+- ``training``: what ``nightly`` and ``adapters`` need of the training side (the memoryctl-lora
+  distribution, torch), declared as a protocol and found through its entry point: nothing in
+  memoryctl imports ``memoryctl_lora``.
 - ``gpu_pause``, ``embedding_version``: the nightly's GPU freed from the services holding it; a
   new embedding model version put on the idle embedding server for ``migrate``.
 - ``runs``: recording every run in ``maintenance_runs``.

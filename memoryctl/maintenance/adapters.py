@@ -1,28 +1,23 @@
 """``memoryctl adapters``: the LoRA adapter versions of a kind, and rolling the served one back.
 
-With ``memoryctl.maintenance.nightly`` this is the only part of memoryctl that imports ``memoryctl_lora``
-(the ``memoryctl-lora`` distribution, ``lora/`` in the repository), always inside a function: the
-adapter registry is a directory on the node where the nightly trains, and that node is the one
-with memoryctl-lora (and torch) installed. Anywhere else the command says so instead of failing on
-an import (tests/unit/test_import_graph.py keeps the imports here and lazy).
+The adapter registry is a directory on the node where the nightly trains, the one with the
+``memoryctl-lora`` distribution (and torch) installed; what reads and changes it is there
+(``memoryctl_lora.night``), reached through the training side (``memoryctl.maintenance.training``),
+never imported. Here: the checks of the request, the settings-only parts every node shares (where
+the registry and vLLM are), and the same error on every node without memoryctl-lora.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
-from memoryctl.adapter_files import LORA_INSTALL_HINT
 from memoryctl.config import Settings
 from memoryctl.errors import ConfigError, InputError, MemoryctlError, StoreUnavailable
 from memoryctl.maintenance.needs import MaintenanceStack
+from memoryctl.maintenance.training import AdapterKind, training_side
 from memoryctl.vllm import STORE, VLLMClient
-
-if TYPE_CHECKING:
-    from memoryctl_lora.registry import AdapterRegistry, AdapterVersion
-
-AdapterKind = Literal["embedding", "generation"]
 
 
 def adapter_kind(kind: str) -> AdapterKind:
@@ -37,33 +32,11 @@ def registry_root(settings: Settings) -> Path:
     return Path(settings.nightly.adapters_dir or settings.data_dir / "adapters")
 
 
-def open_registry(settings: Settings) -> AdapterRegistry:
-    """The adapter registry of this node; a ConfigError naming the fix where memoryctl-lora is not
-    installed (the first thing every path into memoryctl_lora calls, so none ends in an ImportError)."""
-    try:
-        from memoryctl_lora.registry import AdapterRegistry
-    except ImportError as exc:
-        if (exc.name or "").split(".")[0] != "memoryctl_lora":  # it is there but cannot import a dependency
-            raise
-        raise ConfigError(
-            "LoRA adapters are trained and kept where the nightly trains, and memoryctl-lora is not installed here",
-            hint=f"run this on the node that trains (the GPU node in the cluster), or {LORA_INSTALL_HINT}",
-        ) from None
-    return AdapterRegistry(registry_root(settings))
-
-
-def server_path(settings: Settings) -> Any:
-    """Registry path → the path vLLM sees: ``[nightly] adapters_dir_on_server`` when the registry is
-    synced to another host, else the registry path itself."""
-    on_server = settings.nightly.adapters_dir_on_server
-    root = registry_root(settings)
-
-    def path(version: AdapterVersion) -> str:
-        if not on_server:
-            return str(version.path)
-        return str(Path(on_server) / Path(version.path).relative_to(root))
-
-    return path
+def no_embedding_registry(settings: Settings) -> dict[str, Any] | None:
+    """``follow_active_embedding``'s answer where this host keeps no embedding adapters (a node that
+    does not train: memoryctl-lora need not be installed there), else None."""
+    root = registry_root(settings) / "embedding"
+    return None if root.is_dir() else {"followed": False, "why": f"no embedding adapter registry on this host ({root})"}
 
 
 def vllm_client(settings: Settings) -> VLLMClient:
@@ -79,18 +52,7 @@ def vllm_client(settings: Settings) -> VLLMClient:
 def list_adapters(settings: Settings, kind: str) -> list[dict[str, Any]]:
     """Every registered version of ``kind``, oldest first, the served one marked ``active``."""
     which = adapter_kind(kind)
-    registry = open_registry(settings)
-    active = registry.active(which)
-    return [
-        {
-            "version": v.version,
-            "model_id": v.model_id,
-            "active": bool(active and v.version == active.version),
-            "created_at": str(v.manifest.get("created_at", "")),
-            "metrics": v.manifest.get("metrics", {}),
-        }
-        for v in registry.list(which)
-    ]
+    return training_side().adapters(settings, which)
 
 
 def rollback_adapter(stack: MaintenanceStack, kind: str) -> str:
@@ -100,13 +62,7 @@ def rollback_adapter(stack: MaintenanceStack, kind: str) -> str:
     following): ``memoryctl adapters embedding --rollback`` runs that, then :func:`embedding_rolled_back`."""
     if adapter_kind(kind) != "generation":
         raise InputError("the embedding adapter is rolled back by `memoryctl migrate --rollback`")
-    registry = open_registry(stack.settings)
-    from memoryctl_lora.cycle import rollback_generation
-    from memoryctl_lora.serving import AdapterServing
-
-    with vllm_client(stack.settings) as client:
-        back = rollback_generation(registry, AdapterServing(client), path_on_server=server_path(stack.settings))
-    return f"serving {back.served_name if back else 'the base model'}"
+    return training_side().roll_back_generation(stack.settings)
 
 
 def embedding_rolled_back(report: Any) -> str:
@@ -123,20 +79,6 @@ def embedding_rolled_back(report: Any) -> str:
     return f"embedding model: {report.status} → {report.target_model} ({adapter})"
 
 
-def embedding_version_of(registry: AdapterRegistry, model_id: str | None) -> AdapterVersion | None:
-    """The registered embedding version whose vectors ``model_id`` (an aliased collection's model)
-    holds: ``http:<served name>`` for a merged version on an embedding slot, ``...+lora:<checksum>``
-    for MiniLM with the adapter applied; None when no registered adapter is in it (the base model)."""
-    from memoryctl.maintenance.embedding_version import served_name
-
-    if not model_id:
-        return None
-    for v in reversed(registry.list("embedding")):
-        if model_id == f"http:{served_name(v.model_id)}" or model_id.endswith(f"+lora:{v.checksum[:12]}"):
-            return v
-    return None
-
-
 def follow_active_embedding(stack: MaintenanceStack, *, reason: str) -> dict[str, Any]:
     """Make the registry's active embedding adapter the one in the collection now aliased.
 
@@ -144,22 +86,14 @@ def follow_active_embedding(stack: MaintenanceStack, *, reason: str) -> dict[str
     step. Returns ``active`` (the version, None for the base model) and ``changed`` (the registry's
     rollback entry, None when it already agreed), or ``why`` it did not look (no registry on this
     host) or the ``error``. Never raises: the alias swap it follows has already happened."""
-    root = registry_root(stack.settings)
-    if not (root / "embedding").is_dir():
-        return {"followed": False, "why": f"no embedding adapter registry on this host ({root / 'embedding'})"}
+    missing = no_embedding_registry(stack.settings)
+    if missing:
+        return missing
     try:
-        registry = open_registry(stack.settings)
-        model = stack.require_vectors().active_model()
-        version = embedding_version_of(registry, model.model_id if model else None)
-        changed = registry.restore("embedding", version.version if version else None, reason=reason)
-    except MemoryctlError as exc:
+        side = training_side()
+    except MemoryctlError as exc:  # the registry is here but memoryctl-lora is not
         return {"followed": False, "error": exc.message}
-    return {
-        "followed": True,
-        "model": model.model_id if model else None,
-        "active": version.version if version else None,
-        "changed": changed,
-    }
+    return side.follow_active_embedding(stack, reason=reason)
 
 
 def serve_active_adapter(
@@ -180,21 +114,7 @@ def serve_active_adapter(
             "--serve-active is for the generation adapter",
             hint="the embedding model is a migrated model version: `memoryctl health` shows it",
         )
-    registry = open_registry(settings)
-    if registry.active("generation") is None:
-        return "no generation adapter is active: vLLM serves the base model"
-    from memoryctl_lora.cycle import serve_active_generation
-    from memoryctl_lora.serving import AdapterServing
-
-    with vllm_client(settings) as client:
-        if wait:
-            ready_within(client, settings.nightly.vllm_ready_s)
-        if night_running():
-            return "a night is running: it serves the adapter itself when it gives vLLM back"
-        done = serve_active_generation(registry, AdapterServing(client), path_on_server=server_path(settings))
-    if done["active"] is None:
-        return "no generation adapter is active: vLLM serves the base model"
-    return f"{'loaded' if done['loaded'] else 'already served'}: {done['active']}"
+    return training_side().serve_active_generation(settings, wait=wait, night_running=night_running)
 
 
 def ready_within(client: VLLMClient, deadline_s: float) -> None:

