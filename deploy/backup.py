@@ -57,6 +57,8 @@ RSYNC_USER = "memoryctl"
 SNAPSHOT_DIR = "/var/backups/memoryctl/qdrant"
 REPO_PATH = "/var/lib/pgbackrest"
 DEFAULT_SCHEDULE = {"full": "30 1 * * 0", "diff": "30 1 * * 1-6", "qdrant": "45 1 * * *"}
+# The second repository's backups, after the first's (the two never run at once: one lock).
+DEFAULT_SCHEDULE.update({"repo2_full": "30 3 * * 0", "repo2_diff": "30 3 * * 1-6"})
 # The archive queue limit's default: this share of the disk that holds pg_wal (docs/backup.md).
 ARCHIVE_QUEUE_SHARE = 0.2
 GIB = 1024**3
@@ -94,16 +96,22 @@ def repository() -> dict[str, Any]:
         return {"type": "posix", "path": settings.get("path", REPO_PATH)}
     if kind != "s3":
         raise BackupSettingsError(f"backup.repository.type must be posix or s3, not {kind!r}")
+    return _s3(settings, "backup.repository", "")
+
+
+def _s3(settings: dict[str, Any], setting: str, key_prefix: str) -> dict[str, Any]:
+    """An S3 repository's settings; its keys are files of the secret store (``pgbackrest/<key_prefix>s3_key``),
+    never inventory values: the object storage issues them, the deploy cannot generate them."""
     missing = [key for key in ("endpoint", "bucket", "region") if not settings.get(key)]
     if missing:
-        raise BackupSettingsError(f"backup.repository (s3) needs {', '.join(missing)}")
+        raise BackupSettingsError(f"{setting} (s3) needs {', '.join(missing)}")
     store = secrets().dir
     credentials = {}
     for name in ("s3_key", "s3_key_secret"):
-        path = store.path / "pgbackrest" / name
+        path = store.path / "pgbackrest" / f"{key_prefix}{name}"
         if not path.is_file():
             raise BackupSettingsError(
-                f"backup.repository (s3): put the bucket's {name.replace('_', ' ')} into {path} (mode 0600); "
+                f"{setting} (s3): put the bucket's {name.replace('_', ' ')} into {path} (mode 0600); "
                 "access keys cannot be generated, the object storage issues them"
             )
         credentials[name] = path.read_text().strip()
@@ -114,9 +122,27 @@ def repository() -> dict[str, Any]:
         "bucket": settings["bucket"],
         "region": settings["region"],
         "uri_style": settings.get("uri_style", "host"),
+        "port": settings.get("port"),
         "key": credentials["s3_key"],
         "key_secret": credentials["s3_key_secret"],
     }
+
+
+def repository2() -> dict[str, Any] | None:
+    """The optional second repository (``components.backup.repository2``): an S3 bucket off the
+    cluster, so that losing the backup node (it is also the GPU node that reboots and trains) loses
+    no backup. WAL goes to both repositories; its retention is its own (in full backups: the
+    bucket is cheaper per GB than the node's disk). Its keys: ``pgbackrest/repo2_s3_key`` and
+    ``repo2_s3_key_secret`` in the secret store."""
+    settings = component("backup").get("repository2")
+    if not settings:
+        return None
+    if settings.get("type", "s3") != "s3":
+        raise BackupSettingsError(f"backup.repository2.type must be s3, not {settings['type']!r}")
+    repo = _s3(settings, "backup.repository2", "repo2_")
+    repo["retention_full"] = int(settings.get("retention_full", 4))
+    repo["retention_diff"] = int(settings.get("retention_diff", 7))
+    return repo
 
 
 def pg_data() -> str:
@@ -249,7 +275,14 @@ def database_side() -> None:
     node = backup_node()
     install_pgbackrest()
     changes = _tls_files(node)
-    changes.append(_config("database", [node], archive_push_queue_max=archive_push_queue_max()))
+    changes.append(
+        _config(
+            "database",
+            [node],
+            archive_push_queue_max=archive_push_queue_max(),
+            repository2=bool(component("backup").get("repository2")),
+        )
+    )
     _server(changes)
     archiving = template(
         "pgbackrest/archiving.conf.j2",
@@ -296,6 +329,7 @@ def repository_side() -> None:
     members = patroni.members()
     settings = component("backup")
     repo = repository()
+    repo2 = repository2()
     # pgBackRest's user on the repository side (the db node's comes with PostgreSQL).
     service_account("postgres", REPO_PATH, {repo["path"]: "750"} if repo["type"] == "posix" else {}, shell="/bin/sh")
     install_pgbackrest()
@@ -308,10 +342,18 @@ def repository_side() -> None:
             cipher_pass=secrets().token("pgbackrest/cipher_pass"),
             retention_full=int(settings.get("retention_full", 2)),
             retention_diff=int(settings.get("retention_diff", 7)),
+            repository2=repo2,
         )
     )
     _server(changes)
-    template("pgbackrest/cron.j2", "/etc/cron.d/pgbackrest", stanza=STANZA, schedule=_schedule(), mode="644")
+    template(
+        "pgbackrest/cron.j2",
+        "/etc/cron.d/pgbackrest",
+        stanza=STANZA,
+        schedule=_schedule(),
+        repository2=repo2 is not None,
+        mode="644",
+    )
     snapshot_box(db_node)
 
 
