@@ -6,12 +6,15 @@ topology, configured by the deploy's template, a throwaway PostgreSQL (tests/pgb
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
+from deploy.common import render
 from tests.pg_servers import as_postgres, free_port, pgbin, wait_until
-from tests.pgbackrest_pair import STANZA, PgbackrestPair
+from tests.pgbackrest_pair import SEGMENT, STANZA, PgbackrestPair, elapsed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -84,3 +87,139 @@ def test_second_repository_in_s3_backs_up_archives_and_restores(pair: Pgbackrest
         assert "restored log file" in log  # WAL came from the archive (repo2), not only the backup
     finally:
         as_postgres(*pg_ctl, "-m", "immediate", "stop")
+
+
+QUEUE_MAX = 64 * 1024**2  # 4 WAL segments: pgBackRest counts the queue in whole segments
+
+
+@pytest.fixture
+def small_queue() -> Iterator[PgbackrestPair]:
+    # max_wal_size small so that checkpoints recycle what pgBackRest lets go of promptly
+    both = PgbackrestPair(
+        queue_max=QUEUE_MAX, pg_conf="max_wal_size = 64MB\nmin_wal_size = 32MB\ncheckpoint_timeout = 30s\n"
+    )
+    try:
+        yield both
+    finally:
+        both.close()
+
+
+class _Timeline:
+    """pg_wal and the archive queue every half second, read by the deploy's own metrics script
+    (templates/node-exporter/wal-metrics.j2, what WalArchiveQueueFilling is evaluated on)."""
+
+    def __init__(self, pair: PgbackrestPair) -> None:
+        textfile = pair.root / "textfile"
+        textfile.mkdir()
+        self.script = pair.root / "wal-metrics"
+        self.script.write_text(
+            render(
+                "node-exporter/wal-metrics.j2",
+                pg_wal=str(pair.pg.data / "pg_wal"),
+                textfile_dir=str(textfile),
+                queue_max=QUEUE_MAX,
+            )
+        )
+        self.out = textfile / "memoryctl-wal.prom"
+        self.phase = "repository up"
+        self.rows: list[tuple[float, str, int, int]] = []
+        self.start = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def metrics(self) -> dict[str, int]:
+        subprocess.run(["sh", str(self.script)], check=True)
+        lines = [line.split() for line in self.out.read_text().splitlines() if not line.startswith("#")]
+        return {name: int(value) for name, value in lines}
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.5):
+            m = self.metrics()
+            self.rows.append(
+                (elapsed(self.start), self.phase, m["memoryctl_pg_wal_bytes"], m["memoryctl_wal_archive_queue_bytes"])
+            )
+
+    def mark(self, phase: str) -> None:
+        self.phase = phase
+        print(f"t={elapsed(self.start):6.1f}s  -- {phase}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def print(self) -> None:
+        mb = 1024**2
+        print(f"WAL timeline (archive-push-queue-max {QUEUE_MAX // mb} MB; alert condition: queue > half of it)")
+        print("    t (s)  phase                     pg_wal MB  queue MB  WalArchiveQueueFilling condition")
+        last = None
+        for t, phase, wal, queue in self.rows:
+            shown = (phase, wal // mb, queue // mb)
+            if shown != last:  # the changes only
+                alert = "true" if queue > QUEUE_MAX / 2 else "-"
+                print(f"  {t:7.1f}  {phase:24}  {wal / mb:9.0f}  {queue / mb:8.0f}  {alert}")
+                last = shown
+
+
+@pytest.mark.drill  # about 2.5 minutes, 2 of them pgBackRest's retries against the missing bucket
+def test_wal_queue_stops_at_its_maximum_while_the_bucket_is_away_and_archiving_resumes(
+    small_queue: PgbackrestPair,
+) -> None:
+    """The S3 repository cut off while a writer generates five times the queue limit in WAL:
+    PostgreSQL accepts every write, the un-archived WAL stops near the limit (pgBackRest drops it
+    and says so in PostgreSQL's log), pg_wal stays bounded; the bucket back, archiving resumes to
+    both repositories. The timeline is printed (pytest -s)."""
+    pair = small_queue
+    pair.repo("stanza-create")
+    pair.repo("check")
+    pair.sql("CREATE TABLE filler (id bigserial PRIMARY KEY, pad text)")
+    timeline = _Timeline(pair)
+    try:
+        time.sleep(2)
+        assert pair.gate is not None
+        pair.gate.away()
+        timeline.mark("repository away")
+        start_lsn = pair.sql("SELECT pg_current_wal_lsn()")
+        batches = 0
+        while int(pair.sql("SELECT pg_current_wal_lsn() - %s::pg_lsn", start_lsn)) < 5 * QUEUE_MAX:
+            pair.sql(
+                "INSERT INTO filler (pad) SELECT md5(random()::text) || repeat('x', 200) FROM generate_series(1, 40000)"
+            )
+            batches += 1
+        generated = int(pair.sql("SELECT pg_current_wal_lsn() - %s::pg_lsn", start_lsn))
+        timeline.mark(f"writer done ({batches} batches, {generated // 1024**2} MB of WAL)")
+        log = pair.root / "server.log"
+        wait_until(lambda: "dropped WAL file" in log.read_text(), 180)
+        timeline.mark("pgBackRest dropped the queue")
+        time.sleep(3)
+        pair.sql("INSERT INTO filler (pad) VALUES ('still accepting writes')")  # PostgreSQL never stopped
+        assert pair.sql("SELECT count(*) FROM filler") == batches * 40000 + 1
+        pair.gate.back()
+        timeline.mark("repository back")
+        segment = pair.switch_and_wait_archived(180)
+        timeline.mark(f"archive caught up ({segment})")
+        assert timeline.metrics()["memoryctl_wal_archive_queue_bytes"] == 0  # nothing left waiting
+        time.sleep(3)
+        pair.repo("check")  # a new segment reaches both repositories again
+    finally:
+        timeline.stop()
+        timeline.print()
+        for line in (pair.root / "log-db" / "memoryctl-archive-push-async.log").read_text().splitlines():
+            if " P00 " in line and ("begin" in line or "end" in line or "WARN" in line or "ERROR" in line):
+                print("  async log:", line[:200])
+    dropped = [line for line in (pair.root / "server.log").read_text().splitlines() if "dropped WAL file" in line]
+    print(f"PostgreSQL's log, pgBackRest's warning ({len(dropped)} lines), first: {dropped[0].strip()}")
+    names = [line.split("'")[1] for line in dropped]
+    in_repo1 = [n for n in names if list((pair.root / "repo1").rglob(f"{n}-*"))]
+    in_repo2 = [n for n in names if any(f"/{n}-" in key for key in pair.objects())]
+    print(f"of the {len(names)} dropped segments, repo1 holds {len(in_repo1)}, repo2 {len(in_repo2)}")
+    away = [row for row in timeline.rows if row[1] != "repository up"]
+    peak_queue, peak_wal = max(row[3] for row in away), max(row[2] for row in away)
+    mb = 1024**2
+    print(
+        f"peak queue {peak_queue / mb:.0f} MB, peak pg_wal {peak_wal / mb:.0f} MB, WAL written {generated / mb:.0f} MB"
+    )
+    assert generated >= 5 * QUEUE_MAX and len(names) * SEGMENT > QUEUE_MAX
+    assert peak_queue > QUEUE_MAX / 2  # the alert's condition was met on the way
+    after = [row for row in timeline.rows if row[1].startswith("archive caught up")]
+    assert after and after[-1][2] <= QUEUE_MAX + 64 * mb  # pg_wal back to its ordinary size (max_wal_size)
