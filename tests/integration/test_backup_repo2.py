@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC
 
 import pytest
 
@@ -53,18 +54,7 @@ def test_second_repository_in_s3_backs_up_archives_and_restores(pair: Pgbackrest
     assert any(key.startswith(f"/memoryctl/backup/{STANZA}/") or f"backup/{STANZA}/" in key for key in objects)
     assert any(f"archive/{STANZA}/" in key and segment in key for key in objects)
 
-    restored = pair.root / "restored"
-    as_postgres("mkdir", "-m", "700", str(restored))
-    pair.db(
-        "--repo=2",
-        f"--pg1-path={restored}",
-        "--archive-mode=off",  # the copy must not archive into the stanza it came from
-        f"--recovery-option=restore_command={pair.db_wrapper} --stanza={STANZA} --repo=2 --pg1-path={restored} "
-        'archive-get %f "%p"',
-        "restore",
-    )
-    port = free_port()
-    pg_ctl = [str(pgbin() / "pg_ctl"), "-D", str(restored), "-l", str(pair.root / "restored.log"), "-w", "-t", "120"]
+    pg_ctl, port = _restore(pair, 2)
     try:
         as_postgres(*pg_ctl, "-o", f"-p {port}", "start")
     except subprocess.CalledProcessError:
@@ -87,6 +77,24 @@ def test_second_repository_in_s3_backs_up_archives_and_restores(pair: Pgbackrest
         assert "restored log file" in log  # WAL came from the archive (repo2), not only the backup
     finally:
         as_postgres(*pg_ctl, "-m", "immediate", "stop")
+
+
+def _restore(pair: PgbackrestPair, repo: int, *options: str) -> tuple[list[str], int]:
+    """A restore from repository ``repo`` on the database side into a fresh data directory (WAL
+    fetched from the same repository), not started: its pg_ctl command and a free port for it."""
+    restored = pair.root / "restored"
+    as_postgres("mkdir", "-m", "700", str(restored))
+    pair.db(
+        f"--repo={repo}",
+        f"--pg1-path={restored}",
+        "--archive-mode=off",  # the copy must not archive into the stanza it came from
+        f"--recovery-option=restore_command={pair.db_wrapper} --stanza={STANZA} --repo={repo} --pg1-path={restored} "
+        'archive-get %f "%p"',
+        *options,
+        "restore",
+    )
+    pg_ctl = [str(pgbin() / "pg_ctl"), "-D", str(restored), "-l", str(pair.root / "restored.log"), "-w", "-t", "120"]
+    return pg_ctl, free_port()
 
 
 QUEUE_MAX = 64 * 1024**2  # 4 WAL segments: pgBackRest counts the queue in whole segments
@@ -173,6 +181,7 @@ def test_wal_queue_stops_at_its_maximum_while_the_bucket_is_away_and_archiving_r
     pair.repo("stanza-create")
     pair.repo("check")
     pair.sql("CREATE TABLE filler (id bigserial PRIMARY KEY, pad text)")
+    pair.repo("--type=full", "backup")  # repo1: the base a point-in-time restore across the gap starts from
     timeline = _Timeline(pair)
     try:
         time.sleep(2)
@@ -193,6 +202,8 @@ def test_wal_queue_stops_at_its_maximum_while_the_bucket_is_away_and_archiving_r
         timeline.mark("pgBackRest dropped the queue")
         time.sleep(3)
         pair.sql("INSERT INTO filler (pad) VALUES ('still accepting writes')")  # PostgreSQL never stopped
+        target = pair.sql("SELECT clock_timestamp()")  # after the gap: a restore to it must replay through it
+        pair.sql("SELECT txid_current()")  # a commit after the target, as on a live cluster
         assert pair.sql("SELECT count(*) FROM filler") == batches * 40000 + 1
         pair.gate.back()
         timeline.mark("repository back")
@@ -201,6 +212,10 @@ def test_wal_queue_stops_at_its_maximum_while_the_bucket_is_away_and_archiving_r
         assert timeline.metrics()["memoryctl_wal_archive_queue_bytes"] == 0  # nothing left waiting
         time.sleep(3)
         pair.repo("check")  # a new segment reaches both repositories again
+        pair.sql("CHECKPOINT")  # recycles the segments pgBackRest let go of (as the next one would)
+        timeline.mark("after a CHECKPOINT")
+        time.sleep(1.5)
+        wal_after = timeline.metrics()["memoryctl_pg_wal_bytes"]
     finally:
         timeline.stop()
         timeline.print()
@@ -221,5 +236,23 @@ def test_wal_queue_stops_at_its_maximum_while_the_bucket_is_away_and_archiving_r
     )
     assert generated >= 5 * QUEUE_MAX and len(names) * SEGMENT > QUEUE_MAX
     assert peak_queue > QUEUE_MAX / 2  # the alert's condition was met on the way
-    after = [row for row in timeline.rows if row[1].startswith("archive caught up")]
-    assert after and after[-1][2] <= QUEUE_MAX + 64 * mb  # pg_wal back to its ordinary size (max_wal_size)
+    assert wal_after <= QUEUE_MAX + 64 * mb  # pg_wal back to its ordinary size (max_wal_size)
+
+    # A point-in-time restore to a moment after the gap, from repo1 (its backup is from before the
+    # gap): PostgreSQL asks for the first dropped segment, pgBackRest has none, and recovery refuses
+    # to end short of the target (PostgreSQL 13+) instead of opening a database that lacks the gap.
+    pg_ctl, port = _restore(
+        pair, 1, "--type=time", f"--target={target.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f+00}", "--target-action=promote"
+    )
+    # pg_ctl returns once read-only connections are accepted, mid-recovery: the refusal comes later
+    subprocess.run(["runuser", "-u", "postgres", "--", *pg_ctl, "-o", f"-p {port}", "start"], capture_output=True)
+    restored_log = pair.root / "restored.log"
+    wait_until(lambda: "FATAL" in restored_log.read_text() or "selected new timeline" in restored_log.read_text(), 120)
+    log = restored_log.read_text()
+    print("point-in-time restore across the gap, PostgreSQL's log:")
+    print("\n".join(line for line in log.splitlines() if "FATAL" in line or "restored log file" in line)[-2000:])
+    status = subprocess.run(["runuser", "-u", "postgres", "--", *pg_ctl[:3], "status"], capture_output=True)
+    if status.returncode == 0:
+        subprocess.run(["runuser", "-u", "postgres", "--", *pg_ctl, "-m", "immediate", "stop"], capture_output=True)
+    assert "recovery ended before configured recovery target was reached" in log, log[-2000:]
+    assert status.returncode != 0  # the server did not open
