@@ -41,6 +41,7 @@ from deploy.common import (
     sudoers,
     template,
 )
+from deploy.components import BackupRepository, BackupRepository2
 from deploy.facts import FilesystemSize, PgbackrestStanza, PostgresSetting
 from deploy.opsnode import ops_node
 from deploy.osrelease import release
@@ -91,16 +92,22 @@ def repository() -> dict[str, Any]:
     settings = components().backup.repository
     if settings.type == "posix":
         return {"type": "posix", "path": settings.path or REPO_PATH}
+    return _s3(settings, "backup.repository", "")
+
+
+def _s3(settings: BackupRepository | BackupRepository2, setting: str, key_prefix: str) -> dict[str, Any]:
+    """An S3 repository's settings; its keys are files of the secret store (``pgbackrest/<key_prefix>s3_key``),
+    never inventory values: the object storage issues them, the deploy cannot generate them."""
     missing = [key for key in ("endpoint", "bucket", "region") if not getattr(settings, key)]
     if missing:
-        raise BackupSettingsError(f"backup.repository (s3) needs {', '.join(missing)}")
+        raise BackupSettingsError(f"{setting} (s3) needs {', '.join(missing)}")
     store = secrets().dir
     credentials = {}
     for name in ("s3_key", "s3_key_secret"):
-        path = store.path / "pgbackrest" / name
+        path = store.path / "pgbackrest" / f"{key_prefix}{name}"
         if not path.is_file():
             raise BackupSettingsError(
-                f"backup.repository (s3): put the bucket's {name.replace('_', ' ')} into {path} (mode 0600); "
+                f"{setting} (s3): put the bucket's {name.replace('_', ' ')} into {path} (mode 0600); "
                 "access keys cannot be generated, the object storage issues them"
             )
         credentials[name] = path.read_text().strip()
@@ -111,9 +118,25 @@ def repository() -> dict[str, Any]:
         "bucket": settings.bucket,
         "region": settings.region,
         "uri_style": settings.uri_style,
+        "port": settings.port,
         "key": credentials["s3_key"],
         "key_secret": credentials["s3_key_secret"],
     }
+
+
+def repository2() -> dict[str, Any] | None:
+    """The optional second repository (``components.backup.repository2``): an S3 bucket off the
+    cluster, so that losing the backup node (it is also the GPU node that reboots and trains) loses
+    no backup. WAL goes to both repositories; its retention is its own (in full backups: the
+    bucket is cheaper per GB than the node's disk). Its keys: ``pgbackrest/repo2_s3_key`` and
+    ``repo2_s3_key_secret`` in the secret store."""
+    settings = components().backup.repository2
+    if settings is None:
+        return None
+    repo = _s3(settings, "backup.repository2", "repo2_")
+    repo["retention_full"] = settings.retention_full
+    repo["retention_diff"] = settings.retention_diff
+    return repo
 
 
 def pg_data() -> str:
@@ -246,7 +269,14 @@ def database_side() -> None:
     node = backup_node()
     install_pgbackrest()
     changes = _tls_files(node)
-    changes.append(_config("database", [node], archive_push_queue_max=archive_push_queue_max()))
+    changes.append(
+        _config(
+            "database",
+            [node],
+            archive_push_queue_max=archive_push_queue_max(),
+            repository2=components().backup.repository2 is not None,
+        )
+    )
     _server(changes)
     archiving = template(
         "pgbackrest/archiving.conf.j2",
@@ -293,6 +323,7 @@ def repository_side() -> None:
     members = patroni.members()
     settings = components().backup
     repo = repository()
+    repo2 = repository2()
     # pgBackRest's user on the repository side (the db node's comes with PostgreSQL).
     service_account("postgres", REPO_PATH, {repo["path"]: "750"} if repo["type"] == "posix" else {}, shell="/bin/sh")
     install_pgbackrest()
@@ -305,10 +336,18 @@ def repository_side() -> None:
             cipher_pass=secrets().token("pgbackrest/cipher_pass"),
             retention_full=settings.retention_full,
             retention_diff=settings.retention_diff,
+            repository2=repo2,
         )
     )
     _server(changes)
-    template("pgbackrest/cron.j2", "/etc/cron.d/pgbackrest", stanza=STANZA, schedule=_schedule(), mode="644")
+    template(
+        "pgbackrest/cron.j2",
+        "/etc/cron.d/pgbackrest",
+        stanza=STANZA,
+        schedule=_schedule(),
+        repository2=repo2 is not None,
+        mode="644",
+    )
     snapshot_box(db_node)
 
 

@@ -250,12 +250,27 @@ class BackupRepository(Settings):
     bucket: str | None = Field(None, description="The S3 bucket (s3).")
     region: str | None = Field(None, description="The S3 region (s3).")
     uri_style: Literal["host", "path"] = Field("host", description="The S3 URI style (s3).")
+    port: int | None = Field(None, ge=1, le=65535, description="The S3 endpoint's port (s3). Default: 443.")
+
+
+class BackupRepository2(Settings):
+    type: Literal["s3"] = Field("s3", description="Always s3: a bucket off the cluster.")
+    path: str | None = Field(None, description="The repository's path in the bucket. Default: /memoryctl.")
+    endpoint: str | None = Field(None, description="The S3 endpoint.")
+    bucket: str | None = Field(None, description="The S3 bucket.")
+    region: str | None = Field(None, description="The S3 region.")
+    uri_style: Literal["host", "path"] = Field("host", description="The S3 URI style.")
+    port: int | None = Field(None, ge=1, le=65535, description="The S3 endpoint's port. Default: 443.")
+    retention_full: int = Field(4, ge=1, description="Full backups kept in the bucket.")
+    retention_diff: int = Field(7, ge=1, description="Differential backups kept in the bucket.")
 
 
 class BackupSchedule(Settings):
     full: str = Field("30 1 * * 0", description="The full backup's cron schedule.")
     diff: str = Field("30 1 * * 1-6", description="The differential backup's cron schedule.")
     qdrant: str = Field("45 1 * * *", description="The Qdrant snapshots' cron schedule (db node).")
+    repo2_full: str = Field("30 3 * * 0", description="The second repository's full backup (after the first's).")
+    repo2_diff: str = Field("30 3 * * 1-6", description="The second repository's differential backup.")
 
 
 class Backup(Settings):
@@ -264,6 +279,9 @@ class Backup(Settings):
         None, description="The repository's node, never the db node's. Default: deploy/opsnode.py's choice."
     )
     repository: BackupRepository = Field(default_factory=BackupRepository, description="pgBackRest's repository.")
+    repository2: BackupRepository2 | None = Field(
+        None, description="An optional second repository, an S3 bucket off the cluster (docs/backup.md)."
+    )
     schedule: BackupSchedule = Field(default_factory=BackupSchedule, description="The backups' cron schedules.")
     retention_full: int = Field(2, ge=1, description="Full backups kept.")
     retention_diff: int = Field(7, ge=1, description="Differential backups kept.")

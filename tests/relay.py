@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import ssl
 import threading
 
 
@@ -55,3 +57,71 @@ def close_both(*sockets: socket.socket) -> None:
         except OSError:
             pass
         s.close()
+
+
+class Gate:
+    """A TLS front for a plain-HTTP server on loopback that can cut it off: ``away()`` closes the
+    open connections and refuses new ones (what a client sees when the server's network is gone),
+    ``back()`` lets them in again, while the server behind keeps its state.
+
+    TLS ends here, in asyncio's TLS (one thread, a proper close_notify on every close), because
+    moto's server (werkzeug) closes each TLS connection without one, which pgBackRest's OpenSSL 3
+    reports as "TLS error ... unexpected eof while reading" and retries until it gives up.
+    """
+
+    def __init__(self, target: tuple[str, int], tls: ssl.SSLContext) -> None:
+        self.target = target
+        self.open = True
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._loop = asyncio.new_event_loop()
+        started = threading.Event()
+        threading.Thread(target=self._run, args=(tls, started), daemon=True).start()
+        started.wait(10)
+
+    def _run(self, tls: ssl.SSLContext, started: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=tls))
+        self.port = self._server.sockets[0].getsockname()[1]
+        started.set()
+        self._loop.run_forever()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self.open:
+            writer.close()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        self._writers |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (OSError, ssl.SSLError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._writers -= {writer, up_writer}
+
+    def away(self) -> None:
+        def cut() -> None:
+            self.open = False
+            for writer in list(self._writers):
+                writer.transport.abort()
+            self._writers.clear()
+
+        self._loop.call_soon_threadsafe(cut)
+
+    def back(self) -> None:
+        self._loop.call_soon_threadsafe(setattr, self, "open", True)
+
+    def close(self) -> None:
+        self.away()
+        self._loop.call_soon_threadsafe(self._server.close)
+        self._loop.call_soon_threadsafe(self._loop.stop)

@@ -48,6 +48,33 @@ def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
 
+def start_servers(tmp_path: Path, am_port: int, am_cluster: int, prom_port: int) -> list[subprocess.Popen[bytes]]:
+    """Alertmanager and Prometheus on loopback, with the configuration files written in ``tmp_path``."""
+    alertmanager, prometheus = shutil.which("prometheus-alertmanager"), shutil.which("prometheus")
+    assert alertmanager and prometheus
+    return [
+        _start(
+            [
+                alertmanager,
+                f"--config.file={tmp_path / 'alertmanager.yml'}",
+                f"--storage.path={tmp_path / 'am'}",
+                f"--web.listen-address=127.0.0.1:{am_port}",
+                f"--cluster.listen-address=127.0.0.1:{am_cluster}",
+            ],
+            tmp_path / "alertmanager.log",
+        ),
+        _start(
+            [
+                prometheus,
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'prom'}",
+                f"--web.listen-address=127.0.0.1:{prom_port}",
+            ],
+            tmp_path / "prometheus.log",
+        ),
+    ]
+
+
 @pytest.fixture
 def monitoring(tmp_path: Path) -> Iterator[dict[str, Any]]:
     prometheus, alertmanager = shutil.which("prometheus"), shutil.which("prometheus-alertmanager")
@@ -72,27 +99,7 @@ def monitoring(tmp_path: Path) -> Iterator[dict[str, Any]]:
         f"alerting: {{alertmanagers: [{{static_configs: [{{targets: ['127.0.0.1:{am_port}']}}]}}]}}\n"
         f"scrape_configs: [{{job_name: alertmanager, static_configs: [{{targets: ['127.0.0.1:{am_port}']}}]}}]\n"
     )
-    procs = [
-        _start(
-            [
-                alertmanager,
-                f"--config.file={tmp_path / 'alertmanager.yml'}",
-                f"--storage.path={tmp_path / 'am'}",
-                f"--web.listen-address=127.0.0.1:{am_port}",
-                f"--cluster.listen-address=127.0.0.1:{am_cluster}",
-            ],
-            tmp_path / "alertmanager.log",
-        ),
-        _start(
-            [
-                prometheus,
-                f"--config.file={tmp_path / 'prometheus.yml'}",
-                f"--storage.tsdb.path={tmp_path / 'prom'}",
-                f"--web.listen-address=127.0.0.1:{prom_port}",
-            ],
-            tmp_path / "prometheus.log",
-        ),
-    ]
+    procs = start_servers(tmp_path, am_port, am_cluster, prom_port)
     try:
         yield {"url": f"http://127.0.0.1:{prom_port}", "hook": _Hook.received, "logs": tmp_path}
     finally:

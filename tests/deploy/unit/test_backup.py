@@ -22,7 +22,7 @@ from deploy.opsnode import OpsNodeError, ops_node
 from deploy.osrelease import RELEASES
 from deploy.pki import CertificateAuthority
 from deploy.postgres import postgresql
-from deploy.settings import REPO, load_inventory
+from deploy.settings import REPO, InventoryError, load_inventory
 from tests.deploy.unit.plans import Plan, cluster_order
 from tests.deploy.unit.plans import plan as plan_of
 from tests.deploy.unit.test_plans import _no_commands, _present
@@ -229,6 +229,40 @@ def test_s3_repository_needs_its_keys_from_the_secrets_directory(secrets_dir: Pa
     assert conf["repo1-type"] == "s3" and conf["repo1-s3-endpoint"] == "fsn1.your-objectstorage.com"
     assert conf["repo1-s3-key"] == "AKIA" and conf["repo1-s3-key-secret"] == "very-secret"
     assert conf["repo1-path"] == "/memoryctl" and conf["repo1-cipher-type"] == "aes-256-cbc"
+
+
+def test_second_repository_in_s3_beside_the_first_with_its_own_keys_retention_and_schedule(secrets_dir: Path) -> None:
+    """repo2 is rendered on the repository side (keys from ``pgbackrest/repo2_s3_key*``, its own
+    retention, backups of its own in cron) and reached through the repository node from the
+    database side, which never holds its keys or the passphrase."""
+    second = {"repository2": {"endpoint": "fsn1.your-objectstorage.com", "bucket": "mem-offsite", "region": "fsn1"}}
+    with pytest.raises(
+        BackupSettingsError, match=r"backup.repository2 \(s3\): put the bucket's s3 key into .*repo2_s3_key"
+    ):
+        plan(backup, "node3", components={"backup": second})
+    (secrets_dir / "pgbackrest").mkdir(parents=True, exist_ok=True)
+    (secrets_dir / "pgbackrest" / "repo2_s3_key").write_text("AKIA2\n")
+    (secrets_dir / "pgbackrest" / "repo2_s3_key_secret").write_text("second-secret\n")
+    repository = plan(backup, "node3", components={"backup": {**second, "retention_full": 2}})
+    conf = _ini(repository.upload("/etc/pgbackrest.conf"))["global"]
+    assert conf["repo1-type"] == "posix" and conf["repo1-retention-full"] == "2"  # the first one unchanged
+    assert (
+        conf["repo2-type"] == "s3" and conf["repo2-s3-bucket"] == "mem-offsite" and conf["repo2-path"] == "/memoryctl"
+    )
+    assert conf["repo2-s3-key"] == "AKIA2" and conf["repo2-s3-key-secret"] == "second-secret"
+    assert conf["repo2-retention-full"] == "4" and conf["repo2-cipher-pass"] == conf["repo1-cipher-pass"]
+    assert "repo2-storage-port" not in conf
+    cron = repository.upload("/etc/cron.d/pgbackrest")
+    assert "30 3 * * 0 postgres" in cron and "--repo=2 --type=full" in cron and "--repo=2 --type=diff" in cron
+    database = _ini(plan(backup, "node1", components={"backup": second}).upload("/etc/pgbackrest.conf"))["global"]
+    assert database["repo2-host"] == database["repo1-host"] == "10.77.0.3" and database["repo2-host-type"] == "tls"
+    assert not [key for key in database if key.startswith("repo2-s3") or "cipher" in key]
+    with pytest.raises(InventoryError, match=r"components\.backup\.repository2\.type"):
+        plan(backup, "node3", components={"backup": {"repository2": {"type": "posix"}}})
+    single = plan(backup, "node3")
+    assert "repo2" not in single.upload("/etc/pgbackrest.conf") and "--repo=2" not in single.upload(
+        "/etc/cron.d/pgbackrest"
+    )
 
 
 def test_node_certificates_chain_to_the_controller_ca_and_are_kept(tmp_path: Path) -> None:
