@@ -75,6 +75,12 @@ _OUT = "SELECT g.dst AS node FROM {s}.graph_edges g WHERE g.src = w.node AND " +
 _IN = "SELECT g.src AS node FROM {s}.graph_edges g WHERE g.dst = w.node AND " + _TYPE_OK  # noqa: S608
 _STEP = {"out": _OUT, "in": _IN, "both": _OUT + " UNION ALL " + _IN}
 
+# The memories that mention a reached entity are read per entity (a LATERAL subquery behind an
+# OFFSET 0 fence, so the planner cannot flatten it): through the (dst, type) index to the edges,
+# then each memory by its id. Flattened, the planner could start from every memory of the agent and
+# test each against every reached node: with statistics from before a bulk import (the agent's
+# memories estimated at 81 rows, 20,000 there) that plan took 10-18 s for an entity 4,039 memories
+# mention, and the query's 2 s graph timeout turned it into a fallback; fenced, 30-80 ms.
 _TRAVERSE = """
 WITH RECURSIVE
 walk(node, depth) AS (
@@ -95,12 +101,17 @@ reached AS (SELECT node, min(depth) AS d FROM walk GROUP BY node),
 hits AS (
     SELECT m.id, m.created_at, r.d FROM reached r JOIN {s}.graph_memories m ON m.id::text = r.node
   UNION ALL
-    SELECT m.id, m.created_at, r.d + 1
+    SELECT x.id, x.created_at, r.d + 1
     FROM reached r
     JOIN {s}.graph_entities e ON e.key = r.node
-    JOIN {s}.graph_edges g ON g.dst = r.node AND g.type = 'MENTIONS'
-    JOIN {s}.graph_memories m ON m.id::text = g.src
-    WHERE NOT m.deleted AND (%(agent)s::text IS NULL OR m.agent_id = %(agent)s)
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.created_at
+        FROM {s}.graph_edges g
+        JOIN {s}.graph_memories m ON m.id::text = g.src
+        WHERE g.dst = r.node AND g.type = 'MENTIONS'
+          AND NOT m.deleted AND (%(agent)s::text IS NULL OR m.agent_id = %(agent)s)
+        OFFSET 0
+    ) x
 )
 SELECT id FROM hits
 WHERE (%(from)s::timestamptz IS NULL OR created_at >= %(from)s)
