@@ -351,13 +351,32 @@ def repository_side() -> None:
     snapshot_box(db_node)
 
 
+STANZA_LOCK_TRIES, STANZA_LOCK_WAIT_S = 6, 10
+
+
+def stanza_create() -> str:
+    """``stanza-create``, tried again while another pgBackRest process holds the database's lock.
+
+    Right after PostgreSQL starts (a first deploy, or the run after one that was stopped), its
+    asynchronous ``archive-push`` is busy with the WAL it could not archive while there was no
+    stanza, and holds the archive lock that ``stanza-create`` takes on the database side: it fails
+    with ``LockAcquireError`` ("is another pgBackRest process running?") although nothing is wrong
+    (seen once in a CI rehearsal). That error alone is waited out, a few times; any other fails at once.
+    """
+    return (
+        f"n=0; rc=1; while [ $n -lt {STANZA_LOCK_TRIES} ]; do"
+        f' out=$(pgbackrest --stanza={STANZA} stanza-create 2>&1) && {{ echo "$out"; rc=0; break; }};'
+        ' echo "$out" >&2;'
+        f' case "$out" in *LockAcquireError*) n=$((n+1)); sleep {STANZA_LOCK_WAIT_S};; *) break;; esac;'
+        " done; [ $rc -eq 0 ]"
+    )
+
+
 def first_backup() -> None:
     """The stanza and a first full backup, unless pgBackRest says they exist (asked every run)."""
     stanza = host.get_fact(PgbackrestStanza, stanza=STANZA, **AS_POSTGRES)
     if stanza is None or stanza["status"] in (1, 3):
-        server.shell(
-            name=f"pgBackRest stanza {STANZA}", commands=[f"pgbackrest --stanza={STANZA} stanza-create"], **AS_POSTGRES
-        )
+        server.shell(name=f"pgBackRest stanza {STANZA}", commands=[stanza_create()], **AS_POSTGRES)
     if stanza is None or stanza["backups"] == 0:
         # `check` proves WAL reaches the repository before the first full backup relies on it.
         server.shell(
