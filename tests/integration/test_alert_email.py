@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 
+from deploy.components import Monitoring
 from deploy.monitoring import receivers
 from memoryctl.deadline import poll_until
 from tests.integration.test_health_alerting import _free_port, start_servers
@@ -60,7 +61,7 @@ def mailed(tmp_path: Path) -> Iterator[_Mailbox]:
             }
         ]
     }
-    routes = receivers({"receiver": receiver}, "local", SecretDir(tmp_path / "secrets"))
+    routes = receivers(Monitoring(receiver=receiver), "local", SecretDir(tmp_path / "secrets"))
     (tmp_path / "alertmanager.yml").write_text(
         "route: {receiver: operator, group_by: [alertname, node], group_wait: 0s, group_interval: 1s,"
         " repeat_interval: 1h}\n" + routes.yaml() + "\n"
