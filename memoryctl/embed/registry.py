@@ -30,18 +30,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from memoryctl.embed.base import (
     FloatArray,
     InProcessModel,
-    bert_vectors,
+    bert_encode,
     clean_text,
     embed_batched,
     finish_vectors,
-    known_tokens,
+    onnx_session,
+    wordpiece_informative,
 )
-from memoryctl.embed.cores import map_parts
 from memoryctl.errors import ConfigError
 from memoryctl.stores.protocols import EmbeddingModelInfo
 
@@ -90,14 +88,8 @@ def _load(recipe: Recipe) -> tuple[Any, Any]:
 
             where = installed(recipe.model)  # checked by content; a ConfigError naming the artefact
             try:
-                ort = importlib.import_module("onnxruntime")
                 tokenizers = importlib.import_module("tokenizers")
-                options = ort.SessionOptions()
-                options.log_severity_level = 3
-                options.intra_op_num_threads = 1
-                options.inter_op_num_threads = 1
-                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                session = ort.InferenceSession(str(where / "model.onnx"), options, providers=["CPUExecutionProvider"])
+                session = onnx_session(where / "model.onnx")
                 tokenizer = tokenizers.Tokenizer.from_file(str(where / "tokenizer.json"))
             except (ImportError, OSError, RuntimeError, ValueError) as exc:
                 raise ConfigError(
@@ -120,15 +112,9 @@ class RegistryEmbedder(InProcessModel):
         super().__init__(EmbeddingModelInfo(model_id=model_id or default_model_id(self.recipe), dim=DIM), batch_size)
 
     def _encode(self, texts: list[str]) -> FloatArray:
-        """Pooled vectors of ``texts`` (prefixes already added), in order: shortest-first
-        sub-batches, one per core, each padded only to its own longest text."""
+        """Pooled vectors of ``texts`` (prefixes already added), in order."""
         session, tokenizer = _load(self.recipe)
-        tokens = [e.ids for e in tokenizer.encode_batch(texts)]
-        order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
-        parts = map_parts(lambda idx: bert_vectors(session, [tokens[i] for i in idx], self.recipe.pooling), order)
-        out: FloatArray = np.empty((len(texts), DIM), dtype=np.float32)
-        out[order] = np.concatenate(parts, axis=0)
-        return out
+        return bert_encode(session, tokenizer, texts, self.recipe.pooling, DIM)
 
     def embed_documents(self, texts: Sequence[str]) -> FloatArray:
         prefix = self.recipe.passage_prefix
@@ -147,6 +133,4 @@ class RegistryEmbedder(InProcessModel):
     def informative(self, text: str) -> bool:
         """Whether WordPiece finds a token of its vocabulary in ``text`` (without the prefix:
         the prefix alone carries nothing of the memory)."""
-        _, tokenizer = _load(self.recipe)
-        special = {tokenizer.token_to_id(t) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")}
-        return known_tokens(tokenizer.encode(clean_text(text)).ids, special)
+        return wordpiece_informative(_load(self.recipe)[1], text)
