@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from memoryctl.model import Memory
-from memoryctl.stores.pg import fetch_all, pg_errors
+from memoryctl.stores.pg import fetch_all, fetch_one, pg_errors
 from memoryctl.stores.records import keyset_after, row_to_memory
 
 _FULL = "id, agent_id, text, kind, created_at, updated_at, content_hash, metadata, entities, relations, deleted_at"
@@ -130,19 +130,16 @@ class OpsState:
 
     # ---- migration checkpoints ----------------------------------------------------------------
     def open_migration(self, target_model: str) -> dict[str, Any] | None:
-        with pg_errors(), self.pool.connection() as conn:
-            row: dict[str, Any] | None = conn.execute(
-                "SELECT * FROM embedding_migrations WHERE target_model = %s AND status IN ('copying', 'verifying')",
-                (target_model,),
-            ).fetchone()
-        return row
+        return fetch_one(
+            self.pool,
+            "SELECT * FROM embedding_migrations WHERE target_model = %s AND status IN ('copying', 'verifying')",
+            (target_model,),
+        )
 
     def any_open_migration(self) -> dict[str, Any] | None:
-        with pg_errors(), self.pool.connection() as conn:
-            row: dict[str, Any] | None = conn.execute(
-                "SELECT * FROM embedding_migrations WHERE status IN ('copying', 'verifying') ORDER BY id LIMIT 1"
-            ).fetchone()
-        return row
+        return fetch_one(
+            self.pool, "SELECT * FROM embedding_migrations WHERE status IN ('copying', 'verifying') ORDER BY id LIMIT 1"
+        )
 
     def start_migration(self, source_model: str | None, target_model: str, spec: dict[str, Any]) -> dict[str, Any]:
         with pg_errors(), self.pool.connection() as conn, conn.transaction():
@@ -172,11 +169,7 @@ class OpsState:
             )
 
     def last_migration(self) -> dict[str, Any] | None:
-        with pg_errors(), self.pool.connection() as conn:
-            row: dict[str, Any] | None = conn.execute(
-                "SELECT * FROM embedding_migrations ORDER BY id DESC LIMIT 1"
-            ).fetchone()
-        return row
+        return fetch_one(self.pool, "SELECT * FROM embedding_migrations ORDER BY id DESC LIMIT 1")
 
     # ---- model registry (model_versions, kind 'embedding') ------------------------------------
     def embedding_models(self) -> list[dict[str, Any]]:
@@ -187,12 +180,11 @@ class OpsState:
         )
 
     def active_embedding(self) -> dict[str, Any] | None:
-        with pg_errors(), self.pool.connection() as conn:
-            row: dict[str, Any] | None = conn.execute(
-                "SELECT model_id, dim, manifest, activated_at FROM model_versions"
-                " WHERE kind = 'embedding' AND status = 'active' ORDER BY activated_at DESC NULLS LAST LIMIT 1"
-            ).fetchone()
-        return row
+        return fetch_one(
+            self.pool,
+            "SELECT model_id, dim, manifest, activated_at FROM model_versions"
+            " WHERE kind = 'embedding' AND status = 'active' ORDER BY activated_at DESC NULLS LAST LIMIT 1",
+        )
 
     def register_embedding(self, model_id: str, dim: int, spec: dict[str, Any] | None) -> None:
         """Known model (status 'registered' unless it already has one); its spec kept for rollback."""

@@ -180,6 +180,12 @@ def fetch_all(pool: Pool, query: QueryNoTemplate, params: Params | None = None) 
         return conn.execute(query, params).fetchall()
 
 
+def fetch_one(pool: Pool, query: QueryNoTemplate, params: Params | None = None) -> DictRow | None:
+    """The first row of one read (None without one), as ``fetch_all`` reads them."""
+    with pg_errors(), pool.connection() as conn:
+        return conn.execute(query, params).fetchone()
+
+
 # SQLSTATEs that say "not this server, not now": it is shutting down or starting up / in recovery
 # (57P01-57P03), the session is read-only (25006: a standby, or a primary being demoted), the
 # connection failed (class 08). An OperationalError without one: the connection broke mid-call.

@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 from memoryctl.errors import ConflictError, StoreError
 from memoryctl.model import EntityRef, Memory, node_from_json
 from memoryctl.stores import lexical_terms, names
-from memoryctl.stores.pg import Pool, fetch_all, pg_errors, retry_on_failover, set_local_timeout
+from memoryctl.stores.pg import Pool, fetch_all, fetch_one, pg_errors, retry_on_failover, set_local_timeout
 
 TARGETS = ("vector", "graph")
 
@@ -506,13 +506,12 @@ class RunLog:
 
     def last_with_details(self, command: str) -> dict[str, Any] | None:
         """The newest run of ``command`` with its details (``health``'s nightly component)."""
-        with pg_errors(), self.pool.connection() as conn:
-            row: dict[str, Any] | None = conn.execute(
-                "SELECT started_at, finished_at, status, error, details FROM maintenance_runs"
-                " WHERE command = %s ORDER BY started_at DESC LIMIT 1",
-                (command,),
-            ).fetchone()
-        return row
+        return fetch_one(
+            self.pool,
+            "SELECT started_at, finished_at, status, error, details FROM maintenance_runs"
+            " WHERE command = %s ORDER BY started_at DESC LIMIT 1",
+            (command,),
+        )
 
     def last_per_command(self) -> dict[str, dict[str, Any]]:
         rows = fetch_all(
