@@ -33,21 +33,11 @@ import hashlib
 import importlib
 import importlib.metadata
 import threading
-from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from memoryctl.embed.base import (
-    FloatArray,
-    InProcessModel,
-    bert_encode,
-    clean_text,
-    embed_batched,
-    finish_vectors,
-    onnx_session,
-    wordpiece_informative,
-)
+from memoryctl.embed.base import OnnxBertModel, onnx_session
 from memoryctl.errors import ConfigError
 from memoryctl.stores.protocols import EmbeddingModelInfo
 
@@ -103,27 +93,13 @@ def _load() -> tuple[Any, Any]:
     return _session
 
 
-def _encode(texts: list[str]) -> FloatArray:
-    session, tokenizer = _load()
-    return bert_encode(session, tokenizer, texts, "mean", ONNX_DIM)
-
-
-class OnnxMiniLMEmbedder(InProcessModel):
+class OnnxMiniLMEmbedder(OnnxBertModel):
     """all-MiniLM-L6-v2 (int8 ONNX) in-process, torch-free. Loaded on first use, once per process."""
+
+    who = "all-MiniLM-L6-v2 (onnx)"
 
     def __init__(self, *, batch_size: int = 64, model_id: str | None = None) -> None:
         super().__init__(EmbeddingModelInfo(model_id=model_id or default_model_id(), dim=ONNX_DIM), batch_size)
 
-    def embed_documents(self, texts: Sequence[str]) -> FloatArray:
-        return embed_batched(texts, self._batch_size, ONNX_DIM, _encode, who="all-MiniLM-L6-v2 (onnx)")
-
-    def embed_query(self, text: str) -> FloatArray:
-        row: FloatArray = finish_vectors(_encode([clean_text(text)]), 1, ONNX_DIM, who="all-MiniLM-L6-v2 (onnx)")[0]
-        return row
-
-    def load(self) -> None:
-        _load()
-
-    def informative(self, text: str) -> bool:
-        """Whether WordPiece finds a token of its vocabulary in ``text``."""
-        return wordpiece_informative(_load()[1], text)
+    def loaded(self) -> tuple[Any, Any]:
+        return _load()

@@ -26,20 +26,10 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memoryctl.embed.base import (
-    FloatArray,
-    InProcessModel,
-    bert_encode,
-    clean_text,
-    embed_batched,
-    finish_vectors,
-    onnx_session,
-    wordpiece_informative,
-)
+from memoryctl.embed.base import OnnxBertModel, onnx_session
 from memoryctl.errors import ConfigError
 from memoryctl.stores.protocols import EmbeddingModelInfo
 
@@ -102,35 +92,16 @@ def _load(recipe: Recipe) -> tuple[Any, Any]:
     return loaded
 
 
-class RegistryEmbedder(InProcessModel):
+class RegistryEmbedder(OnnxBertModel):
     """e5-small-v2 or bge-small-en-v1.5 (int8 ONNX, from Maven Central) in-process, torch-free."""
 
     def __init__(self, kind: str, *, batch_size: int = 64, model_id: str | None = None) -> None:
         if kind not in RECIPES:
             raise ConfigError(f"no registry embedder {kind!r}", hint=f"one of {', '.join(RECIPES)}")
         self.recipe = RECIPES[kind]
+        self.who, self.pooling = kind, self.recipe.pooling
+        self.query_prefix, self.passage_prefix = self.recipe.query_prefix, self.recipe.passage_prefix
         super().__init__(EmbeddingModelInfo(model_id=model_id or default_model_id(self.recipe), dim=DIM), batch_size)
 
-    def _encode(self, texts: list[str]) -> FloatArray:
-        """Pooled vectors of ``texts`` (prefixes already added), in order."""
-        session, tokenizer = _load(self.recipe)
-        return bert_encode(session, tokenizer, texts, self.recipe.pooling, DIM)
-
-    def embed_documents(self, texts: Sequence[str]) -> FloatArray:
-        prefix = self.recipe.passage_prefix
-        return embed_batched(
-            texts, self._batch_size, DIM, lambda batch: self._encode([prefix + t for t in batch]), who=self.recipe.kind
-        )
-
-    def embed_query(self, text: str) -> FloatArray:
-        vectors = self._encode([self.recipe.query_prefix + clean_text(text)])
-        row: FloatArray = finish_vectors(vectors, 1, DIM, who=self.recipe.kind)[0]
-        return row
-
-    def load(self) -> None:
-        _load(self.recipe)
-
-    def informative(self, text: str) -> bool:
-        """Whether WordPiece finds a token of its vocabulary in ``text`` (without the prefix:
-        the prefix alone carries nothing of the memory)."""
-        return wordpiece_informative(_load(self.recipe)[1], text)
+    def loaded(self) -> tuple[Any, Any]:
+        return _load(self.recipe)
