@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from functools import cached_property
 from pathlib import Path
@@ -43,15 +44,12 @@ if TYPE_CHECKING:  # the operations are imported when called: `import memoryctl`
 MAX_HEALTH_DEADLINE_S = 60.0
 
 
-class MemoryClient:
+class MemoryClient(AbstractContextManager["MemoryClient"]):
     """One handle on the whole stack. Use as a context manager, or call ``close()``."""
 
     def __init__(self, settings: Settings | None = None, *, stack: Stack | None = None) -> None:
         self.settings = settings or load_settings()
         self.stack = stack or Stack(self.settings)
-
-    def __enter__(self) -> MemoryClient:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

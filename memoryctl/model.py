@@ -95,28 +95,35 @@ def check_unicode(value: Any, what: str) -> None:
         ) from None
 
 
-def validate_agent_id(value: str) -> str:
-    if not isinstance(value, str) or not _AGENT_ID.match(value):
-        raise InputError(
-            f"invalid agent id {value!r}",
-            hint="agent ids are 1-128 characters of letters, digits and _ . : @ - (starting alphanumeric)",
-        )
+def _shaped(value: str, shape: re.Pattern[str], what: str, hint: str) -> str:
+    """``value`` if it is a string of ``shape``, else an InputError naming ``what``: the one check
+    behind every identifier a caller passes (agent ids, kinds, entity types, metadata keys), so
+    each is refused the same way, with its own shape in the hint."""
+    if not isinstance(value, str) or not shape.match(value):
+        raise InputError(f"invalid {what} {value!r}", hint=hint)
     return value
+
+
+def validate_agent_id(value: str) -> str:
+    return _shaped(
+        value,
+        _AGENT_ID,
+        "agent id",
+        "agent ids are 1-128 characters of letters, digits and _ . : @ - (starting alphanumeric)",
+    )
 
 
 def validate_kind(value: str) -> str:
-    if not isinstance(value, str) or not _KIND.match(value):
-        raise InputError(f"invalid kind {value!r}", hint="kinds are 1-64 characters of letters, digits and _ . -")
-    return value
+    return _shaped(value, _KIND, "kind", "kinds are 1-64 characters of letters, digits and _ . -")
 
 
 def validate_entity_type(value: str) -> str:
-    if not isinstance(value, str) or not _ENTITY_TYPE.match(value):
-        raise InputError(
-            f"invalid entity type {value!r}",
-            hint="entity types are identifiers: a letter, then letters, digits or _ (max 64), e.g. User",
-        )
-    return value
+    return _shaped(
+        value,
+        _ENTITY_TYPE,
+        "entity type",
+        "entity types are identifiers: a letter, then letters, digits or _ (max 64), e.g. User",
+    )
 
 
 def validate_relation_type(value: str) -> str:
@@ -137,12 +144,12 @@ def is_meta_key(value: object) -> bool:
 
 
 def validate_meta_key(value: str) -> str:
-    if not is_meta_key(value):
-        raise InputError(
-            f"invalid metadata key {value!r}",
-            hint="metadata keys are identifiers: a letter or _, then letters, digits or _ (max 64)",
-        )
-    return value
+    return _shaped(
+        value,
+        _META_KEY,
+        "metadata key",
+        "metadata keys are identifiers: a letter or _, then letters, digits or _ (max 64)",
+    )
 
 
 @functools.lru_cache(maxsize=65536)

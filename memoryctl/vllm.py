@@ -27,6 +27,7 @@ key). A new endpoint is one method over ``_json`` / ``_post``.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +71,7 @@ class ModelList:
         return any(a.id == name and (path is None or a.root in (None, path)) for a in self.adapters)
 
 
-class VLLMClient:
+class VLLMClient(AbstractContextManager["VLLMClient"]):
     """vLLM (or any OpenAI-compatible server for the endpoints it has). Use as a context manager,
     or ``close()``. ``transport``: an ``httpx`` transport under the retries (tests: ``MockTransport``)."""
 
@@ -98,9 +99,6 @@ class VLLMClient:
             hint=f"check that vLLM is up and reachable over the mesh at {settings}.url (memoryctl health),"
             f" or raise {settings}.timeout_s",
         )
-
-    def __enter__(self) -> VLLMClient:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

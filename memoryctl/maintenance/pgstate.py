@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from memoryctl.model import Memory
-from memoryctl.stores.pg import pg_errors
+from memoryctl.stores.pg import fetch_all, fetch_one, pg_errors
 from memoryctl.stores.records import keyset_after, row_to_memory
 
 _FULL = "id, agent_id, text, kind, created_at, updated_at, content_hash, metadata, entities, relations, deleted_at"
@@ -31,10 +31,9 @@ class OpsState:
         """Which outbox targets still hold an entry for each id (delivery pending, not drift)."""
         if not ids:
             return {}
-        with pg_errors(), self.pool.connection() as conn:
-            rows = conn.execute(
-                "SELECT DISTINCT memory_id, target FROM outbox WHERE memory_id = ANY(%s)", (list(ids),)
-            ).fetchall()
+        rows = fetch_all(
+            self.pool, "SELECT DISTINCT memory_id, target FROM outbox WHERE memory_id = ANY(%s)", (list(ids),)
+        )
         out: dict[uuid.UUID, set[str]] = {}
         for r in rows:
             out.setdefault(r["memory_id"], set()).add(r["target"])
@@ -44,10 +43,9 @@ class OpsState:
         """Current (id, content_hash, deleted_at) of ids: re-checked before a repair acts on a race."""
         if not ids:
             return {}
-        with pg_errors(), self.pool.connection() as conn:
-            rows = conn.execute(
-                "SELECT id, agent_id, content_hash, deleted_at FROM memories WHERE id = ANY(%s)", (list(ids),)
-            ).fetchall()
+        rows = fetch_all(
+            self.pool, "SELECT id, agent_id, content_hash, deleted_at FROM memories WHERE id = ANY(%s)", (list(ids),)
+        )
         return {r["id"]: r for r in rows}
 
     def now(self) -> datetime:
@@ -78,12 +76,12 @@ class OpsState:
     def live_after(self, last: uuid.UUID | None, limit: int, *, agent_id: str | None = None) -> list[Memory]:
         """One keyset page of live memories (full rows) in id order after ``last``."""
         after, after_params = keyset_after(last)
-        with pg_errors(), self.pool.connection() as conn:
-            rows = conn.execute(
-                f"SELECT {_FULL} FROM memories WHERE {after}"  # noqa: S608 - constants
-                " deleted_at IS NULL AND (%s::text IS NULL OR agent_id = %s) ORDER BY id LIMIT %s",
-                (*after_params, agent_id, agent_id, limit),
-            ).fetchall()
+        rows = fetch_all(
+            self.pool,
+            f"SELECT {_FULL} FROM memories WHERE {after}"  # noqa: S608 - constants
+            " deleted_at IS NULL AND (%s::text IS NULL OR agent_id = %s) ORDER BY id LIMIT %s",
+            (*after_params, agent_id, agent_id, limit),
+        )
         return [row_to_memory(r) for r in rows]
 
     def changed_since(self, since: datetime, *, batch: int = 1000) -> Iterator[list[Memory]]:
@@ -91,12 +89,12 @@ class OpsState:
         last: uuid.UUID | None = None
         while True:
             after, after_params = keyset_after(last)
-            with pg_errors(), self.pool.connection() as conn:
-                rows = conn.execute(
-                    f"SELECT {_FULL} FROM memories WHERE {after} updated_at >= %s"  # noqa: S608 - constants
-                    " ORDER BY id LIMIT %s",
-                    (*after_params, since, batch),
-                ).fetchall()
+            rows = fetch_all(
+                self.pool,
+                f"SELECT {_FULL} FROM memories WHERE {after} updated_at >= %s"  # noqa: S608 - constants
+                " ORDER BY id LIMIT %s",
+                (*after_params, since, batch),
+            )
             if not rows:
                 return
             yield [row_to_memory(r) for r in rows]
@@ -105,17 +103,15 @@ class OpsState:
     def dialogue_turns(self, kind: str, since: datetime | None) -> list[dict[str, Any]]:
         """Memories of ``kind`` written after ``since`` as conversation turns (role from metadata), in
         conversation order: the generation adapter's training data."""
-        with pg_errors(), self.pool.connection() as conn:
-            return list(
-                conn.execute(
-                    "SELECT id::text AS id, text, metadata ->> 'role' AS role,"
-                    " coalesce(metadata ->> 'conversation_id', agent_id) AS conversation_id"
-                    " FROM memories WHERE kind = %s AND deleted_at IS NULL"
-                    " AND (%s::timestamptz IS NULL OR created_at > %s)"
-                    " ORDER BY agent_id, coalesce(metadata ->> 'conversation_id', ''), created_at, seq, id",
-                    (kind, since, since),
-                )
-            )
+        return fetch_all(
+            self.pool,
+            "SELECT id::text AS id, text, metadata ->> 'role' AS role,"
+            " coalesce(metadata ->> 'conversation_id', agent_id) AS conversation_id"
+            " FROM memories WHERE kind = %s AND deleted_at IS NULL"
+            " AND (%s::timestamptz IS NULL OR created_at > %s)"
+            " ORDER BY agent_id, coalesce(metadata ->> 'conversation_id', ''), created_at, seq, id",
+            (kind, since, since),
+        )
 
     def count_live(self) -> int:
         with pg_errors(), self.pool.connection() as conn:
@@ -134,19 +130,16 @@ class OpsState:
 
     # ---- migration checkpoints ----------------------------------------------------------------
     def open_migration(self, target_model: str) -> dict[str, Any] | None:
-        with pg_errors(), self.pool.connection() as conn:
-            row: dict[str, Any] | None = conn.execute(
-                "SELECT * FROM embedding_migrations WHERE target_model = %s AND status IN ('copying', 'verifying')",
-                (target_model,),
-            ).fetchone()
-        return row
+        return fetch_one(
+            self.pool,
+            "SELECT * FROM embedding_migrations WHERE target_model = %s AND status IN ('copying', 'verifying')",
+            (target_model,),
+        )
 
     def any_open_migration(self) -> dict[str, Any] | None:
-        with pg_errors(), self.pool.connection() as conn:
-            row: dict[str, Any] | None = conn.execute(
-                "SELECT * FROM embedding_migrations WHERE status IN ('copying', 'verifying') ORDER BY id LIMIT 1"
-            ).fetchone()
-        return row
+        return fetch_one(
+            self.pool, "SELECT * FROM embedding_migrations WHERE status IN ('copying', 'verifying') ORDER BY id LIMIT 1"
+        )
 
     def start_migration(self, source_model: str | None, target_model: str, spec: dict[str, Any]) -> dict[str, Any]:
         with pg_errors(), self.pool.connection() as conn, conn.transaction():
@@ -176,29 +169,22 @@ class OpsState:
             )
 
     def last_migration(self) -> dict[str, Any] | None:
-        with pg_errors(), self.pool.connection() as conn:
-            row: dict[str, Any] | None = conn.execute(
-                "SELECT * FROM embedding_migrations ORDER BY id DESC LIMIT 1"
-            ).fetchone()
-        return row
+        return fetch_one(self.pool, "SELECT * FROM embedding_migrations ORDER BY id DESC LIMIT 1")
 
     # ---- model registry (model_versions, kind 'embedding') ------------------------------------
     def embedding_models(self) -> list[dict[str, Any]]:
-        with pg_errors(), self.pool.connection() as conn:
-            return list(
-                conn.execute(
-                    "SELECT model_id, dim, status, manifest, created_at, activated_at FROM model_versions"
-                    " WHERE kind = 'embedding' ORDER BY id"
-                )
-            )
+        return fetch_all(
+            self.pool,
+            "SELECT model_id, dim, status, manifest, created_at, activated_at FROM model_versions"
+            " WHERE kind = 'embedding' ORDER BY id",
+        )
 
     def active_embedding(self) -> dict[str, Any] | None:
-        with pg_errors(), self.pool.connection() as conn:
-            row: dict[str, Any] | None = conn.execute(
-                "SELECT model_id, dim, manifest, activated_at FROM model_versions"
-                " WHERE kind = 'embedding' AND status = 'active' ORDER BY activated_at DESC NULLS LAST LIMIT 1"
-            ).fetchone()
-        return row
+        return fetch_one(
+            self.pool,
+            "SELECT model_id, dim, manifest, activated_at FROM model_versions"
+            " WHERE kind = 'embedding' AND status = 'active' ORDER BY activated_at DESC NULLS LAST LIMIT 1",
+        )
 
     def register_embedding(self, model_id: str, dim: int, spec: dict[str, Any] | None) -> None:
         """Known model (status 'registered' unless it already has one); its spec kept for rollback."""

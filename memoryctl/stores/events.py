@@ -15,7 +15,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from memoryctl.errors import NotFoundError
-from memoryctl.stores.pg import Pool, pg_errors
+from memoryctl.stores.pg import Pool, fetch_all, pg_errors
 
 
 class EventLog:
@@ -57,19 +57,17 @@ class EventLog:
 
     def useful_pairs(self, since: datetime | None) -> list[dict[str, Any]]:
         """(query text, memory) pairs whose recall was marked useful after ``since``, one row per pair."""
-        with pg_errors(), self.pool.connection() as conn:
-            return list(
-                conn.execute(
-                    "SELECT DISTINCT ON (f.query_id, f.memory_id) f.query_id::text || ':' || f.memory_id::text AS id,"
-                    " r.payload ->> 'text' AS query, m.text AS positive, m.id::text AS positive_id,"
-                    " f.query_id::text AS query_id"
-                    " FROM memory_events f"
-                    " JOIN memory_events r ON r.event = 'recall' AND r.query_id = f.query_id"
-                    " AND r.memory_id = f.memory_id"
-                    " JOIN memories m ON m.id = f.memory_id AND m.deleted_at IS NULL"
-                    " WHERE f.event = 'feedback' AND (f.payload ->> 'useful')::boolean"
-                    " AND r.payload ->> 'text' IS NOT NULL AND (%s::timestamptz IS NULL OR f.time > %s)"
-                    " ORDER BY f.query_id, f.memory_id, f.time DESC",
-                    (since, since),
-                )
-            )
+        return fetch_all(
+            self.pool,
+            "SELECT DISTINCT ON (f.query_id, f.memory_id) f.query_id::text || ':' || f.memory_id::text AS id,"
+            " r.payload ->> 'text' AS query, m.text AS positive, m.id::text AS positive_id,"
+            " f.query_id::text AS query_id"
+            " FROM memory_events f"
+            " JOIN memory_events r ON r.event = 'recall' AND r.query_id = f.query_id"
+            " AND r.memory_id = f.memory_id"
+            " JOIN memories m ON m.id = f.memory_id AND m.deleted_at IS NULL"
+            " WHERE f.event = 'feedback' AND (f.payload ->> 'useful')::boolean"
+            " AND r.payload ->> 'text' IS NOT NULL AND (%s::timestamptz IS NULL OR f.time > %s)"
+            " ORDER BY f.query_id, f.memory_id, f.time DESC",
+            (since, since),
+        )

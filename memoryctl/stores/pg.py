@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import orjson
 import psycopg
@@ -27,6 +27,9 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from memoryctl.errors import BadRecord, StoreError, StoreUnavailable
 from memoryctl.stores.pg_connect import ClusterConnection
+
+if TYPE_CHECKING:  # psycopg.abc's QueryNoTemplate is new in 3.3; pyproject allows 3.2
+    from psycopg.abc import Params, QueryNoTemplate
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +171,19 @@ def pg_errors() -> Iterator[None]:
         raise BadRecord("postgres", _first_line(exc)) from None
     except psycopg.Error as exc:
         raise StoreError("postgres", _first_line(exc)) from None
+
+
+def fetch_all(pool: Pool, query: QueryNoTemplate, params: Params | None = None) -> list[DictRow]:
+    """Every row of one read on a pooled connection, driver errors mapped as ``pg_errors`` maps
+    them: the shape of most of the stores' reads, so each states only its statement."""
+    with pg_errors(), pool.connection() as conn:
+        return conn.execute(query, params).fetchall()
+
+
+def fetch_one(pool: Pool, query: QueryNoTemplate, params: Params | None = None) -> DictRow | None:
+    """The first row of one read (None without one), as ``fetch_all`` reads them."""
+    with pg_errors(), pool.connection() as conn:
+        return conn.execute(query, params).fetchone()
 
 
 # SQLSTATEs that say "not this server, not now": it is shutting down or starting up / in recovery

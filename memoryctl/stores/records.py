@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 from memoryctl.errors import ConflictError, StoreError
 from memoryctl.model import EntityRef, Memory, node_from_json
 from memoryctl.stores import lexical_terms, names
-from memoryctl.stores.pg import Pool, pg_errors, retry_on_failover, set_local_timeout
+from memoryctl.stores.pg import Pool, fetch_all, fetch_one, pg_errors, retry_on_failover, set_local_timeout
 
 TARGETS = ("vector", "graph")
 
@@ -261,20 +261,19 @@ class RecordStore:
     def get_many(self, ids: Sequence[uuid.UUID], *, include_deleted: bool = True) -> dict[uuid.UUID, Memory]:
         if not ids:
             return {}
-        with pg_errors(), self.pool.connection() as conn:
-            rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM memories WHERE id = ANY(%s)"  # noqa: S608 - constant
-                " AND (%s OR deleted_at IS NULL)",
-                (list(ids), include_deleted),
-            ).fetchall()
+        rows = fetch_all(
+            self.pool,
+            f"SELECT {_COLUMNS} FROM memories WHERE id = ANY(%s)"  # noqa: S608 - constant
+            " AND (%s OR deleted_at IS NULL)",
+            (list(ids), include_deleted),
+        )
         return {r["id"]: row_to_memory(r) for r in rows}
 
     def owners(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
         """The agent of each id that exists (forgotten ones too)."""
         if not ids:
             return {}
-        with pg_errors(), self.pool.connection() as conn:
-            rows = conn.execute("SELECT id, agent_id FROM memories WHERE id = ANY(%s)", (list(set(ids)),)).fetchall()
+        rows = fetch_all(self.pool, "SELECT id, agent_id FROM memories WHERE id = ANY(%s)", (list(set(ids)),))
         return {r["id"]: r["agent_id"] for r in rows}
 
     def get(self, mid: uuid.UUID) -> Memory | None:
@@ -296,13 +295,13 @@ class RecordStore:
         last: uuid.UUID | None = None
         while True:
             after, after_params = keyset_after(last)
-            with pg_errors(), self.pool.connection() as conn:
-                rows = conn.execute(
-                    "SELECT id, agent_id, content_hash, deleted_at, created_at FROM memories"  # noqa: S608 - constant
-                    f" WHERE {after} (%s::text IS NULL OR agent_id = %s)"
-                    " AND (%s OR deleted_at IS NULL) ORDER BY id LIMIT %s",
-                    (*after_params, agent_id, agent_id, include_deleted, batch),
-                ).fetchall()
+            rows = fetch_all(
+                self.pool,
+                "SELECT id, agent_id, content_hash, deleted_at, created_at FROM memories"  # noqa: S608 - constant
+                f" WHERE {after} (%s::text IS NULL OR agent_id = %s)"
+                " AND (%s OR deleted_at IS NULL) ORDER BY id LIMIT %s",
+                (*after_params, agent_id, agent_id, include_deleted, batch),
+            )
             if not rows:
                 return
             yield rows
@@ -384,15 +383,15 @@ class RecordStore:
             )
 
     def outbox_stats(self) -> dict[str, dict[str, Any]]:
-        with pg_errors(), self.pool.connection() as conn:
-            rows = conn.execute(
-                "SELECT target, count(*) FILTER (WHERE NOT aside) AS pending, min(created_at) FILTER (WHERE NOT aside)"
-                " AS oldest, max(attempts) FILTER (WHERE NOT aside) AS max_attempts,"
-                " (array_agg(last_error ORDER BY id DESC) FILTER (WHERE last_error IS NOT NULL AND NOT aside))[1]"
-                " AS last_error, count(*) FILTER (WHERE aside) AS set_aside,"
-                " (array_agg(last_error ORDER BY id DESC) FILTER (WHERE aside))[1] AS set_aside_error"
-                " FROM (SELECT *, next_attempt_at = 'infinity' AS aside FROM outbox) AS o GROUP BY target"
-            ).fetchall()
+        rows = fetch_all(
+            self.pool,
+            "SELECT target, count(*) FILTER (WHERE NOT aside) AS pending, min(created_at) FILTER (WHERE NOT aside)"
+            " AS oldest, max(attempts) FILTER (WHERE NOT aside) AS max_attempts,"
+            " (array_agg(last_error ORDER BY id DESC) FILTER (WHERE last_error IS NOT NULL AND NOT aside))[1]"
+            " AS last_error, count(*) FILTER (WHERE aside) AS set_aside,"
+            " (array_agg(last_error ORDER BY id DESC) FILTER (WHERE aside))[1] AS set_aside_error"
+            " FROM (SELECT *, next_attempt_at = 'infinity' AS aside FROM outbox) AS o GROUP BY target",
+        )
         keys = ("pending", "oldest", "max_attempts", "last_error", "set_aside", "set_aside_error")
         stats = {t: dict.fromkeys(keys) | {"pending": 0, "max_attempts": 0, "set_aside": 0} for t in TARGETS}
         for r in rows:
@@ -401,15 +400,15 @@ class RecordStore:
 
     def pending_count(self, memory_ids: Sequence[uuid.UUID] | None = None) -> dict[str, int]:
         """Memories awaiting delivery per target (rows set aside are not awaiting anything)."""
-        with pg_errors(), self.pool.connection() as conn:
-            rows = conn.execute(
-                "SELECT target, count(DISTINCT memory_id) AS n FROM outbox WHERE next_attempt_at <> 'infinity'"
-                " AND (%s::uuid[] IS NULL OR memory_id = ANY(%s)) GROUP BY target",
-                (
-                    list(memory_ids) if memory_ids is not None else None,
-                    list(memory_ids) if memory_ids is not None else None,
-                ),
-            ).fetchall()
+        rows = fetch_all(
+            self.pool,
+            "SELECT target, count(DISTINCT memory_id) AS n FROM outbox WHERE next_attempt_at <> 'infinity'"
+            " AND (%s::uuid[] IS NULL OR memory_id = ANY(%s)) GROUP BY target",
+            (
+                list(memory_ids) if memory_ids is not None else None,
+                list(memory_ids) if memory_ids is not None else None,
+            ),
+        )
         return {r["target"]: int(r["n"]) for r in rows}
 
     def retry_now(self, targets: Sequence[str] = TARGETS) -> None:
@@ -424,15 +423,13 @@ class RecordStore:
 
     def set_aside_rows(self, *, limit: int = 1000) -> list[dict[str, Any]]:
         """The rows set aside, oldest first: what failed to be delivered where, and why."""
-        with pg_errors(), self.pool.connection() as conn:
-            return list(
-                conn.execute(
-                    "SELECT o.id, o.memory_id, m.agent_id, o.target, o.op, o.attempts, o.last_error, o.created_at"
-                    " FROM outbox AS o LEFT JOIN memories AS m ON m.id = o.memory_id"
-                    " WHERE o.next_attempt_at = 'infinity' ORDER BY o.id LIMIT %s",
-                    (limit,),
-                )
-            )
+        return fetch_all(
+            self.pool,
+            "SELECT o.id, o.memory_id, m.agent_id, o.target, o.op, o.attempts, o.last_error, o.created_at"
+            " FROM outbox AS o LEFT JOIN memories AS m ON m.id = o.memory_id"
+            " WHERE o.next_attempt_at = 'infinity' ORDER BY o.id LIMIT %s",
+            (limit,),
+        )
 
     def retry_set_aside(self, ids: Sequence[int] | None = None) -> int:
         """Put rows set aside (all, or these outbox ids) back in the queue, due now."""
@@ -491,15 +488,13 @@ class RunLog:
             )
 
     def recent(self, *, command: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
-        with pg_errors(), self.pool.connection() as conn:
-            return list(
-                conn.execute(
-                    "SELECT id, command, started_at, finished_at, status, trigger, actor, counts, error, details"
-                    " FROM maintenance_runs WHERE (%s::text IS NULL OR command = %s)"
-                    " ORDER BY started_at DESC LIMIT %s",
-                    (command, command, limit),
-                )
-            )
+        return fetch_all(
+            self.pool,
+            "SELECT id, command, started_at, finished_at, status, trigger, actor, counts, error, details"
+            " FROM maintenance_runs WHERE (%s::text IS NULL OR command = %s)"
+            " ORDER BY started_at DESC LIMIT %s",
+            (command, command, limit),
+        )
 
     def last_success(self, command: str) -> datetime | None:
         """When the last run of ``command`` that ended ``ok`` started (a data window's lower bound)."""
@@ -511,20 +506,19 @@ class RunLog:
 
     def last_with_details(self, command: str) -> dict[str, Any] | None:
         """The newest run of ``command`` with its details (``health``'s nightly component)."""
-        with pg_errors(), self.pool.connection() as conn:
-            row: dict[str, Any] | None = conn.execute(
-                "SELECT started_at, finished_at, status, error, details FROM maintenance_runs"
-                " WHERE command = %s ORDER BY started_at DESC LIMIT 1",
-                (command,),
-            ).fetchone()
-        return row
+        return fetch_one(
+            self.pool,
+            "SELECT started_at, finished_at, status, error, details FROM maintenance_runs"
+            " WHERE command = %s ORDER BY started_at DESC LIMIT 1",
+            (command,),
+        )
 
     def last_per_command(self) -> dict[str, dict[str, Any]]:
-        with pg_errors(), self.pool.connection() as conn:
-            rows = conn.execute(
-                "SELECT DISTINCT ON (command) command, started_at, finished_at, status, error, counts"
-                " FROM maintenance_runs ORDER BY command, started_at DESC"
-            ).fetchall()
+        rows = fetch_all(
+            self.pool,
+            "SELECT DISTINCT ON (command) command, started_at, finished_at, status, error, counts"
+            " FROM maintenance_runs ORDER BY command, started_at DESC",
+        )
         return {r["command"]: r for r in rows}
 
 

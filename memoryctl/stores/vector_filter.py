@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from memoryctl.errors import InputError
 from memoryctl.model import validate_meta_key
@@ -39,26 +39,29 @@ class MatchAny:
     values: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Range:
-    """A numeric range; unset bounds are open."""
-
-    key: str
-    gt: float | None = None
-    gte: float | None = None
-    lt: float | None = None
-    lte: float | None = None
+B = TypeVar("B", float, datetime)
 
 
 @dataclass(frozen=True, slots=True)
-class TimeRange:
-    """A datetime range (aware UTC); unset bounds are open."""
+class _Bounds(Generic[B]):
+    """Bounds on ``key``; unset bounds are open. The engines map numbers and datetimes to
+    different range constructors, hence one subclass each."""
 
     key: str
-    gt: datetime | None = None
-    gte: datetime | None = None
-    lt: datetime | None = None
-    lte: datetime | None = None
+    gt: B | None = None
+    gte: B | None = None
+    lt: B | None = None
+    lte: B | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Range(_Bounds[float]):
+    """A numeric range."""
+
+
+@dataclass(frozen=True, slots=True)
+class TimeRange(_Bounds[datetime]):
+    """A datetime range (aware UTC)."""
 
 
 @dataclass(frozen=True, slots=True)
