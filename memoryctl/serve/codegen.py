@@ -450,15 +450,16 @@ def _reply_types() -> list[str]:
 
 
 def init_module() -> str:
-    """``memoryctl_client/__init__.py``: the clients, ``Reply``, the errors and the reply types."""
+    """``memoryctl_client/__init__.py``: the clients, ``Reply``, the errors and the reply types (those
+    by ``types.__all__``, the one list of them)."""
     names = sorted(["API_VERSION", "AsyncClient", "Client", "MemoryctlError", "Reply", *_error_names().values()])
-    shapes = sorted(_shapes())
-    every = sorted(names + shapes)
     return (
         HEADER + '"""A typed client of memoryctl serve\'s HTTP API (README.md)."""\n\n'
+        "from memoryctl_client import types\n"
         f"from memoryctl_client.client import {', '.join(names)}\n"
-        f"from memoryctl_client.types import {', '.join(shapes)}\n\n"
-        f"__all__ = [{', '.join(json.dumps(n) for n in every)}]\n"
+        "from memoryctl_client.types import *  # noqa: F403\n\n"
+        f"__all__ = [{', '.join(json.dumps(n) for n in names)}]\n"
+        "__all__ += types.__all__\n"
     )
 
 
