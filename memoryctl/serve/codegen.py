@@ -331,6 +331,10 @@ class _Operation(Generic[P, T]):
 
     def __init__(self, build: Callable[Concatenate[Any, P], _Call[T]]) -> None:
         self.build = build
+        # How a client's method shows itself (help, inspect, get_type_hints): answering the Reply.
+        returns = "Reply" + build.__annotations__["return"].removeprefix("_Call")
+        self.annotations = {**build.__annotations__, "return": returns}
+        self.signature = inspect.signature(build).replace(return_annotation=returns)
 
     @overload
     def __get__(self, client: None, owner: type[Any] | None = None) -> Callable[Concatenate[Any, P], _Call[T]]: ...
@@ -346,7 +350,10 @@ class _Operation(Generic[P, T]):
     def __get__(self, client: Client | AsyncClient | None, owner: type[Any] | None = None) -> Any:
         if client is None:
             return self.build  # on the class: the function itself, its docstring and signature for help()
-        return MethodType(client._sending(self.build), client)
+        method = client._sending(self.build)
+        method.__annotations__ = self.annotations
+        method.__signature__ = self.signature  # type: ignore[union-attr]  # read by inspect; not in typeshed
+        return MethodType(method, client)
 '''
 
 _OPERATIONS = '''
@@ -427,6 +434,7 @@ def client_module() -> str:
         + '"""memoryctl serve\'s operations as typed methods, sync (``Client``) and async (``AsyncClient``)."""\n\n'
         "from __future__ import annotations\n\n"
         "import functools\n"
+        "import inspect\n"
         "import json\n"
         "from collections.abc import Callable, Coroutine\n"
         "from dataclasses import dataclass\n"
