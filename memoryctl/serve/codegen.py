@@ -373,7 +373,7 @@ class _Operations:
 '''
 
 _CLIENTS = '''
-class Client(_Operations):
+class Client(_Operations, AbstractContextManager["Client"]):
     """``memoryctl serve`` over HTTP, with a bearer token (the operator's, or an agent token from
     ``memoryctl token issue``: bound to its agent). Every method answers a ``Reply`` or raises a
     ``MemoryctlError`` (its subclass names the status)."""
@@ -383,9 +383,6 @@ class Client(_Operations):
 
     def close(self) -> None:
         self._http.close()
-
-    def __enter__(self) -> Client:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -399,7 +396,7 @@ class Client(_Operations):
         return method
 
 
-class AsyncClient(_Operations):
+class AsyncClient(_Operations, AbstractAsyncContextManager["AsyncClient"]):
     """``Client`` for asyncio (and trio): the same methods, awaited."""
 
     def __init__(self, base_url: str, token: str, *, http: httpx.AsyncClient | None = None) -> None:
@@ -407,9 +404,6 @@ class AsyncClient(_Operations):
 
     async def aclose(self) -> None:
         await self._http.aclose()
-
-    async def __aenter__(self) -> AsyncClient:
-        return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
@@ -437,6 +431,7 @@ def client_module() -> str:
         "import inspect\n"
         "import json\n"
         "from collections.abc import Callable, Coroutine\n"
+        "from contextlib import AbstractAsyncContextManager, AbstractContextManager\n"
         "from dataclasses import dataclass\n"
         "from types import MethodType\n"
         "from typing import Any, Concatenate, Generic, Literal, NoReturn, ParamSpec, TypeVar, overload\n\n"

@@ -8,6 +8,7 @@ import functools
 import inspect
 import json
 from collections.abc import Callable, Coroutine
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from types import MethodType
 from typing import Any, Concatenate, Generic, Literal, NoReturn, ParamSpec, TypeVar, overload
@@ -745,7 +746,7 @@ class _Operations:
         return _Call("/v1/token/revoke", {"ids": ids}, long=False)
 
 
-class Client(_Operations):
+class Client(_Operations, AbstractContextManager["Client"]):
     """``memoryctl serve`` over HTTP, with a bearer token (the operator's, or an agent token from
     ``memoryctl token issue``: bound to its agent). Every method answers a ``Reply`` or raises a
     ``MemoryctlError`` (its subclass names the status)."""
@@ -755,9 +756,6 @@ class Client(_Operations):
 
     def close(self) -> None:
         self._http.close()
-
-    def __enter__(self) -> Client:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -771,7 +769,7 @@ class Client(_Operations):
         return method
 
 
-class AsyncClient(_Operations):
+class AsyncClient(_Operations, AbstractAsyncContextManager["AsyncClient"]):
     """``Client`` for asyncio (and trio): the same methods, awaited."""
 
     def __init__(self, base_url: str, token: str, *, http: httpx.AsyncClient | None = None) -> None:
@@ -779,9 +777,6 @@ class AsyncClient(_Operations):
 
     async def aclose(self) -> None:
         await self._http.aclose()
-
-    async def __aenter__(self) -> AsyncClient:
-        return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
