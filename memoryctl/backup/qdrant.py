@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -40,15 +40,7 @@ class ShardSnapshot:
     peer: str  # REST URL of the peer it was taken on
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "collection": self.collection,
-            "shard_id": self.shard_id,
-            "file": self.file,
-            "size": self.size,
-            "sha256": self.sha256,
-            "points": self.points,
-            "peer": self.peer,
-        }
+        return asdict(self)
 
 
 class QdrantSnapshots:

@@ -49,6 +49,10 @@ AGENT_WRITE = functools.partial(
 )
 
 
+# A job: writes, answers a JSON report, and may run for minutes (no reply timeout).
+JOB = functools.partial(Operation, writes=True, outputs=(JSON,), long=True)
+
+
 def _memories(name: str) -> str:
     return f"memoryctl.operations.memories:{name}"
 
@@ -146,7 +150,7 @@ OPERATIONS: dict[str, Operation] = {
             _memories("add"),
             reply=R.Added,
         ),
-        Operation(
+        JOB(
             "import",
             "Import memories from JSONL; bad lines are reported by number and skipped.",
             (
@@ -161,12 +165,9 @@ OPERATIONS: dict[str, Operation] = {
             ),
             _memories("import_"),
             reply=R.Imported,
-            writes=True,
             access="agent",
             exits=(OK, FAILED, (2, "bad lines (reported and skipped), or --strict refused the file"), PARTIAL),
-            outputs=(JSON,),
             upload="file",
-            long=True,
         ),
         AGENT_WRITE(
             "forget",
@@ -179,16 +180,13 @@ OPERATIONS: dict[str, Operation] = {
             reply=R.Forgotten,
             destructive=True,
         ),
-        Operation(
+        JOB(
             "sync",
             "Deliver everything pending in the outbox to the vector store and the graph (idempotent).",
             WHO,
             _memories("sync"),
             reply=R.Synced,
-            writes=True,
             exits=(*STANDARD, (3, "still pending: a store is down or another delivery holds the rows")),
-            outputs=(JSON,),
-            long=True,
         ),
         Operation(
             "stats",
@@ -223,16 +221,13 @@ OPERATIONS: dict[str, Operation] = {
             outputs=(Param("json", "boolean", "Machine-readable report.", default=False),),
             mcp=True,
         ),
-        Operation(
+        JOB(
             "init",
             "Create or upgrade the schema (PostgreSQL), the vector collection and graph constraints.",
             (),
             _memories("init"),
             reply=R.Initialised,
-            writes=True,
             exits=(*STANDARD, (3, "a store is unavailable (initialised when it is back)")),
-            outputs=(JSON,),
-            long=True,
         ),
         Operation(
             "cypher",
@@ -283,7 +278,7 @@ OPERATIONS: dict[str, Operation] = {
             outputs=(Param("json", "boolean", "Machine-readable report.", default=False),),
             long=True,
         ),
-        Operation(
+        JOB(
             "migrate",
             "Re-embed every memory into a new model's collection, verify, swap atomically; resumable.",
             (
@@ -311,12 +306,9 @@ OPERATIONS: dict[str, Operation] = {
                     hint="e.g. memoryctl migrate --to-model kind=hash,dim=256",
                 ),
             ),
-            writes=True,
             exits=(*STANDARD, (3, "stopped at verification (nothing swapped)")),
-            outputs=(JSON,),
-            long=True,
         ),
-        Operation(
+        JOB(
             "reembed",
             "Re-embed in place, in the active collection, memories whose text changed since embedding.",
             (
@@ -327,19 +319,13 @@ OPERATIONS: dict[str, Operation] = {
             ),
             _maintenance("reembed"),
             reply=R.Reembedded,
-            writes=True,
-            outputs=(JSON,),
-            long=True,
         ),
-        Operation(
+        JOB(
             "nightly",
             "Train → gate → promote LoRA adapters, re-embed changed texts, reconcile, record the run.",
             WHO,
             _maintenance("nightly"),
             reply=R.Nightly,
-            writes=True,
-            outputs=(JSON,),
-            long=True,
         ),
         Operation(
             "feedback",
@@ -410,18 +396,15 @@ OPERATIONS: dict[str, Operation] = {
             exits=((0, "fresh"), (1, "unreadable"), USAGE, (3, "stale")),
             outputs=(Param("json", "boolean", "Machine-readable report.", default=False),),
         ),
-        Operation(
+        JOB(
             "backup qdrant",
             "Snapshot every Qdrant collection (one file per shard) and ship the set to the snapshot target.",
             WHO,
             _maintenance("backup_qdrant"),
             reply=R.Document,
-            writes=True,
             profiles=("cluster",),
-            outputs=(JSON,),
-            long=True,
         ),
-        Operation(
+        JOB(
             "restore qdrant",
             "Restore Qdrant from a snapshot set, then catch up with PostgreSQL. Exit 3 if drift is left.",
             (
@@ -438,13 +421,10 @@ OPERATIONS: dict[str, Operation] = {
             ),
             _maintenance("restore_qdrant"),
             reply=R.Document,
-            writes=True,
             profiles=("cluster",),
             exits=(*STANDARD, (3, "drift left after the catch-up")),
-            outputs=(JSON,),
-            long=True,
         ),
-        Operation(
+        JOB(
             "rebuild graph",
             "Rebuild the graph store from PostgreSQL (idempotent; writes may continue meanwhile).",
             (
@@ -460,9 +440,6 @@ OPERATIONS: dict[str, Operation] = {
             ),
             _maintenance("rebuild_graph"),
             reply=R.Document,
-            writes=True,
-            outputs=(JSON,),
-            long=True,
         ),
         Operation(
             "outbox list",

@@ -40,7 +40,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -100,25 +100,15 @@ class MigrationReport:
             self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - t0
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "action": self.action,
-            "source_model": self.source_model,
-            "target_model": self.target_model,
-            "status": self.status,
-            "resumed_from": self.resumed_from,
-            "copied": self.copied,
-            "caught_up": self.caught_up,
-            "removed": self.removed,
-            "verify": self.verify,
-            "swapped": self.swapped,
-            "dropped": self.dropped,
-            "kept": self.kept,
-            "config_hint": self.config_hint,
-            "pipeline": self.pipeline.as_dict(),
-            "phases": {k: round(v, 3) for k, v in self.phases.items()},
-            "seconds": round(self.seconds, 3),
-            **({"adapter_registry": self.adapter_registry} if self.adapter_registry is not None else {}),
-        }
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out.update(
+            pipeline=self.pipeline.as_dict(),
+            phases={k: round(v, 3) for k, v in self.phases.items()},
+            seconds=round(self.seconds, 3),
+        )
+        if self.adapter_registry is None:
+            del out["adapter_registry"]
+        return out
 
 
 def _noop(phase: str, advance: int, total: int | None) -> None:

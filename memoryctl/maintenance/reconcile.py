@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from memoryctl.embed import Embedder
 
 CATEGORIES = ("orphan", "missing", "stale")
+#: A store's counts in its report, in this order.
+COUNTS = ("scanned", *CATEGORIES, "pending", "raced", "repaired")
 TARGET_OF = {"vector": "vector", "graph": "graph"}
 SAMPLES = 10
 # How long a repair waits for outbox rows another delivery holds (cron's `sync` or reconcile
@@ -74,16 +76,8 @@ class StoreDrift:
             self.samples[category].append(str(mid))
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "scanned": self.scanned,
-            "orphan": self.orphan,
-            "missing": self.missing,
-            "stale": self.stale,
-            "pending": self.pending,
-            "raced": self.raced,
-            "repaired": self.repaired,
-            "samples": {k: v for k, v in self.samples.items() if v},
-        }
+        counts = {c: getattr(self, c) for c in COUNTS}
+        return {**counts, "samples": {k: v for k, v in self.samples.items() if v}}
 
 
 @dataclass(slots=True)
@@ -159,30 +153,23 @@ class _Candidate:
     id: uuid.UUID
 
 
+@dataclass
 class Reconciler:
     """One reconciliation pass. ``vectors``/``graph`` may be None (store down): reported as skipped."""
 
-    def __init__(
-        self,
-        records: RecordStore,
-        vectors: VectorStore | None,
-        graph: GraphStore | None,
-        embedder: Embedder | None,
-        *,
-        delete_grace: timedelta,
-        page: int = 2000,
-        chunk: int = 2000,
-        vector_model_id: str | None = None,
-    ) -> None:
-        self.records = records
-        self.state = OpsState(records.pool)
-        self.vectors = vectors
-        self.graph = graph
-        self.embedder = embedder
-        self.delete_grace = delete_grace
-        self.page = page
-        self.chunk = chunk
-        self.vector_model_id = vector_model_id  # None = the active collection
+    records: RecordStore
+    vectors: VectorStore | None
+    graph: GraphStore | None
+    embedder: Embedder | None
+    _: KW_ONLY
+    delete_grace: timedelta
+    page: int = 2000
+    chunk: int = 2000
+    vector_model_id: str | None = None  # None = the active collection
+    state: OpsState = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.state = OpsState(self.records.pool)
 
     def run(
         self,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,8 +41,8 @@ if TYPE_CHECKING:
 __all__ = ["ConfigDiffers", "ServiceClient", "ServiceError", "discover", "reply_timeout"]
 
 
-class ServiceClient:
-    """One service, over its Unix socket or over HTTP with a bearer token."""
+class ServiceClient(AbstractContextManager["ServiceClient"]):
+    """One service, over its Unix socket or over HTTP with a bearer token (``with``: closed after)."""
 
     def __init__(
         self, *, socket_path: Path | None = None, url: str | None = None, token: str | None = None, timeout: float
@@ -54,9 +55,6 @@ class ServiceClient:
 
     def close(self) -> None:
         self._http.close()
-
-    def __enter__(self) -> ServiceClient:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

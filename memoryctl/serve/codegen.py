@@ -142,7 +142,9 @@ def _reply_type(op: Operation) -> str:
     return annotation(op.reply, {})
 
 
-def _method(op: Operation, mode: Literal["sync", "async"]) -> str:
+def _method(op: Operation) -> str:
+    """One operation's method of ``_Operations``, written once for both clients: its typed
+    parameters make the request (``_Call``); ``Client`` sends it blocking, ``AsyncClient`` awaited."""
     params = sent(op)
     name = _method_name(op)
     args = ["self"]
@@ -153,8 +155,7 @@ def _method(op: Operation, mode: Literal["sync", "async"]) -> str:
     if optional:
         args.append("*")
         args += [f"{p.name}: {_param_type(p)} = {_default(p)}" for p in optional]
-    reply = _reply_type(op)
-    lines = [f"    {'async ' if mode == 'async' else ''}def {name}({', '.join(args)}) -> Reply[{reply}]:"]
+    lines = ["    @_Operation", f"    def {name}({', '.join(args)}) -> _Call[{_reply_type(op)}]:"]
     doc = [op.summary, "", f"``POST {op.path}``; who may call it: {op.access}. Exit codes: "]
     doc[-1] += "; ".join(f"{code} {what}" for code, what in op.exits) + "."
     if op.upload:
@@ -163,12 +164,8 @@ def _method(op: Operation, mode: Literal["sync", "async"]) -> str:
         doc += ["", "Parameters:", *(f"    {p.name}: {p.help}" for p in params)]
     lines += _docstring("\n".join(doc), 8)
     body = "{" + ", ".join(f"{json.dumps(p.name)}: {p.name}" for p in params) + "}"
-    call = "await self._send" if mode == "async" else "self._send"
-    upload = ", lines" if op.upload else ""
-    lines.append(
-        f"        return cast({json.dumps('Reply[' + reply + ']')}, {call}({json.dumps(op.path)}, {body}{upload}, "
-        f"long={op.long}))"
-    )
+    upload = ", upload=lines" if op.upload else ""
+    lines.append(f"        return _Call({json.dumps(op.path)}, {body}{upload}, long={op.long})")
     return "\n".join(lines)
 
 
@@ -227,6 +224,8 @@ def _errors() -> str:
 
 _RUNTIME = '''
 T = TypeVar("T")
+P = ParamSpec("P")
+H = TypeVar("H", httpx.Client, httpx.AsyncClient)
 EXIT_HEADER = "Memoryctl-Exit-Code"
 WARNINGS_HEADER = "Memoryctl-Warnings"
 PARTIAL = 3
@@ -290,90 +289,133 @@ def _reply(response: httpx.Response) -> Reply[Any]:
     return Reply(response.json(), int(response.headers.get(EXIT_HEADER, "0")), warnings)
 
 
-def _request(
-    http: httpx.Client | httpx.AsyncClient, path: str, params: dict[str, Any], upload: str | bytes | None, long: bool
-) -> httpx.Request:
+@dataclass(frozen=True, slots=True)
+class _Call(Generic[T]):
+    """One request of an operation, made by its method (``_Operations``) and sent by the client it
+    was called on; ``T`` is the type of the reply's ``data``. ``upload``: an import's lines."""
+
+    path: str
+    params: dict[str, Any]
+    upload: str | bytes | None = None
+    long: bool = False
+    method: Literal["GET", "POST"] = "POST"
+
+
+def _request(http: httpx.Client | httpx.AsyncClient, call: _Call[Any]) -> httpx.Request:
     """The request of one operation: its parameters as JSON (those left None are not sent: the
     service fills in their defaults), or an import's lines as the body and its parameters in the
     query string."""
-    given = {name: value for name, value in params.items() if value is not None}
-    timeout = httpx.Timeout(TIMEOUT_S, read=None if long else TIMEOUT_S)
-    if upload is None:
-        return http.build_request("POST", path, json=given, timeout=timeout)
+    if call.method == "GET":
+        return http.build_request("GET", call.path)
+    given = {name: value for name, value in call.params.items() if value is not None}
+    timeout = httpx.Timeout(TIMEOUT_S, read=None if call.long else TIMEOUT_S)
+    if call.upload is None:
+        return http.build_request("POST", call.path, json=given, timeout=timeout)
     query = {name: str(value).lower() if isinstance(value, bool) else str(value) for name, value in given.items()}
-    content = upload.encode() if isinstance(upload, str) else upload
+    content = call.upload.encode() if isinstance(call.upload, str) else call.upload
     headers = {"Content-Type": "application/x-ndjson"}
-    return http.build_request("POST", path, params=query, content=content, headers=headers, timeout=timeout)
+    return http.build_request("POST", call.path, params=query, content=content, headers=headers, timeout=timeout)
 
 
-def _headers(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}", "User-Agent": f"memoryctl-client/{API_VERSION}"}
+def _configured(http: H, base_url: str, token: str) -> H:
+    """``http`` sending to ``base_url`` with the bearer token and this client's User-Agent."""
+    http.base_url = httpx.URL(base_url)
+    http.headers.update({"Authorization": f"Bearer {token}", "User-Agent": f"memoryctl-client/{API_VERSION}"})
+    return http
+
+
+class _Operation(Generic[P, T]):
+    """An operation's method, written once for both clients: ``build`` makes the request from the
+    typed parameters; read from a ``Client`` it sends it and answers the ``Reply``, read from an
+    ``AsyncClient`` it answers a coroutine of it (``_sending``)."""
+
+    def __init__(self, build: Callable[Concatenate[Any, P], _Call[T]]) -> None:
+        self.build = build
+        # How a client's method shows itself (help, inspect, get_type_hints): answering the Reply.
+        returns = "Reply" + build.__annotations__["return"].removeprefix("_Call")
+        self.annotations = {**build.__annotations__, "return": returns}
+        self.signature = inspect.signature(build).replace(return_annotation=returns)
+
+    @overload
+    def __get__(self, client: None, owner: type[Any] | None = None) -> Callable[Concatenate[Any, P], _Call[T]]: ...
+
+    @overload
+    def __get__(self, client: Client, owner: type[Any] | None = None) -> Callable[P, Reply[T]]: ...
+
+    @overload
+    def __get__(
+        self, client: AsyncClient, owner: type[Any] | None = None
+    ) -> Callable[P, Coroutine[Any, Any, Reply[T]]]: ...
+
+    def __get__(self, client: Client | AsyncClient | None, owner: type[Any] | None = None) -> Any:
+        if client is None:
+            return self.build  # on the class: the function itself, its docstring and signature for help()
+        method = client._sending(self.build)
+        method.__annotations__ = self.annotations
+        method.__signature__ = self.signature  # type: ignore[union-attr]  # read by inspect; not in typeshed
+        return MethodType(method, client)
 '''
 
-_CLASS = {
-    "sync": '''
-class Client:
+_OPERATIONS = '''
+class _Operations:
+    """Every operation, once: a method's parameters make its request (``_Call``); the client it is
+    called on sends it (``Client`` blocking, ``AsyncClient`` awaited)."""
+
+    @_Operation
+    def status(self) -> _Call[dict[str, Any]]:
+        """The service itself: pid, uptime, workers, connections, request counts (``GET /v1/status``)."""
+        return _Call("/v1/status", {}, method="GET")
+
+    @_Operation
+    def openapi(self) -> _Call[dict[str, Any]]:
+        """The OpenAPI document this client was generated from, as the service serves it now."""
+        return _Call("/v1/openapi.json", {}, method="GET")
+'''
+
+_CLIENTS = '''
+class Client(_Operations, AbstractContextManager["Client"]):
     """``memoryctl serve`` over HTTP, with a bearer token (the operator's, or an agent token from
     ``memoryctl token issue``: bound to its agent). Every method answers a ``Reply`` or raises a
     ``MemoryctlError`` (its subclass names the status)."""
 
     def __init__(self, base_url: str, token: str, *, http: httpx.Client | None = None) -> None:
-        self._http = http or httpx.Client()
-        self._http.base_url = httpx.URL(base_url)
-        self._http.headers.update(_headers(token))
+        self._http = _configured(http or httpx.Client(), base_url, token)
 
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> Client:
-        return self
-
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _send(self, path: str, params: dict[str, Any], upload: str | bytes | None = None, *, long: bool) -> Reply[Any]:
-        return _reply(self._http.send(_request(self._http, path, params, upload, long)))
+    @staticmethod
+    def _sending(build: Callable[..., _Call[Any]]) -> Callable[..., Reply[Any]]:
+        @functools.wraps(build)
+        def method(self: Client, *args: Any, **kwargs: Any) -> Reply[Any]:
+            return _reply(self._http.send(_request(self._http, build(self, *args, **kwargs))))
 
-    def status(self) -> Reply[dict[str, Any]]:
-        """The service itself: pid, uptime, workers, connections, request counts (``GET /v1/status``)."""
-        return _reply(self._http.get("/v1/status"))
+        return method
 
-    def openapi(self) -> Reply[dict[str, Any]]:
-        """The OpenAPI document this client was generated from, as the service serves it now."""
-        return _reply(self._http.get("/v1/openapi.json"))
-''',
-    "async": '''
-class AsyncClient:
+
+class AsyncClient(_Operations, AbstractAsyncContextManager["AsyncClient"]):
     """``Client`` for asyncio (and trio): the same methods, awaited."""
 
     def __init__(self, base_url: str, token: str, *, http: httpx.AsyncClient | None = None) -> None:
-        self._http = http or httpx.AsyncClient()
-        self._http.base_url = httpx.URL(base_url)
-        self._http.headers.update(_headers(token))
+        self._http = _configured(http or httpx.AsyncClient(), base_url, token)
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _send(
-        self, path: str, params: dict[str, Any], upload: str | bytes | None = None, *, long: bool
-    ) -> Reply[Any]:
-        return _reply(await self._http.send(_request(self._http, path, params, upload, long)))
+    @staticmethod
+    def _sending(build: Callable[..., _Call[Any]]) -> Callable[..., Coroutine[Any, Any, Reply[Any]]]:
+        @functools.wraps(build)
+        async def method(self: AsyncClient, *args: Any, **kwargs: Any) -> Reply[Any]:
+            return _reply(await self._http.send(_request(self._http, build(self, *args, **kwargs))))
 
-    async def status(self) -> Reply[dict[str, Any]]:
-        """The service itself: pid, uptime, workers, connections, request counts (``GET /v1/status``)."""
-        return _reply(await self._http.get("/v1/status"))
-
-    async def openapi(self) -> Reply[dict[str, Any]]:
-        """The OpenAPI document this client was generated from, as the service serves it now."""
-        return _reply(await self._http.get("/v1/openapi.json"))
-''',
-}
+        return method
+'''
 
 
 def client_module() -> str:
@@ -385,18 +427,21 @@ def client_module() -> str:
         HEADER
         + '"""memoryctl serve\'s operations as typed methods, sync (``Client``) and async (``AsyncClient``)."""\n\n'
         "from __future__ import annotations\n\n"
+        "import functools\n"
+        "import inspect\n"
         "import json\n"
+        "from collections.abc import Callable, Coroutine\n"
+        "from contextlib import AbstractAsyncContextManager, AbstractContextManager\n"
         "from dataclasses import dataclass\n"
-        "from typing import Any, Generic, Literal, NoReturn, TypeVar, cast\n\n"
+        "from types import MethodType\n"
+        "from typing import Any, Concatenate, Generic, Literal, NoReturn, ParamSpec, TypeVar, overload\n\n"
         "import httpx\n\n"
         f"from memoryctl_client.types import (\n{imports})\n\n"
         f"#: The memoryctl version whose declaration this client was generated from.\n"
         f"API_VERSION = {json.dumps(__version__)}\n" + _RUNTIME % {"errors": _errors()}
     ]
-    modes: tuple[Literal["sync", "async"], ...] = ("sync", "async")
-    for mode in modes:
-        methods = "\n\n".join(_method(op, mode) for op in shared())
-        parts.append(_CLASS[mode] + "\n" + methods + "\n")
+    methods = "\n\n".join(_method(op) for op in shared())
+    parts += [_OPERATIONS + "\n" + methods + "\n", _CLIENTS]
     return "\n".join(parts)
 
 
@@ -408,15 +453,16 @@ def _reply_types() -> list[str]:
 
 
 def init_module() -> str:
-    """``memoryctl_client/__init__.py``: the clients, ``Reply``, the errors and the reply types."""
+    """``memoryctl_client/__init__.py``: the clients, ``Reply``, the errors and the reply types (those
+    by ``types.__all__``, the one list of them)."""
     names = sorted(["API_VERSION", "AsyncClient", "Client", "MemoryctlError", "Reply", *_error_names().values()])
-    shapes = sorted(_shapes())
-    every = sorted(names + shapes)
     return (
         HEADER + '"""A typed client of memoryctl serve\'s HTTP API (README.md)."""\n\n'
+        "from memoryctl_client import types\n"
         f"from memoryctl_client.client import {', '.join(names)}\n"
-        f"from memoryctl_client.types import {', '.join(shapes)}\n\n"
-        f"__all__ = [{', '.join(json.dumps(n) for n in every)}]\n"
+        "from memoryctl_client.types import *  # noqa: F403\n\n"
+        f"__all__ = [{', '.join(json.dumps(n) for n in names)}]\n"
+        "__all__ += types.__all__\n"
     )
 
 

@@ -10,6 +10,7 @@ and Qdrant's ``{"result": ...}`` envelope.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
 import httpx
@@ -19,8 +20,9 @@ from memoryctl.http_service import HttpService, Retry, error_text
 from memoryctl.stores import names
 
 
-class QdrantRest:
-    """GETs against one Qdrant server. ``retry`` None: one attempt (a probe's budget is short)."""
+class QdrantRest(AbstractContextManager["QdrantRest"]):
+    """GETs against one Qdrant server (``with``: closed after). ``retry`` None: one attempt (a probe's
+    budget is short)."""
 
     def __init__(
         self,
@@ -59,9 +61,6 @@ class QdrantRest:
 
     def close(self) -> None:
         self.http.close()
-
-    def __enter__(self) -> QdrantRest:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

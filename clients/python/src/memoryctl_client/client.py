@@ -4,9 +4,14 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
+from collections.abc import Callable, Coroutine
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, NoReturn, TypeVar, cast
+from types import MethodType
+from typing import Any, Concatenate, Generic, Literal, NoReturn, ParamSpec, TypeVar, overload
 
 import httpx
 
@@ -40,6 +45,8 @@ from memoryctl_client.types import (
 API_VERSION = "0.1.0"
 
 T = TypeVar("T")
+P = ParamSpec("P")
+H = TypeVar("H", httpx.Client, httpx.AsyncClient)
 EXIT_HEADER = "Memoryctl-Exit-Code"
 WARNINGS_HEADER = "Memoryctl-Warnings"
 PARTIAL = 3
@@ -159,56 +166,88 @@ def _reply(response: httpx.Response) -> Reply[Any]:
     return Reply(response.json(), int(response.headers.get(EXIT_HEADER, "0")), warnings)
 
 
-def _request(
-    http: httpx.Client | httpx.AsyncClient, path: str, params: dict[str, Any], upload: str | bytes | None, long: bool
-) -> httpx.Request:
+@dataclass(frozen=True, slots=True)
+class _Call(Generic[T]):
+    """One request of an operation, made by its method (``_Operations``) and sent by the client it
+    was called on; ``T`` is the type of the reply's ``data``. ``upload``: an import's lines."""
+
+    path: str
+    params: dict[str, Any]
+    upload: str | bytes | None = None
+    long: bool = False
+    method: Literal["GET", "POST"] = "POST"
+
+
+def _request(http: httpx.Client | httpx.AsyncClient, call: _Call[Any]) -> httpx.Request:
     """The request of one operation: its parameters as JSON (those left None are not sent: the
     service fills in their defaults), or an import's lines as the body and its parameters in the
     query string."""
-    given = {name: value for name, value in params.items() if value is not None}
-    timeout = httpx.Timeout(TIMEOUT_S, read=None if long else TIMEOUT_S)
-    if upload is None:
-        return http.build_request("POST", path, json=given, timeout=timeout)
+    if call.method == "GET":
+        return http.build_request("GET", call.path)
+    given = {name: value for name, value in call.params.items() if value is not None}
+    timeout = httpx.Timeout(TIMEOUT_S, read=None if call.long else TIMEOUT_S)
+    if call.upload is None:
+        return http.build_request("POST", call.path, json=given, timeout=timeout)
     query = {name: str(value).lower() if isinstance(value, bool) else str(value) for name, value in given.items()}
-    content = upload.encode() if isinstance(upload, str) else upload
+    content = call.upload.encode() if isinstance(call.upload, str) else call.upload
     headers = {"Content-Type": "application/x-ndjson"}
-    return http.build_request("POST", path, params=query, content=content, headers=headers, timeout=timeout)
+    return http.build_request("POST", call.path, params=query, content=content, headers=headers, timeout=timeout)
 
 
-def _headers(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}", "User-Agent": f"memoryctl-client/{API_VERSION}"}
+def _configured(http: H, base_url: str, token: str) -> H:
+    """``http`` sending to ``base_url`` with the bearer token and this client's User-Agent."""
+    http.base_url = httpx.URL(base_url)
+    http.headers.update({"Authorization": f"Bearer {token}", "User-Agent": f"memoryctl-client/{API_VERSION}"})
+    return http
 
 
-class Client:
-    """``memoryctl serve`` over HTTP, with a bearer token (the operator's, or an agent token from
-    ``memoryctl token issue``: bound to its agent). Every method answers a ``Reply`` or raises a
-    ``MemoryctlError`` (its subclass names the status)."""
+class _Operation(Generic[P, T]):
+    """An operation's method, written once for both clients: ``build`` makes the request from the
+    typed parameters; read from a ``Client`` it sends it and answers the ``Reply``, read from an
+    ``AsyncClient`` it answers a coroutine of it (``_sending``)."""
 
-    def __init__(self, base_url: str, token: str, *, http: httpx.Client | None = None) -> None:
-        self._http = http or httpx.Client()
-        self._http.base_url = httpx.URL(base_url)
-        self._http.headers.update(_headers(token))
+    def __init__(self, build: Callable[Concatenate[Any, P], _Call[T]]) -> None:
+        self.build = build
+        # How a client's method shows itself (help, inspect, get_type_hints): answering the Reply.
+        returns = "Reply" + build.__annotations__["return"].removeprefix("_Call")
+        self.annotations = {**build.__annotations__, "return": returns}
+        self.signature = inspect.signature(build).replace(return_annotation=returns)
 
-    def close(self) -> None:
-        self._http.close()
+    @overload
+    def __get__(self, client: None, owner: type[Any] | None = None) -> Callable[Concatenate[Any, P], _Call[T]]: ...
 
-    def __enter__(self) -> Client:
-        return self
+    @overload
+    def __get__(self, client: Client, owner: type[Any] | None = None) -> Callable[P, Reply[T]]: ...
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    @overload
+    def __get__(
+        self, client: AsyncClient, owner: type[Any] | None = None
+    ) -> Callable[P, Coroutine[Any, Any, Reply[T]]]: ...
 
-    def _send(self, path: str, params: dict[str, Any], upload: str | bytes | None = None, *, long: bool) -> Reply[Any]:
-        return _reply(self._http.send(_request(self._http, path, params, upload, long)))
+    def __get__(self, client: Client | AsyncClient | None, owner: type[Any] | None = None) -> Any:
+        if client is None:
+            return self.build  # on the class: the function itself, its docstring and signature for help()
+        method = client._sending(self.build)
+        method.__annotations__ = self.annotations
+        method.__signature__ = self.signature  # type: ignore[union-attr]  # read by inspect; not in typeshed
+        return MethodType(method, client)
 
-    def status(self) -> Reply[dict[str, Any]]:
+
+class _Operations:
+    """Every operation, once: a method's parameters make its request (``_Call``); the client it is
+    called on sends it (``Client`` blocking, ``AsyncClient`` awaited)."""
+
+    @_Operation
+    def status(self) -> _Call[dict[str, Any]]:
         """The service itself: pid, uptime, workers, connections, request counts (``GET /v1/status``)."""
-        return _reply(self._http.get("/v1/status"))
+        return _Call("/v1/status", {}, method="GET")
 
-    def openapi(self) -> Reply[dict[str, Any]]:
+    @_Operation
+    def openapi(self) -> _Call[dict[str, Any]]:
         """The OpenAPI document this client was generated from, as the service serves it now."""
-        return _reply(self._http.get("/v1/openapi.json"))
+        return _Call("/v1/openapi.json", {}, method="GET")
 
+    @_Operation
     def query(
         self,
         *,
@@ -228,7 +267,7 @@ class Client:
         retrieval: Literal["hybrid", "dense", "lexical"] = "hybrid",
         rerank: bool | None = None,
         half_life: str | None = None,
-    ) -> Reply[QueryReply]:
+    ) -> _Call[QueryReply]:
         """One ranked answer from vector similarity, graph traversal and relational/time filters.
 
         ``POST /v1/query``; who may call it: agent. Exit codes: 0 ok; 1 failed (error and hint on stderr); 2 bad
@@ -255,33 +294,31 @@ class Client:
                 relevance spread), with this half-life, e.g. 30d; 'off' overrides a configured one. Default:
                 [query] half_life, none (relevance alone).
         """
-        return cast(
-            "Reply[QueryReply]",
-            self._send(
-                "/v1/query",
-                {
-                    "text": text,
-                    "agent": agent,
-                    "all_agents": all_agents,
-                    "entity": entity,
-                    "via": via,
-                    "hops": hops,
-                    "direction": direction,
-                    "since": since,
-                    "until": until,
-                    "where": where,
-                    "combine": combine,
-                    "limit": limit,
-                    "threshold": threshold,
-                    "retrieval": retrieval,
-                    "rerank": rerank,
-                    "half_life": half_life,
-                },
-                long=False,
-            ),
+        return _Call(
+            "/v1/query",
+            {
+                "text": text,
+                "agent": agent,
+                "all_agents": all_agents,
+                "entity": entity,
+                "via": via,
+                "hops": hops,
+                "direction": direction,
+                "since": since,
+                "until": until,
+                "where": where,
+                "combine": combine,
+                "limit": limit,
+                "threshold": threshold,
+                "retrieval": retrieval,
+                "rerank": rerank,
+                "half_life": half_life,
+            },
+            long=False,
         )
 
-    def get(self, id: str, *, agent: str | None = None) -> Reply[MemoryReply]:
+    @_Operation
+    def get(self, id: str, *, agent: str | None = None) -> _Call[MemoryReply]:
         """Show one memory as stored in PostgreSQL (the source of truth).
 
         ``POST /v1/get``; who may call it: agent. Exit codes: 0 ok; 1 no such memory, or it failed; 2 bad input
@@ -291,8 +328,9 @@ class Client:
             id: The memory's UUID.
             agent: Only if it belongs to this agent.
         """
-        return cast("Reply[MemoryReply]", self._send("/v1/get", {"id": id, "agent": agent}, long=False))
+        return _Call("/v1/get", {"id": id, "agent": agent}, long=False)
 
+    @_Operation
     def add(
         self,
         text: str,
@@ -304,7 +342,7 @@ class Client:
         relations: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         id: str | None = None,
-    ) -> Reply[Added]:
+    ) -> _Call[Added]:
         """Store one memory (PostgreSQL first, then the vector store and the graph) and print its id.
 
         ``POST /v1/add``; who may call it: agent. Exit codes: 0 ok; 1 failed (error and hint on stderr); 2 bad
@@ -320,27 +358,25 @@ class Client:
             metadata: key=value (JSON values allowed), repeatable.
             id: Use this UUID (idempotent re-adds).
         """
-        return cast(
-            "Reply[Added]",
-            self._send(
-                "/v1/add",
-                {
-                    "text": text,
-                    "agent": agent,
-                    "kind": kind,
-                    "at": at,
-                    "entities": entities,
-                    "relations": relations,
-                    "metadata": metadata,
-                    "id": id,
-                },
-                long=False,
-            ),
+        return _Call(
+            "/v1/add",
+            {
+                "text": text,
+                "agent": agent,
+                "kind": kind,
+                "at": at,
+                "entities": entities,
+                "relations": relations,
+                "metadata": metadata,
+                "id": id,
+            },
+            long=False,
         )
 
+    @_Operation
     def import_(
         self, lines: str | bytes, *, file: str | None = None, agent: str | None = None, strict: bool = False
-    ) -> Reply[Imported]:
+    ) -> _Call[Imported]:
         """Import memories from JSONL; bad lines are reported by number and skipped.
 
         ``POST /v1/import``; who may call it: agent. Exit codes: 0 ok; 1 failed (error and hint on stderr); 2
@@ -354,12 +390,10 @@ class Client:
             agent: Put every line in this agent (overrides agent_id).
             strict: Refuse the whole file if any line is bad.
         """
-        return cast(
-            "Reply[Imported]",
-            self._send("/v1/import", {"file": file, "agent": agent, "strict": strict}, lines, long=True),
-        )
+        return _Call("/v1/import", {"file": file, "agent": agent, "strict": strict}, upload=lines, long=True)
 
-    def forget(self, ids: list[str], *, agent: str | None = None) -> Reply[Forgotten]:
+    @_Operation
+    def forget(self, ids: list[str], *, agent: str | None = None) -> _Call[Forgotten]:
         """Soft-delete memories: hidden from every query at once, purged later by reconcile.
 
         ``POST /v1/forget``; who may call it: agent. Exit codes: 0 ok; 1 failed (error and hint on stderr); 2
@@ -369,16 +403,18 @@ class Client:
             ids: UUIDs to forget.
             agent: Only within this agent.
         """
-        return cast("Reply[Forgotten]", self._send("/v1/forget", {"ids": ids, "agent": agent}, long=False))
+        return _Call("/v1/forget", {"ids": ids, "agent": agent}, long=False)
 
-    def sync(self) -> Reply[Synced]:
+    @_Operation
+    def sync(self) -> _Call[Synced]:
         """Deliver everything pending in the outbox to the vector store and the graph (idempotent).
 
         ``POST /v1/sync``; who may call it: operator. Exit codes: 0 ok; 1 failed (error and hint on stderr); 2
         bad input or usage; 3 still pending: a store is down or another delivery holds the rows.
         """
-        return cast("Reply[Synced]", self._send("/v1/sync", {}, long=True))
+        return _Call("/v1/sync", {}, long=True)
 
+    @_Operation
     def stats(
         self,
         *,
@@ -389,7 +425,7 @@ class Client:
         until: str | None = None,
         metric: str | None = None,
         kind: str | None = None,
-    ) -> Reply[Stats]:
+    ) -> _Call[Stats]:
         """Counts and avg/min/max of a numeric metadata field per time bucket (e.g. a sentiment trend).
 
         ``POST /v1/stats``; who may call it: agent. Exit codes: 0 ok; 1 failed; 2 bad input.
@@ -403,24 +439,22 @@ class Client:
             metric: Numeric metadata key to aggregate.
             kind: Only memories of this kind.
         """
-        return cast(
-            "Reply[Stats]",
-            self._send(
-                "/v1/stats",
-                {
-                    "agent": agent,
-                    "all_agents": all_agents,
-                    "bucket": bucket,
-                    "since": since,
-                    "until": until,
-                    "metric": metric,
-                    "kind": kind,
-                },
-                long=False,
-            ),
+        return _Call(
+            "/v1/stats",
+            {
+                "agent": agent,
+                "all_agents": all_agents,
+                "bucket": bucket,
+                "since": since,
+                "until": until,
+                "metric": metric,
+                "kind": kind,
+            },
+            long=False,
         )
 
-    def health(self, *, deadline: float = 1.8, prometheus: bool = False) -> Reply[Health | Prometheus]:
+    @_Operation
+    def health(self, *, deadline: float = 1.8, prometheus: bool = False) -> _Call[Health | Prometheus]:
         """Probe every component; exit 0 healthy, 1 unhealthy, 3 degraded.
 
         ``POST /v1/health``; who may call it: any. Exit codes: 0 healthy; 1 unhealthy; 2 bad input or usage; 3
@@ -430,22 +464,21 @@ class Client:
             deadline: Seconds to wait for all probes.
             prometheus: Prometheus text format (textfile collector).
         """
-        return cast(
-            "Reply[Health | Prometheus]",
-            self._send("/v1/health", {"deadline": deadline, "prometheus": prometheus}, long=False),
-        )
+        return _Call("/v1/health", {"deadline": deadline, "prometheus": prometheus}, long=False)
 
-    def init(self) -> Reply[Initialised]:
+    @_Operation
+    def init(self) -> _Call[Initialised]:
         """Create or upgrade the schema (PostgreSQL), the vector collection and graph constraints.
 
         ``POST /v1/init``; who may call it: operator. Exit codes: 0 ok; 1 failed (error and hint on stderr); 2
         bad input or usage; 3 a store is unavailable (initialised when it is back).
         """
-        return cast("Reply[Initialised]", self._send("/v1/init", {}, long=True))
+        return _Call("/v1/init", {}, long=True)
 
+    @_Operation
     def cypher(
         self, statement: str, *, params: dict[str, Any] | None = None, agent: str | None = None
-    ) -> Reply[list[dict[str, Any]]]:
+    ) -> _Call[list[dict[str, Any]]]:
         """Raw Cypher for power users, in a READ transaction (write clauses are refused).
 
         ``POST /v1/cypher``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
@@ -455,12 +488,10 @@ class Client:
             params: k=v (JSON values allowed), repeatable.
             agent: Agent scope (default: the configured default_agent).
         """
-        return cast(
-            "Reply[list[dict[str, Any]]]",
-            self._send("/v1/cypher", {"statement": statement, "params": params, "agent": agent}, long=False),
-        )
+        return _Call("/v1/cypher", {"statement": statement, "params": params, "agent": agent}, long=False)
 
-    def runs(self, *, command: str | None = None, limit: int = 20) -> Reply[list[dict[str, Any]]]:
+    @_Operation
+    def runs(self, *, command: str | None = None, limit: int = 20) -> _Call[list[dict[str, Any]]]:
         """List recent maintenance runs (sync, reconcile, migrate, reembed, nightly).
 
         ``POST /v1/runs``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
@@ -469,11 +500,10 @@ class Client:
             command: Only runs of this command.
             limit: Runs to list (1-1000).
         """
-        return cast(
-            "Reply[list[dict[str, Any]]]", self._send("/v1/runs", {"command": command, "limit": limit}, long=False)
-        )
+        return _Call("/v1/runs", {"command": command, "limit": limit}, long=False)
 
-    def reconcile(self, *, repair: bool = False, agent: str | None = None) -> Reply[Reconciled]:
+    @_Operation
+    def reconcile(self, *, repair: bool = False, agent: str | None = None) -> _Call[Reconciled]:
         """Compare PostgreSQL, the vector store and the graph: orphans, missing, stale, purge-due.
 
         ``POST /v1/reconcile``; who may call it: operator. Exit codes: 0 nothing left to do; 1 failed (error and
@@ -483,8 +513,9 @@ class Client:
             repair: Fix what is found (idempotent). Default: report only.
             agent: Only this agent's memories.
         """
-        return cast("Reply[Reconciled]", self._send("/v1/reconcile", {"repair": repair, "agent": agent}, long=True))
+        return _Call("/v1/reconcile", {"repair": repair, "agent": agent}, long=True)
 
+    @_Operation
     def migrate(
         self,
         *,
@@ -496,7 +527,7 @@ class Client:
         grace: str = "7d",
         sample: int = 50,
         min_recall: float | None = None,
-    ) -> Reply[Migrated]:
+    ) -> _Call[Migrated]:
         """Re-embed every memory into a new model's collection, verify, swap atomically; resumable.
 
         ``POST /v1/migrate``; who may call it: operator. Exit codes: 0 ok; 1 failed (error and hint on stderr);
@@ -513,25 +544,23 @@ class Client:
             sample: Verification queries.
             min_recall: Refuse the swap below this self-recall@10.
         """
-        return cast(
-            "Reply[Migrated]",
-            self._send(
-                "/v1/migrate",
-                {
-                    "to_model": to_model,
-                    "batch": batch,
-                    "rollback": rollback,
-                    "cleanup": cleanup,
-                    "abandon": abandon,
-                    "grace": grace,
-                    "sample": sample,
-                    "min_recall": min_recall,
-                },
-                long=True,
-            ),
+        return _Call(
+            "/v1/migrate",
+            {
+                "to_model": to_model,
+                "batch": batch,
+                "rollback": rollback,
+                "cleanup": cleanup,
+                "abandon": abandon,
+                "grace": grace,
+                "sample": sample,
+                "min_recall": min_recall,
+            },
+            long=True,
         )
 
-    def reembed(self, *, changed: bool = False, agent: str | None = None, batch: int = 512) -> Reply[Reembedded]:
+    @_Operation
+    def reembed(self, *, changed: bool = False, agent: str | None = None, batch: int = 512) -> _Call[Reembedded]:
         """Re-embed in place, in the active collection, memories whose text changed since embedding.
 
         ``POST /v1/reembed``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
@@ -541,19 +570,18 @@ class Client:
             agent: Only this agent's memories.
             batch: Memories per embed/upsert batch.
         """
-        return cast(
-            "Reply[Reembedded]",
-            self._send("/v1/reembed", {"changed": changed, "agent": agent, "batch": batch}, long=True),
-        )
+        return _Call("/v1/reembed", {"changed": changed, "agent": agent, "batch": batch}, long=True)
 
-    def nightly(self) -> Reply[Nightly]:
+    @_Operation
+    def nightly(self) -> _Call[Nightly]:
         """Train → gate → promote LoRA adapters, re-embed changed texts, reconcile, record the run.
 
         ``POST /v1/nightly``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
         """
-        return cast("Reply[Nightly]", self._send("/v1/nightly", {}, long=True))
+        return _Call("/v1/nightly", {}, long=True)
 
-    def feedback(self, query_id: str, memory_id: str, useful: bool) -> Reply[Recorded]:
+    @_Operation
+    def feedback(self, query_id: str, memory_id: str, useful: bool) -> _Call[Recorded]:
         """Record whether a recalled memory was useful: the embedding LoRA learns from these pairs.
 
         ``POST /v1/feedback``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
@@ -563,11 +591,9 @@ class Client:
             memory_id: The recalled memory.
             useful: Was the recall useful? (--useful or --not-useful)
         """
-        return cast(
-            "Reply[Recorded]",
-            self._send("/v1/feedback", {"query_id": query_id, "memory_id": memory_id, "useful": useful}, long=False),
-        )
+        return _Call("/v1/feedback", {"query_id": query_id, "memory_id": memory_id, "useful": useful}, long=False)
 
+    @_Operation
     def adapters(
         self,
         kind: Literal["embedding", "generation"],
@@ -575,7 +601,7 @@ class Client:
         rollback: bool = False,
         serve_active: bool = False,
         wait: bool = False,
-    ) -> Reply[list[dict[str, Any]]]:
+    ) -> _Call[list[dict[str, Any]]]:
         """List LoRA adapter versions of a kind, roll the served one back to the previous version, or load the
         active generation adapter into vLLM again (after vLLM restarted).
 
@@ -589,16 +615,12 @@ class Client:
             wait: With --serve-active: first wait until vLLM answers, up to [nightly] vllm_ready_s (for the
                 memoryctl-adapter-serve unit, which runs it as vllm@generate starts).
         """
-        return cast(
-            "Reply[list[dict[str, Any]]]",
-            self._send(
-                "/v1/adapters",
-                {"kind": kind, "rollback": rollback, "serve_active": serve_active, "wait": wait},
-                long=False,
-            ),
+        return _Call(
+            "/v1/adapters", {"kind": kind, "rollback": rollback, "serve_active": serve_active, "wait": wait}, long=False
         )
 
-    def backup_status(self, *, prometheus: bool = False) -> Reply[Backups | Prometheus]:
+    @_Operation
+    def backup_status(self, *, prometheus: bool = False) -> _Call[Backups | Prometheus]:
         """Per store: the newest backup, the newest restorable point, sizes. Exit 0 fresh, 3 stale, 1 unreadable.
 
         ``POST /v1/backup/status``; who may call it: operator. Exit codes: 0 fresh; 1 unreadable; 2 bad input or
@@ -607,18 +629,18 @@ class Client:
         Parameters:
             prometheus: Prometheus text format (textfile collector).
         """
-        return cast(
-            "Reply[Backups | Prometheus]", self._send("/v1/backup/status", {"prometheus": prometheus}, long=False)
-        )
+        return _Call("/v1/backup/status", {"prometheus": prometheus}, long=False)
 
-    def backup_qdrant(self) -> Reply[dict[str, Any]]:
+    @_Operation
+    def backup_qdrant(self) -> _Call[dict[str, Any]]:
         """Snapshot every Qdrant collection (one file per shard) and ship the set to the snapshot target.
 
         ``POST /v1/backup/qdrant``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
         """
-        return cast("Reply[dict[str, Any]]", self._send("/v1/backup/qdrant", {}, long=True))
+        return _Call("/v1/backup/qdrant", {}, long=True)
 
-    def restore_qdrant(self, *, set: str | None = None, catch_up: bool = True) -> Reply[dict[str, Any]]:
+    @_Operation
+    def restore_qdrant(self, *, set: str | None = None, catch_up: bool = True) -> _Call[dict[str, Any]]:
         """Restore Qdrant from a snapshot set, then catch up with PostgreSQL. Exit 3 if drift is left.
 
         ``POST /v1/restore/qdrant``; who may call it: operator. Exit codes: 0 ok; 1 failed (error and hint on
@@ -629,11 +651,10 @@ class Client:
             catch_up: Afterwards deliver the outbox and what changed since the snapshot (sync, then reconcile
                 --repair of the vector store).
         """
-        return cast(
-            "Reply[dict[str, Any]]", self._send("/v1/restore/qdrant", {"set": set, "catch_up": catch_up}, long=True)
-        )
+        return _Call("/v1/restore/qdrant", {"set": set, "catch_up": catch_up}, long=True)
 
-    def rebuild_graph(self, *, batch: int = 1000, prune: bool = True) -> Reply[dict[str, Any]]:
+    @_Operation
+    def rebuild_graph(self, *, batch: int = 1000, prune: bool = True) -> _Call[dict[str, Any]]:
         """Rebuild the graph store from PostgreSQL (idempotent; writes may continue meanwhile).
 
         ``POST /v1/rebuild/graph``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
@@ -642,11 +663,10 @@ class Client:
             batch: Memories per read/write batch.
             prune: Remove graph memories PostgreSQL does not have.
         """
-        return cast(
-            "Reply[dict[str, Any]]", self._send("/v1/rebuild/graph", {"batch": batch, "prune": prune}, long=True)
-        )
+        return _Call("/v1/rebuild/graph", {"batch": batch, "prune": prune}, long=True)
 
-    def outbox_list(self, *, limit: int = 1000) -> Reply[list[dict[str, Any]]]:
+    @_Operation
+    def outbox_list(self, *, limit: int = 1000) -> _Call[list[dict[str, Any]]]:
         """The deliveries set aside after failing alone: which memory, which store, how often, and the error.
 
         ``POST /v1/outbox/list``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
@@ -654,9 +674,10 @@ class Client:
         Parameters:
             limit: Rows to list.
         """
-        return cast("Reply[list[dict[str, Any]]]", self._send("/v1/outbox/list", {"limit": limit}, long=False))
+        return _Call("/v1/outbox/list", {"limit": limit}, long=False)
 
-    def outbox_retry(self, *, rows: list[int] | None = None, all: bool = False) -> Reply[Retried]:
+    @_Operation
+    def outbox_retry(self, *, rows: list[int] | None = None, all: bool = False) -> _Call[Retried]:
         """Put rows set aside back in the queue (after fixing what made them fail).
 
         ``POST /v1/outbox/retry``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
@@ -665,9 +686,10 @@ class Client:
             rows: Outbox row ids (from `outbox list`).
             all: Every row set aside.
         """
-        return cast("Reply[Retried]", self._send("/v1/outbox/retry", {"rows": rows, "all": all}, long=False))
+        return _Call("/v1/outbox/retry", {"rows": rows, "all": all}, long=False)
 
-    def outbox_drop(self, *, rows: list[int] | None = None, all: bool = False) -> Reply[Dropped]:
+    @_Operation
+    def outbox_drop(self, *, rows: list[int] | None = None, all: bool = False) -> _Call[Dropped]:
         """Give up on rows set aside: that store will not get those memories (reconcile reports them).
 
         ``POST /v1/outbox/drop``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
@@ -676,18 +698,20 @@ class Client:
             rows: Outbox row ids (from `outbox list`).
             all: Every row set aside.
         """
-        return cast("Reply[Dropped]", self._send("/v1/outbox/drop", {"rows": rows, "all": all}, long=False))
+        return _Call("/v1/outbox/drop", {"rows": rows, "all": all}, long=False)
 
-    def demo(self) -> Reply[dict[str, Any]]:
+    @_Operation
+    def demo(self) -> _Call[dict[str, Any]]:
         """Load a small sample of memories and run example queries (vector, graph, relational, or, stats).
 
         ``POST /v1/demo``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
         """
-        return cast("Reply[dict[str, Any]]", self._send("/v1/demo", {}, long=True))
+        return _Call("/v1/demo", {}, long=True)
 
+    @_Operation
     def token_issue(
         self, *, agent: str | None = None, operator: bool = False, name: str | None = None
-    ) -> Reply[TokenIssued | OperatorTokenIssued]:
+    ) -> _Call[TokenIssued | OperatorTokenIssued]:
         """Issue a bearer token bound to one agent, or an operator token (--operator), for HTTP, MCP and the
         console; printed once, kept hashed.
 
@@ -699,19 +723,18 @@ class Client:
                 name).
             name: A label to tell tokens apart (default: the agent, or operator).
         """
-        return cast(
-            "Reply[TokenIssued | OperatorTokenIssued]",
-            self._send("/v1/token/issue", {"agent": agent, "operator": operator, "name": name}, long=False),
-        )
+        return _Call("/v1/token/issue", {"agent": agent, "operator": operator, "name": name}, long=False)
 
-    def token_list(self) -> Reply[list[TokenRow | OperatorTokenRow]]:
+    @_Operation
+    def token_list(self) -> _Call[list[TokenRow | OperatorTokenRow]]:
         """The tokens issued, agent and operator (their ids, agents and labels; never the tokens).
 
         ``POST /v1/token/list``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
         """
-        return cast("Reply[list[TokenRow | OperatorTokenRow]]", self._send("/v1/token/list", {}, long=False))
+        return _Call("/v1/token/list", {}, long=False)
 
-    def token_revoke(self, ids: list[str]) -> Reply[Revoked]:
+    @_Operation
+    def token_revoke(self, ids: list[str]) -> _Call[Revoked]:
         """Revoke issued tokens by id: refused from the next request on (console sessions included).
 
         ``POST /v1/token/revoke``; who may call it: operator. Exit codes: 0 ok; 1 no such token; 2 bad input or
@@ -720,554 +743,48 @@ class Client:
         Parameters:
             ids: Token ids from `memoryctl token list`.
         """
-        return cast("Reply[Revoked]", self._send("/v1/token/revoke", {"ids": ids}, long=False))
+        return _Call("/v1/token/revoke", {"ids": ids}, long=False)
 
 
-class AsyncClient:
+class Client(_Operations, AbstractContextManager["Client"]):
+    """``memoryctl serve`` over HTTP, with a bearer token (the operator's, or an agent token from
+    ``memoryctl token issue``: bound to its agent). Every method answers a ``Reply`` or raises a
+    ``MemoryctlError`` (its subclass names the status)."""
+
+    def __init__(self, base_url: str, token: str, *, http: httpx.Client | None = None) -> None:
+        self._http = _configured(http or httpx.Client(), base_url, token)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def _sending(build: Callable[..., _Call[Any]]) -> Callable[..., Reply[Any]]:
+        @functools.wraps(build)
+        def method(self: Client, *args: Any, **kwargs: Any) -> Reply[Any]:
+            return _reply(self._http.send(_request(self._http, build(self, *args, **kwargs))))
+
+        return method
+
+
+class AsyncClient(_Operations, AbstractAsyncContextManager["AsyncClient"]):
     """``Client`` for asyncio (and trio): the same methods, awaited."""
 
     def __init__(self, base_url: str, token: str, *, http: httpx.AsyncClient | None = None) -> None:
-        self._http = http or httpx.AsyncClient()
-        self._http.base_url = httpx.URL(base_url)
-        self._http.headers.update(_headers(token))
+        self._http = _configured(http or httpx.AsyncClient(), base_url, token)
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _send(
-        self, path: str, params: dict[str, Any], upload: str | bytes | None = None, *, long: bool
-    ) -> Reply[Any]:
-        return _reply(await self._http.send(_request(self._http, path, params, upload, long)))
-
-    async def status(self) -> Reply[dict[str, Any]]:
-        """The service itself: pid, uptime, workers, connections, request counts (``GET /v1/status``)."""
-        return _reply(await self._http.get("/v1/status"))
-
-    async def openapi(self) -> Reply[dict[str, Any]]:
-        """The OpenAPI document this client was generated from, as the service serves it now."""
-        return _reply(await self._http.get("/v1/openapi.json"))
-
-    async def query(
-        self,
-        *,
-        text: str | None = None,
-        agent: str | None = None,
-        all_agents: bool = False,
-        entity: str | None = None,
-        via: list[str] | None = None,
-        hops: int = 1,
-        direction: Literal["out", "in", "both"] = "both",
-        since: str | None = None,
-        until: str | None = None,
-        where: list[str] | None = None,
-        combine: Literal["and", "or"] = "and",
-        limit: int = 10,
-        threshold: float | None = None,
-        retrieval: Literal["hybrid", "dense", "lexical"] = "hybrid",
-        rerank: bool | None = None,
-        half_life: str | None = None,
-    ) -> Reply[QueryReply]:
-        """One ranked answer from vector similarity, graph traversal and relational/time filters.
-
-        ``POST /v1/query``; who may call it: agent. Exit codes: 0 ok; 1 failed (error and hint on stderr); 2 bad
-        input or usage; 3 partial: a store is degraded or behind (the hint says what to run).
-
-        Parameters:
-            text: What to recall (semantic search).
-            agent: Agent scope (default: the configured default_agent).
-            all_agents: Operator: search every agent.
-            entity: Graph start entity TYPE:NAME.
-            via: Relationship type to follow, repeatable.
-            hops: Graph hops (1-3).
-            direction: out | in | both.
-            since: ISO timestamp or a duration like 7d.
-            until: ISO timestamp.
-            where: "field OP value", repeatable.
-            combine: and | or.
-            limit: Hits to return (1-1000).
-            threshold: Minimum cosine similarity.
-            retrieval: hybrid (vector + lexical, fused) | dense | lexical.
-            rerank: Re-rank the top candidates of a text query with the cross-encoder (docs/retrieval.md).
-                Default: [query] rerank, off.
-            half_life: Prefer newer memories among comparably relevant ones (within a twentieth of this query's
-                relevance spread), with this half-life, e.g. 30d; 'off' overrides a configured one. Default:
-                [query] half_life, none (relevance alone).
-        """
-        return cast(
-            "Reply[QueryReply]",
-            await self._send(
-                "/v1/query",
-                {
-                    "text": text,
-                    "agent": agent,
-                    "all_agents": all_agents,
-                    "entity": entity,
-                    "via": via,
-                    "hops": hops,
-                    "direction": direction,
-                    "since": since,
-                    "until": until,
-                    "where": where,
-                    "combine": combine,
-                    "limit": limit,
-                    "threshold": threshold,
-                    "retrieval": retrieval,
-                    "rerank": rerank,
-                    "half_life": half_life,
-                },
-                long=False,
-            ),
-        )
-
-    async def get(self, id: str, *, agent: str | None = None) -> Reply[MemoryReply]:
-        """Show one memory as stored in PostgreSQL (the source of truth).
-
-        ``POST /v1/get``; who may call it: agent. Exit codes: 0 ok; 1 no such memory, or it failed; 2 bad input
-        or usage.
-
-        Parameters:
-            id: The memory's UUID.
-            agent: Only if it belongs to this agent.
-        """
-        return cast("Reply[MemoryReply]", await self._send("/v1/get", {"id": id, "agent": agent}, long=False))
-
-    async def add(
-        self,
-        text: str,
-        *,
-        agent: str | None = None,
-        kind: str = "note",
-        at: str | None = None,
-        entities: list[str] | None = None,
-        relations: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        id: str | None = None,
-    ) -> Reply[Added]:
-        """Store one memory (PostgreSQL first, then the vector store and the graph) and print its id.
-
-        ``POST /v1/add``; who may call it: agent. Exit codes: 0 ok; 1 failed (error and hint on stderr); 2 bad
-        input or usage; 3 partial: a store is degraded or behind (the hint says what to run).
-
-        Parameters:
-            text: The memory's text.
-            agent: Agent namespace (default: config default_agent).
-            kind: Kind, e.g. note, dialogue, event.
-            at: created_at, ISO 8601 (default: now).
-            entities: TYPE:NAME, repeatable.
-            relations: "FROM -REL-> TO"; FROM/TO is TYPE:NAME, this or memory:<uuid>.
-            metadata: key=value (JSON values allowed), repeatable.
-            id: Use this UUID (idempotent re-adds).
-        """
-        return cast(
-            "Reply[Added]",
-            await self._send(
-                "/v1/add",
-                {
-                    "text": text,
-                    "agent": agent,
-                    "kind": kind,
-                    "at": at,
-                    "entities": entities,
-                    "relations": relations,
-                    "metadata": metadata,
-                    "id": id,
-                },
-                long=False,
-            ),
-        )
-
-    async def import_(
-        self, lines: str | bytes, *, file: str | None = None, agent: str | None = None, strict: bool = False
-    ) -> Reply[Imported]:
-        """Import memories from JSONL; bad lines are reported by number and skipped.
-
-        ``POST /v1/import``; who may call it: agent. Exit codes: 0 ok; 1 failed (error and hint on stderr); 2
-        bad lines (reported and skipped), or --strict refused the file; 3 partial: a store is degraded or behind
-        (the hint says what to run).
-
-        lines: the JSONL to import, one memory per line (the `memoryctl import` format).
-
-        Parameters:
-            file: JSONL file, one memory per line ('-' for stdin is not supported).
-            agent: Put every line in this agent (overrides agent_id).
-            strict: Refuse the whole file if any line is bad.
-        """
-        return cast(
-            "Reply[Imported]",
-            await self._send("/v1/import", {"file": file, "agent": agent, "strict": strict}, lines, long=True),
-        )
-
-    async def forget(self, ids: list[str], *, agent: str | None = None) -> Reply[Forgotten]:
-        """Soft-delete memories: hidden from every query at once, purged later by reconcile.
-
-        ``POST /v1/forget``; who may call it: agent. Exit codes: 0 ok; 1 failed (error and hint on stderr); 2
-        bad input or usage; 3 partial: a store is degraded or behind (the hint says what to run).
-
-        Parameters:
-            ids: UUIDs to forget.
-            agent: Only within this agent.
-        """
-        return cast("Reply[Forgotten]", await self._send("/v1/forget", {"ids": ids, "agent": agent}, long=False))
-
-    async def sync(self) -> Reply[Synced]:
-        """Deliver everything pending in the outbox to the vector store and the graph (idempotent).
-
-        ``POST /v1/sync``; who may call it: operator. Exit codes: 0 ok; 1 failed (error and hint on stderr); 2
-        bad input or usage; 3 still pending: a store is down or another delivery holds the rows.
-        """
-        return cast("Reply[Synced]", await self._send("/v1/sync", {}, long=True))
-
-    async def stats(
-        self,
-        *,
-        agent: str | None = None,
-        all_agents: bool = False,
-        bucket: str = "1d",
-        since: str = "7d",
-        until: str | None = None,
-        metric: str | None = None,
-        kind: str | None = None,
-    ) -> Reply[Stats]:
-        """Counts and avg/min/max of a numeric metadata field per time bucket (e.g. a sentiment trend).
-
-        ``POST /v1/stats``; who may call it: agent. Exit codes: 0 ok; 1 failed; 2 bad input.
-
-        Parameters:
-            agent: Agent scope (default: the configured default_agent).
-            all_agents: Operator: every agent.
-            bucket: Bucket width, e.g. 1h, 1d, 1w.
-            since: ISO timestamp or duration (7d).
-            until: ISO timestamp (default: now).
-            metric: Numeric metadata key to aggregate.
-            kind: Only memories of this kind.
-        """
-        return cast(
-            "Reply[Stats]",
-            await self._send(
-                "/v1/stats",
-                {
-                    "agent": agent,
-                    "all_agents": all_agents,
-                    "bucket": bucket,
-                    "since": since,
-                    "until": until,
-                    "metric": metric,
-                    "kind": kind,
-                },
-                long=False,
-            ),
-        )
-
-    async def health(self, *, deadline: float = 1.8, prometheus: bool = False) -> Reply[Health | Prometheus]:
-        """Probe every component; exit 0 healthy, 1 unhealthy, 3 degraded.
-
-        ``POST /v1/health``; who may call it: any. Exit codes: 0 healthy; 1 unhealthy; 2 bad input or usage; 3
-        degraded.
-
-        Parameters:
-            deadline: Seconds to wait for all probes.
-            prometheus: Prometheus text format (textfile collector).
-        """
-        return cast(
-            "Reply[Health | Prometheus]",
-            await self._send("/v1/health", {"deadline": deadline, "prometheus": prometheus}, long=False),
-        )
-
-    async def init(self) -> Reply[Initialised]:
-        """Create or upgrade the schema (PostgreSQL), the vector collection and graph constraints.
-
-        ``POST /v1/init``; who may call it: operator. Exit codes: 0 ok; 1 failed (error and hint on stderr); 2
-        bad input or usage; 3 a store is unavailable (initialised when it is back).
-        """
-        return cast("Reply[Initialised]", await self._send("/v1/init", {}, long=True))
-
-    async def cypher(
-        self, statement: str, *, params: dict[str, Any] | None = None, agent: str | None = None
-    ) -> Reply[list[dict[str, Any]]]:
-        """Raw Cypher for power users, in a READ transaction (write clauses are refused).
-
-        ``POST /v1/cypher``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
-
-        Parameters:
-            statement: A read-only Cypher query; $agent_id is bound to the agent.
-            params: k=v (JSON values allowed), repeatable.
-            agent: Agent scope (default: the configured default_agent).
-        """
-        return cast(
-            "Reply[list[dict[str, Any]]]",
-            await self._send("/v1/cypher", {"statement": statement, "params": params, "agent": agent}, long=False),
-        )
-
-    async def runs(self, *, command: str | None = None, limit: int = 20) -> Reply[list[dict[str, Any]]]:
-        """List recent maintenance runs (sync, reconcile, migrate, reembed, nightly).
-
-        ``POST /v1/runs``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
-
-        Parameters:
-            command: Only runs of this command.
-            limit: Runs to list (1-1000).
-        """
-        return cast(
-            "Reply[list[dict[str, Any]]]",
-            await self._send("/v1/runs", {"command": command, "limit": limit}, long=False),
-        )
-
-    async def reconcile(self, *, repair: bool = False, agent: str | None = None) -> Reply[Reconciled]:
-        """Compare PostgreSQL, the vector store and the graph: orphans, missing, stale, purge-due.
-
-        ``POST /v1/reconcile``; who may call it: operator. Exit codes: 0 nothing left to do; 1 failed (error and
-        hint on stderr); 2 bad input or usage; 3 drift found and not repaired, or a store skipped.
-
-        Parameters:
-            repair: Fix what is found (idempotent). Default: report only.
-            agent: Only this agent's memories.
-        """
-        return cast(
-            "Reply[Reconciled]", await self._send("/v1/reconcile", {"repair": repair, "agent": agent}, long=True)
-        )
-
-    async def migrate(
-        self,
-        *,
-        to_model: str | None = None,
-        batch: int = 512,
-        rollback: bool = False,
-        cleanup: bool = False,
-        abandon: bool = False,
-        grace: str = "7d",
-        sample: int = 50,
-        min_recall: float | None = None,
-    ) -> Reply[Migrated]:
-        """Re-embed every memory into a new model's collection, verify, swap atomically; resumable.
-
-        ``POST /v1/migrate``; who may call it: operator. Exit codes: 0 ok; 1 failed (error and hint on stderr);
-        2 bad input or usage; 3 stopped at verification (nothing swapped).
-
-        Parameters:
-            to_model: Target embedder: KIND, KIND:MODEL, or key=value list (kind=hash,dim=256 /
-                kind=http,model=BAAI/bge-m3,url=http://10.77.0.3:8001).
-            batch: Memories per embed/upsert batch.
-            rollback: Swap back to the previous model.
-            cleanup: Drop retired collections past --grace.
-            abandon: Give up an unfinished migration.
-            grace: Cleanup keeps retired collections this long.
-            sample: Verification queries.
-            min_recall: Refuse the swap below this self-recall@10.
-        """
-        return cast(
-            "Reply[Migrated]",
-            await self._send(
-                "/v1/migrate",
-                {
-                    "to_model": to_model,
-                    "batch": batch,
-                    "rollback": rollback,
-                    "cleanup": cleanup,
-                    "abandon": abandon,
-                    "grace": grace,
-                    "sample": sample,
-                    "min_recall": min_recall,
-                },
-                long=True,
-            ),
-        )
-
-    async def reembed(self, *, changed: bool = False, agent: str | None = None, batch: int = 512) -> Reply[Reembedded]:
-        """Re-embed in place, in the active collection, memories whose text changed since embedding.
-
-        ``POST /v1/reembed``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
-
-        Parameters:
-            changed: Only memories whose text changed (content hash).
-            agent: Only this agent's memories.
-            batch: Memories per embed/upsert batch.
-        """
-        return cast(
-            "Reply[Reembedded]",
-            await self._send("/v1/reembed", {"changed": changed, "agent": agent, "batch": batch}, long=True),
-        )
-
-    async def nightly(self) -> Reply[Nightly]:
-        """Train → gate → promote LoRA adapters, re-embed changed texts, reconcile, record the run.
-
-        ``POST /v1/nightly``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
-        """
-        return cast("Reply[Nightly]", await self._send("/v1/nightly", {}, long=True))
-
-    async def feedback(self, query_id: str, memory_id: str, useful: bool) -> Reply[Recorded]:
-        """Record whether a recalled memory was useful: the embedding LoRA learns from these pairs.
-
-        ``POST /v1/feedback``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
-
-        Parameters:
-            query_id: query_id from `memoryctl query --json`.
-            memory_id: The recalled memory.
-            useful: Was the recall useful? (--useful or --not-useful)
-        """
-        return cast(
-            "Reply[Recorded]",
-            await self._send(
-                "/v1/feedback", {"query_id": query_id, "memory_id": memory_id, "useful": useful}, long=False
-            ),
-        )
-
-    async def adapters(
-        self,
-        kind: Literal["embedding", "generation"],
-        *,
-        rollback: bool = False,
-        serve_active: bool = False,
-        wait: bool = False,
-    ) -> Reply[list[dict[str, Any]]]:
-        """List LoRA adapter versions of a kind, roll the served one back to the previous version, or load the
-        active generation adapter into vLLM again (after vLLM restarted).
-
-        ``POST /v1/adapters``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
-
-        Parameters:
-            kind: embedding | generation
-            rollback: Serve the previous version again.
-            serve_active: Load the active generation adapter into vLLM if it does not list it (a restart forgets
-                it).
-            wait: With --serve-active: first wait until vLLM answers, up to [nightly] vllm_ready_s (for the
-                memoryctl-adapter-serve unit, which runs it as vllm@generate starts).
-        """
-        return cast(
-            "Reply[list[dict[str, Any]]]",
-            await self._send(
-                "/v1/adapters",
-                {"kind": kind, "rollback": rollback, "serve_active": serve_active, "wait": wait},
-                long=False,
-            ),
-        )
-
-    async def backup_status(self, *, prometheus: bool = False) -> Reply[Backups | Prometheus]:
-        """Per store: the newest backup, the newest restorable point, sizes. Exit 0 fresh, 3 stale, 1 unreadable.
-
-        ``POST /v1/backup/status``; who may call it: operator. Exit codes: 0 fresh; 1 unreadable; 2 bad input or
-        usage; 3 stale.
-
-        Parameters:
-            prometheus: Prometheus text format (textfile collector).
-        """
-        return cast(
-            "Reply[Backups | Prometheus]", await self._send("/v1/backup/status", {"prometheus": prometheus}, long=False)
-        )
-
-    async def backup_qdrant(self) -> Reply[dict[str, Any]]:
-        """Snapshot every Qdrant collection (one file per shard) and ship the set to the snapshot target.
-
-        ``POST /v1/backup/qdrant``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
-        """
-        return cast("Reply[dict[str, Any]]", await self._send("/v1/backup/qdrant", {}, long=True))
-
-    async def restore_qdrant(self, *, set: str | None = None, catch_up: bool = True) -> Reply[dict[str, Any]]:
-        """Restore Qdrant from a snapshot set, then catch up with PostgreSQL. Exit 3 if drift is left.
-
-        ``POST /v1/restore/qdrant``; who may call it: operator. Exit codes: 0 ok; 1 failed (error and hint on
-        stderr); 2 bad input or usage; 3 drift left after the catch-up.
-
-        Parameters:
-            set: Snapshot set (default: the newest complete).
-            catch_up: Afterwards deliver the outbox and what changed since the snapshot (sync, then reconcile
-                --repair of the vector store).
-        """
-        return cast(
-            "Reply[dict[str, Any]]",
-            await self._send("/v1/restore/qdrant", {"set": set, "catch_up": catch_up}, long=True),
-        )
-
-    async def rebuild_graph(self, *, batch: int = 1000, prune: bool = True) -> Reply[dict[str, Any]]:
-        """Rebuild the graph store from PostgreSQL (idempotent; writes may continue meanwhile).
-
-        ``POST /v1/rebuild/graph``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
-
-        Parameters:
-            batch: Memories per read/write batch.
-            prune: Remove graph memories PostgreSQL does not have.
-        """
-        return cast(
-            "Reply[dict[str, Any]]", await self._send("/v1/rebuild/graph", {"batch": batch, "prune": prune}, long=True)
-        )
-
-    async def outbox_list(self, *, limit: int = 1000) -> Reply[list[dict[str, Any]]]:
-        """The deliveries set aside after failing alone: which memory, which store, how often, and the error.
-
-        ``POST /v1/outbox/list``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
-
-        Parameters:
-            limit: Rows to list.
-        """
-        return cast("Reply[list[dict[str, Any]]]", await self._send("/v1/outbox/list", {"limit": limit}, long=False))
-
-    async def outbox_retry(self, *, rows: list[int] | None = None, all: bool = False) -> Reply[Retried]:
-        """Put rows set aside back in the queue (after fixing what made them fail).
-
-        ``POST /v1/outbox/retry``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
-
-        Parameters:
-            rows: Outbox row ids (from `outbox list`).
-            all: Every row set aside.
-        """
-        return cast("Reply[Retried]", await self._send("/v1/outbox/retry", {"rows": rows, "all": all}, long=False))
-
-    async def outbox_drop(self, *, rows: list[int] | None = None, all: bool = False) -> Reply[Dropped]:
-        """Give up on rows set aside: that store will not get those memories (reconcile reports them).
-
-        ``POST /v1/outbox/drop``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
-
-        Parameters:
-            rows: Outbox row ids (from `outbox list`).
-            all: Every row set aside.
-        """
-        return cast("Reply[Dropped]", await self._send("/v1/outbox/drop", {"rows": rows, "all": all}, long=False))
-
-    async def demo(self) -> Reply[dict[str, Any]]:
-        """Load a small sample of memories and run example queries (vector, graph, relational, or, stats).
-
-        ``POST /v1/demo``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
-        """
-        return cast("Reply[dict[str, Any]]", await self._send("/v1/demo", {}, long=True))
-
-    async def token_issue(
-        self, *, agent: str | None = None, operator: bool = False, name: str | None = None
-    ) -> Reply[TokenIssued | OperatorTokenIssued]:
-        """Issue a bearer token bound to one agent, or an operator token (--operator), for HTTP, MCP and the
-        console; printed once, kept hashed.
-
-        ``POST /v1/token/issue``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
-
-        Parameters:
-            agent: The agent the token may read and write.
-            operator: An operator token: every agent and operation (the console records its actions with its
-                name).
-            name: A label to tell tokens apart (default: the agent, or operator).
-        """
-        return cast(
-            "Reply[TokenIssued | OperatorTokenIssued]",
-            await self._send("/v1/token/issue", {"agent": agent, "operator": operator, "name": name}, long=False),
-        )
-
-    async def token_list(self) -> Reply[list[TokenRow | OperatorTokenRow]]:
-        """The tokens issued, agent and operator (their ids, agents and labels; never the tokens).
-
-        ``POST /v1/token/list``; who may call it: operator. Exit codes: 0 ok; 1 failed; 2 bad input.
-        """
-        return cast("Reply[list[TokenRow | OperatorTokenRow]]", await self._send("/v1/token/list", {}, long=False))
-
-    async def token_revoke(self, ids: list[str]) -> Reply[Revoked]:
-        """Revoke issued tokens by id: refused from the next request on (console sessions included).
-
-        ``POST /v1/token/revoke``; who may call it: operator. Exit codes: 0 ok; 1 no such token; 2 bad input or
-        usage.
-
-        Parameters:
-            ids: Token ids from `memoryctl token list`.
-        """
-        return cast("Reply[Revoked]", await self._send("/v1/token/revoke", {"ids": ids}, long=False))
+    @staticmethod
+    def _sending(build: Callable[..., _Call[Any]]) -> Callable[..., Coroutine[Any, Any, Reply[Any]]]:
+        @functools.wraps(build)
+        async def method(self: AsyncClient, *args: Any, **kwargs: Any) -> Reply[Any]:
+            return _reply(await self._http.send(_request(self._http, build(self, *args, **kwargs))))
+
+        return method
