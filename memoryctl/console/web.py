@@ -192,14 +192,11 @@ class Console:
         def work() -> Reply:
             if not record:
                 return service.execute(op, bound, None)
-            from memoryctl.maintenance.runs import recorded_run
+            from memoryctl.maintenance.runs import recorded_action
 
             runs = service.client.stack.runs
-            with recorded_run(runs, f"console {name}", trigger="api", actor=f"console {caller.name}") as rec:
-                reply = service.execute(op, bound, None)
-                rec.details = {"params": {k: v for k, v in bound.items() if v not in (None, False, [])}}
-                rec.counts = {k: v for k, v in (reply.data or {}).items() if isinstance(v, int)}
-            return reply
+            actor = f"console {caller.name}"
+            return recorded_action(runs, f"console {name}", actor, bound, lambda: service.execute(op, bound, None))
 
         return await service.run_in_worker(trusted, work)
 

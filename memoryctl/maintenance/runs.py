@@ -11,10 +11,10 @@ import contextvars
 import getpass
 import os
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from memoryctl.errors import MemoryctlError
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the CLI asks for current_trigger/current_actor without load
     from memoryctl.stores.records import RunLog
 
 TRIGGERS = ("cli", "cron", "nightly", "api", "test")
+R = TypeVar("R")
 
 
 # Who asked for the run being done in this thread: set by memoryctl.operations.run from the
@@ -70,6 +71,22 @@ class RunRecord:
     details: dict[str, Any] = field(default_factory=dict)
     status: str = "ok"  # a command may set "partial" (e.g. a store was unavailable)
     error: str | None = None  # why a run that ended without an exception is not "ok"
+
+
+# The operations a person acts with on the stack (the console's forms): whichever door they come
+# through with a token (HTTP, MCP, the console), each is a run in the runs log with the token's name.
+ACTIONS = frozenset({"forget", "outbox retry", "outbox drop"})
+
+
+def recorded_action(runs: RunLog, command: str, actor: str, params: dict[str, Any], work: Callable[[], R]) -> R:
+    """``work()`` recorded as the run ``command`` of ``actor`` (trigger ``api``), with the
+    parameters it was given and the counts of its reply."""
+    with recorded_run(runs, command, trigger="api", actor=actor) as rec:
+        rec.details = {"params": {k: v for k, v in params.items() if v not in (None, False, [])}}  # a refusal too
+        reply = work()
+        data = getattr(reply, "data", None)
+        rec.counts = {k: v for k, v in (data or {}).items() if isinstance(v, int)} if isinstance(data, dict) else {}
+    return reply
 
 
 @contextmanager

@@ -75,7 +75,11 @@ class Service(Protocol):
 
     def status(self) -> dict[str, Any]: ...
 
-    def execute(self, op: Operation, params: dict[str, Any], upload: Path | None) -> Reply: ...
+    def execute(
+        self, op: Operation, params: dict[str, Any], upload: Path | None, caller: Caller | None = None
+    ) -> Reply:
+        """``caller``: a remote caller (HTTP's bearer token, MCP's), whose actions are recorded."""
+        ...
 
     async def run_in_worker(self, trusted: bool, work: Callable[[], T]) -> T: ...
 
@@ -250,12 +254,13 @@ async def _handle(service: Service, op: Operation, request: Request) -> Reply:
     length = _length(request, service.max_body)
     caller: Caller = request.scope.get(CALLER, OPERATOR)
     trusted = bool(request.scope.get(TRUSTED))
+    remote = None if trusted else caller  # the socket is the operator's command line, recorded as such
     if op.upload:
         params: dict[str, Any] = {k: _query_value(v) for k, v in request.query_params.items()}
         async with _spooled(request, length, service.io_timeout) as upload:
             _same_config(service, request)
             bound = bind(op, params, caller)
-            return await service.run_in_worker(trusted, lambda: service.execute(op, bound, upload))
+            return await service.run_in_worker(trusted, lambda: service.execute(op, bound, upload, remote))
     raw = await _body(request, length, service.io_timeout)
     try:
         params = json.loads(raw or b"{}")
@@ -267,7 +272,7 @@ async def _handle(service: Service, op: Operation, request: Request) -> Reply:
         raise HttpError(400, "the body must be a JSON object of parameters")
     _same_config(service, request)
     bound = bind(op, params, caller)
-    return await service.run_in_worker(trusted, lambda: service.execute(op, bound, None))
+    return await service.run_in_worker(trusted, lambda: service.execute(op, bound, None, remote))
 
 
 def _length(request: Request, limit: int) -> int:

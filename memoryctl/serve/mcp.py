@@ -156,7 +156,7 @@ class HttpTools:
 
         async def execute(op: Operation, arguments: dict[str, Any], caller: Caller) -> Reply:
             params = bind(op, arguments, caller)
-            return await service.run_in_worker(False, lambda: service.execute(op, params, None))
+            return await service.run_in_worker(False, lambda: service.execute(op, params, None, caller))
 
         self.manager = StreamableHTTPSessionManager(
             app=server(execute, current_caller),

@@ -13,14 +13,16 @@ from memoryctl.operations.access import OPERATOR, Caller
 
 def authenticated(caller: Caller) -> AuthenticatedUser:
     """The SDK's user for a caller (the SDK keeps a session to the caller that opened it)."""
-    token = AccessToken(token="", client_id=caller.name, scopes=[], claims={"agent": caller.agent})
+    claims = {"agent": caller.agent, "label": caller.label}  # the label: an issued token's name, for the runs log
+    token = AccessToken(token="", client_id=caller.name, scopes=[], claims=claims)
     return AuthenticatedUser(token)
 
 
 def current_caller() -> Caller:
     """The caller of the MCP request being handled (the token check runs before every one)."""
     access = get_access_token()
-    agent = (access.claims or {}).get("agent") if access is not None else None
     if access is None:
         raise LookupError("no MCP caller: the token check did not run")
-    return Caller(agent) if agent else OPERATOR
+    claims = access.claims or {}
+    agent, label = claims.get("agent"), claims.get("label")
+    return Caller(agent or None, label=label) if agent or label else OPERATOR

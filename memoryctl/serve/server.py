@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from memoryctl.client import MemoryClient
     from memoryctl.config import Settings
     from memoryctl.declaration.declare import Operation
+    from memoryctl.operations.access import Caller
     from memoryctl.operations.reply import Reply
 
 log = logging.getLogger("memoryctl.serve")
@@ -329,11 +330,22 @@ class Service:
         finally:
             self.count("in_flight", -1)
 
-    def execute(self, op: Operation, params: dict[str, Any], upload: Path | None) -> Reply:
-        """Run one operation for a request (HTTP or MCP): the code the command line runs in-process."""
+    def execute(
+        self, op: Operation, params: dict[str, Any], upload: Path | None, caller: Caller | None = None
+    ) -> Reply:
+        """Run one operation for a request (HTTP or MCP): the code the command line runs in-process.
+        An action (``ACTIONS``) of a remote ``caller`` is a run in the runs log with its token's name,
+        as the console records its own: the same name whichever door the token came through."""
+        from memoryctl.maintenance.runs import ACTIONS, recorded_action
         from memoryctl.operations import run
 
-        reply = run(self.client, op.name, params, upload=upload, in_service=True)
+        def work() -> Reply:
+            return run(self.client, op.name, params, upload=upload, in_service=True)
+
+        if caller is not None and op.name in ACTIONS:
+            reply = recorded_action(self.client.stack.runs, op.name, caller.name, params, work)
+        else:
+            reply = work()
         if op.service_status and isinstance(reply.data, dict) and "components" in reply.data:
             reply.data["components"]["serve"] = {**self.status(), "latency_ms": 0.0}
         return reply

@@ -63,16 +63,42 @@ _DDL = [
         dst text NOT NULL,
         origin uuid NOT NULL,
         agent_id text NOT NULL,
+        src_created_at timestamptz,
         PRIMARY KEY (src, type, dst, origin))""",
     "CREATE INDEX IF NOT EXISTS graph_edges_dst ON {s}.graph_edges (dst, type)",
     "CREATE INDEX IF NOT EXISTS graph_edges_origin ON {s}.graph_edges (origin)",
+    # src_created_at: the created_at of the memory at src when that memory declared the edge itself
+    # (every MENTIONS memoryctl writes), NULL otherwise; the one order a newest-first traversal reads
+    # an entity's mentions in, so a hub's 20,000 mentions are not all read and sorted for ten
+    # (see _MENTIONS). It is written with the edge: a memory's created_at changes only by an upsert,
+    # which rewrites the edges it declared in the same transaction.
+    """CREATE INDEX IF NOT EXISTS graph_edges_mentions_newest
+        ON {s}.graph_edges (dst, src_created_at DESC) WHERE type = 'MENTIONS'""",
 ]
+# A graph from before src_created_at: the column added and filled once (the first start after).
+_ADD_SRC_CREATED_AT = [
+    "ALTER TABLE {s}.graph_edges ADD COLUMN src_created_at timestamptz",
+    """UPDATE {s}.graph_edges g SET src_created_at = m.created_at FROM {s}.graph_memories m
+    WHERE g.src_created_at IS NULL AND m.id = g.origin AND g.src = g.origin::text""",
+]
+
 
 # One fragment per direction: constant SQL chosen by a validated key, never built from input.
 # No types given means any type (the set is open: there is no list to expand "all" into).
 _TYPE_OK = "(cardinality(%(types)s::text[]) = 0 OR g.type = ANY(%(types)s))"
 _OUT = "SELECT g.dst AS node FROM {s}.graph_edges g WHERE g.src = w.node AND " + _TYPE_OK  # noqa: S608
-_IN = "SELECT g.src AS node FROM {s}.graph_edges g WHERE g.dst = w.node AND " + _TYPE_OK  # noqa: S608
+# Backwards along MENTIONS on the last hop from an entity, a step onto a memory is left out: that
+# memory is one of the entity's mentions, which ``hits`` adds at the same distance (the entity's
+# plus one) however it was reached. For an entity 20,000 memories mention, walking them too cost
+# a membership check each (a hash of every memory of the agent) and a second read of each memory.
+# A source that is an entity (a MENTIONS edge a caller declared between entities) is still walked:
+# the memories that mention it are one step further.
+_IN = (
+    "SELECT g.src AS node FROM {s}.graph_edges g WHERE g.dst = w.node AND "  # noqa: S608
+    + _TYPE_OK
+    + " AND NOT (g.type = 'MENTIONS' AND w.entity AND w.depth + 1 = %(hops)s"
+    " AND NOT EXISTS (SELECT 1 FROM {s}.graph_entities x WHERE x.key = g.src))"
+)
 _STEP = {"out": _OUT, "in": _IN, "both": _OUT + " UNION ALL " + _IN}
 
 # The memories that mention a reached entity are read per entity (a LATERAL subquery behind an
@@ -83,16 +109,19 @@ _STEP = {"out": _OUT, "in": _IN, "both": _OUT + " UNION ALL " + _IN}
 # mention, and the query's 2 s graph timeout turned it into a fallback; fenced, 30-80 ms.
 _TRAVERSE = """
 WITH RECURSIVE
-walk(node, depth) AS (
-    SELECT e.key, 0 FROM {s}.graph_entities e
+walk(node, depth, entity) AS (
+    SELECT e.key, 0, true FROM {s}.graph_entities e
     WHERE e.key = %(start)s AND (%(agent)s::text IS NULL OR e.agent_id = %(agent)s)
   UNION
-    SELECT nxt.node, w.depth + 1
+    SELECT nxt.node, w.depth + 1, k.entity
     FROM walk w
     CROSS JOIN LATERAL ({step}) nxt
+    CROSS JOIN LATERAL (
+        SELECT EXISTS (SELECT 1 FROM {s}.graph_entities e
+                       WHERE e.key = nxt.node AND (%(agent)s::text IS NULL OR e.agent_id = %(agent)s)) AS entity
+    ) k
     WHERE w.depth < %(hops)s
-      AND (EXISTS (SELECT 1 FROM {s}.graph_entities e
-                   WHERE e.key = nxt.node AND (%(agent)s::text IS NULL OR e.agent_id = %(agent)s))
+      AND (k.entity
         OR EXISTS (SELECT 1 FROM {s}.graph_memories m
                    WHERE m.id::text = nxt.node AND NOT m.deleted
                      AND (%(agent)s::text IS NULL OR m.agent_id = %(agent)s)))
@@ -108,9 +137,7 @@ hits AS (
         SELECT m.id, m.created_at
         FROM {s}.graph_edges g
         JOIN {s}.graph_memories m ON m.id::text = g.src
-        WHERE g.dst = r.node AND g.type = 'MENTIONS'
-          AND NOT m.deleted AND (%(agent)s::text IS NULL OR m.agent_id = %(agent)s)
-        OFFSET 0
+        WHERE g.dst = r.node AND g.type = 'MENTIONS' {mentions}
     ) x
 )
 SELECT id FROM hits
@@ -120,6 +147,29 @@ GROUP BY id, created_at ORDER BY {order}
 """
 # Whitelisted orders (the only SQL text a traversal chooses): nearest first, or newest first.
 _ORDER = {False: "min(d), id", True: "created_at DESC, id"}
+_LIVE = """
+          AND NOT m.deleted AND (%(agent)s::text IS NULL OR m.agent_id = %(agent)s)
+          AND (%(from)s::timestamptz IS NULL OR m.created_at >= %(from)s)
+          AND (%(to)s::timestamptz IS NULL OR m.created_at < %(to)s)"""
+# An entity's mentions: all of them; or, newest first with a limit, only the newest ``limit`` (ties
+# kept) of those with src_created_at, read in that order through graph_edges_mentions_newest, plus
+# every one without it (MENTIONS edges a memory declared for another: rare). Exact: a memory among
+# the first ``limit`` of the whole answer is among the first ``limit`` of every entity it mentions.
+# An entity 20,000 memories mention: 20,000 memories read and sorted, ~200 ms, against ~limit.
+_MENTIONS = {
+    False: _LIVE + " OFFSET 0",
+    True: " AND g.src_created_at IS NULL"  # noqa: S608 - constant fragments
+    + _LIVE
+    + """
+      UNION ALL
+        (SELECT m.id, m.created_at
+        FROM {s}.graph_edges g
+        JOIN {s}.graph_memories m ON m.id::text = g.src
+        WHERE g.dst = r.node AND g.type = 'MENTIONS' AND g.src_created_at IS NOT NULL"""
+    + _LIVE
+    + """
+        ORDER BY g.src_created_at DESC FETCH FIRST %(limit)s ROWS WITH TIES)""",
+}
 
 
 class SqlGraphBackend:
@@ -174,6 +224,17 @@ class SqlGraphBackend:
     def ensure_schema(self) -> None:
         def work(cur: psycopg.Cursor[Any]) -> None:
             cur.execute(self._q("CREATE SCHEMA IF NOT EXISTS {s}"))
+            cur.execute(
+                "SELECT to_regclass(%(t)s) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM information_schema.columns"
+                " WHERE table_schema = %(s)s AND table_name = 'graph_edges' AND column_name = 'src_created_at')",
+                {"t": f'"{self._schema}".graph_edges', "s": self._schema},
+            )
+            row = cur.fetchone()
+            if row and row[0]:
+                # Once per graph, over every edge (100,000 memories: ~10 s): not the query timeout.
+                set_local_timeout(cur, "statement_timeout", 3600)
+                for ddl in _ADD_SRC_CREATED_AT:
+                    cur.execute(self._q(ddl))
             for ddl in _DDL:
                 cur.execute(self._q(ddl))
 
@@ -184,33 +245,23 @@ class SqlGraphBackend:
 
         def work(cur: psycopg.Cursor[Any]) -> None:
             if ents:
-                cur.execute(
-                    self._q(
-                        "INSERT INTO {s}.graph_entities (key, name, type, agent_id)"
-                        " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[])"
-                        " ON CONFLICT (key) DO UPDATE SET name = EXCLUDED.name, type = EXCLUDED.type,"
-                        " agent_id = EXCLUDED.agent_id"
-                    ),
-                    (
-                        [e["key"] for e in ents],
-                        [e["name"] for e in ents],
-                        [e["type"] for e in ents],
-                        [e["agent_id"] for e in ents],
-                    ),
+                self._insert(
+                    cur,
+                    "graph_entities",
+                    {c: ([e[c] for e in ents], "text") for c in ("key", "name", "type", "agent_id")},
+                    "(key) DO UPDATE SET name = EXCLUDED.name, type = EXCLUDED.type, agent_id = EXCLUDED.agent_id",
                 )
-            cur.execute(
-                self._q(
-                    "INSERT INTO {s}.graph_memories (id, agent_id, created_at, deleted)"
-                    " SELECT * FROM unnest(%s::uuid[], %s::text[], %s::timestamptz[], %s::boolean[])"
-                    " ON CONFLICT (id) DO UPDATE SET agent_id = EXCLUDED.agent_id,"
-                    " created_at = EXCLUDED.created_at, deleted = EXCLUDED.deleted"
-                ),
-                (
-                    [m["id"] for m in mems],
-                    [m["agent_id"] for m in mems],
-                    [m["created_at"] for m in mems],
-                    [m["deleted"] for m in mems],
-                ),
+            self._insert(
+                cur,
+                "graph_memories",
+                {
+                    "id": ([m["id"] for m in mems], "uuid"),
+                    "agent_id": ([m["agent_id"] for m in mems], "text"),
+                    "created_at": ([m["created_at"] for m in mems], "timestamptz"),
+                    "deleted": ([m["deleted"] for m in mems], "boolean"),
+                },
+                "(id) DO UPDATE SET agent_id = EXCLUDED.agent_id, created_at = EXCLUDED.created_at,"
+                " deleted = EXCLUDED.deleted",
             )
             cur.execute(
                 self._q("DELETE FROM {s}.graph_edges WHERE origin = ANY(%s::uuid[]) RETURNING src, dst"),
@@ -218,23 +269,35 @@ class SqlGraphBackend:
             )
             touched = {n for row in cur.fetchall() for n in row}
             if edges:
-                cur.execute(
-                    self._q(
-                        "INSERT INTO {s}.graph_edges (src, type, dst, origin, agent_id)"
-                        " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::uuid[], %s::text[])"
-                        " ON CONFLICT DO NOTHING"
-                    ),
-                    (
-                        [e.src for e in edges],
-                        [e.type for e in edges],
-                        [e.dst for e in edges],
-                        [e.origin for e in edges],
-                        [e.agent_id for e in edges],
-                    ),
+                created = {m["id"]: m["created_at"] for m in mems}
+                src_created = [created[e.origin] if e.src == e.origin else None for e in edges]
+                self._insert(
+                    cur,
+                    "graph_edges",
+                    {
+                        "src": ([e.src for e in edges], "text"),
+                        "type": ([e.type for e in edges], "text"),
+                        "dst": ([e.dst for e in edges], "text"),
+                        "origin": ([e.origin for e in edges], "uuid"),
+                        "agent_id": ([e.agent_id for e in edges], "text"),
+                        "src_created_at": (src_created, "timestamptz"),
+                    },
+                    "DO NOTHING",
                 )
             self._purge_orphans(cur, touched)
 
         self._run(work)
+
+    def _insert(
+        self, cur: psycopg.Cursor[Any], table: str, columns: dict[str, tuple[list[Any], str]], conflict: str
+    ) -> None:
+        """One INSERT of a batch's rows, a bound array per column (``unnest``): one round trip for
+        any batch size. Table, column, type and conflict texts are this module's constants."""
+        names_ = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+        arrays = sql.SQL(", ").join(sql.SQL("%s::" + pg_type + "[]") for _, pg_type in columns.values())
+        insert = "INSERT INTO {s}.{t} ({c}) SELECT * FROM unnest({a}) ON CONFLICT " + conflict  # noqa: S608
+        stmt = sql.SQL(insert).format(s=sql.Identifier(self._schema), t=sql.Identifier(table), c=names_, a=arrays)
+        cur.execute(stmt, [values for values, _ in columns.values()])
 
     def _purge_orphans(self, cur: psycopg.Cursor[Any], keys: set[str]) -> None:
         if keys:
@@ -276,9 +339,11 @@ class SqlGraphBackend:
         q = query
         assert q.direction in _STEP  # the step fragment is picked by a validated key
         text = _TRAVERSE + (" LIMIT %(limit)s" if q.limit is not None else "")
+        newest_few = q.newest_first and q.limit is not None
         stmt = sql.SQL(text).format(
             s=sql.Identifier(self._schema),
             step=sql.SQL(_STEP[q.direction]).format(s=sql.Identifier(self._schema)),
+            mentions=sql.SQL(_MENTIONS[newest_few]).format(s=sql.Identifier(self._schema)),
             order=sql.SQL(_ORDER[q.newest_first]),
         )
         params = {

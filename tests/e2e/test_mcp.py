@@ -251,3 +251,45 @@ def test_docs_mcp_example_runs_against_a_live_service(served: Service, capsys: p
     assert TOOLS <= set(eval(printed[0]))
     assert "True Alice prefers the blue theme" in printed[1]
     assert printed[-1] == "degraded: []"
+
+
+def test_an_issued_tokens_name_is_recorded_alike_over_http_and_mcp(
+    served: Service, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A forget with an issued token is a run in the runs log with the token's name, the same name
+    over HTTP and over MCP (the console records its own the same way); one with the operator's
+    serve.token is recorded as the operator's."""
+    config = served.settings.source_file
+    assert config is not None
+    assert _invoke(["--config", str(config), "token", "issue", "agent-rec", "--name", "ci-bot", "--json"]) == 0
+    bot = json.loads(capsys.readouterr().out)
+    runs = served.client.stack.runs
+
+    def forget_run(mid: str) -> dict[str, Any]:
+        found = [r for r in runs.recent(command="forget", limit=50) if mid in r["details"]["params"]["ids"]]
+        assert len(found) == 1, found
+        return found[0]
+
+    status, added = _post(served, bot["token"], "add", text="forgotten over HTTP")
+    assert status == 200
+    assert _post(served, bot["token"], "forget", ids=[added["id"]])[0] == 200
+    by_http = forget_run(added["id"])
+    assert (by_http["actor"], by_http["trigger"], by_http["status"]) == ("agent:agent-rec (ci-bot)", "api", "ok")
+
+    async def forget_over_mcp(token: str) -> str:
+        async with over_http(served, token) as client:
+            error, mcp_added = await call(client, "add", text="forgotten over MCP", agent="agent-rec")
+            assert not error, mcp_added
+            error, forgotten = await call(client, "forget", ids=[mcp_added["id"]])
+            assert not error and forgotten["forgotten"] == [mcp_added["id"]]
+            return str(mcp_added["id"])
+
+    mid = anyio.run(forget_over_mcp, bot["token"])
+    assert forget_run(mid)["actor"] == by_http["actor"]
+    mid = anyio.run(forget_over_mcp, str(served.token))
+    assert forget_run(mid)["actor"] == "operator"
+    # a refused forget (another agent's id) is recorded failed, with the same name
+    status, other = _post(served, str(served.token), "add", text="not the bot's", agent="someone-else")
+    assert status == 200 and _post(served, bot["token"], "forget", ids=[other["id"]])[0] == 404
+    refused = forget_run(other["id"])
+    assert (refused["actor"], refused["status"]) == (by_http["actor"], "failed")

@@ -739,6 +739,63 @@ def test_sql_statement_timeout_is_store_unavailable(graph_pg_pool: psycopg_pool.
 # ------------------------------------------------------------------------------------------------
 
 
+def test_newest_first_of_a_hub_entity(ctx: Ctx) -> None:
+    """An entity many memories mention, asked newest first with a limit (the console's entity
+    search): the first ``limit`` of the whole answer, ties in time broken by id, deleted memories and
+    a MENTIONS a memory declared for another included as the full traversal has them."""
+    a = ctx.agent("a")
+    hub, other = ent(a, "User", "Hub"), ent(a, "User", "Other")
+    ids = ctx.new_ids(40)
+    t0 = datetime(2026, 3, 1, tzinfo=UTC)
+    # Two memories at each time (ties broken by id); the newest two are deleted.
+    when = {m: t0 + timedelta(minutes=i - i % 2) for i, m in enumerate(ids)}
+    items = [mem(m, a, [hub], [hub], deleted=i >= 38, created_at=when[m]) for i, m in enumerate(ids) if i != 5]
+    # ids[5] is mentioned by ids[0]'s declaration (not its own) and is newer than any live memory.
+    when[ids[5]] = t0 + timedelta(days=1)
+    items.append(mem(ids[5], a, [other], [other], created_at=when[ids[5]]))
+    items[0] = mem(ids[0], a, [hub, other], [hub], [GraphEdge(ids[5], "MENTIONS", hub.key)], created_at=when[ids[0]])
+    ctx.store.upsert_memories(items)
+    full = ctx.store.traverse(GraphTraversal(agent_id=a, start_key=hub.key, hops=1))
+    assert len(full) == 38 and ids[5] in full
+    live = sorted(full, key=lambda i: (-when[i].timestamp(), str(i)))
+    for limit in (1, 3, 10, 50):
+        q = GraphTraversal(agent_id=a, start_key=hub.key, hops=1, newest_first=True, limit=limit)
+        assert ctx.store.traverse(q) == live[:limit], limit
+    assert live[0] == ids[5]
+
+
+def test_graph_from_before_src_created_at_is_filled_on_open(graph_pg_pool: psycopg_pool.ConnectionPool[Any]) -> None:
+    """A graph written before graph_edges.src_created_at: the next ensure_schema adds and fills it,
+    and newest-first traversals read the mentions in time order from then on."""
+    schema = f"gtest_{uuid.uuid4().hex[:12]}"
+    store = SqlGraphStore(graph_pg_pool, schema=schema, timeout_s=HANG_GUARD_S)
+    try:
+        store.ensure_schema()
+        hub = ent("old", "User", "Hub")
+        ids = sorted(uuid.uuid4() for _ in range(6))
+        t0 = datetime(2026, 3, 1, tzinfo=UTC)
+        store.upsert_memories(
+            [mem(m, "old", [hub], [hub], created_at=t0 - timedelta(hours=i)) for i, m in enumerate(ids)]
+        )
+        with graph_pg_pool.connection() as conn:
+            conn.execute(
+                sql.SQL("ALTER TABLE {}.graph_edges DROP COLUMN src_created_at").format(sql.Identifier(schema))
+            )
+        store.ensure_schema()
+        store.ensure_schema()  # once: the second finds the column and leaves it
+        with graph_pg_pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            row = cur.execute(
+                sql.SQL("SELECT count(*), count(src_created_at) FROM {}.graph_edges").format(sql.Identifier(schema))
+            ).fetchone()
+        assert row == (6, 6)
+        q = GraphTraversal(agent_id="old", start_key=hub.key, hops=1, newest_first=True, limit=2)
+        assert store.traverse(q) == ids[:2]
+    finally:
+        store.close()
+        with graph_pg_pool.connection() as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_graphs_same_answers_on_both_engines(
     graph_pg_pool: psycopg_pool.ConnectionPool[Any], graph_neo4j_settings: Neo4jSettings, seed: int
@@ -813,6 +870,12 @@ def test_random_graphs_same_answers_on_both_engines(
             )[:7]
             assert sql_store.traverse(windowed) == expected, windowed
             assert neo_store.traverse(windowed) == expected, windowed
+            # Newest first with a limit below an entity's mentions: the SQL store reads only the
+            # newest of each entity's mentions; the answer is still the full one's first.
+            newest = dataclasses.replace(query, newest_first=True, limit=2)
+            expected = sorted(got_sql, key=lambda i: (-when[i].timestamp(), str(i)))[:2]
+            assert sql_store.traverse(newest) == expected, newest
+            assert neo_store.traverse(newest) == expected, newest
             checked += bool(got_sql)
         assert checked >= 10  # the random queries did reach memories
         assert sql_store.relationships(mids) == neo_store.relationships(mids)
