@@ -24,7 +24,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip, systemd
 
-from deploy import backup, embedding_slots, monitoring, patroni, ports
+from deploy import backup, embedding_slots, models, monitoring, patroni, ports
 from deploy.common import components, keep_running, secrets, service_account, sudoers, template
 from deploy.layout import (
     CONFIG,
@@ -39,7 +39,7 @@ from deploy.layout import (
 )
 from deploy.night import enabled as night_on_gpu
 from deploy.qdrant import collection_layout
-from deploy.vllm import served_models
+from deploy.vllm import rerank_served, served_models
 from deploy.wheelhouse import controller_wheelhouse, install_offline
 
 # name -> command; the schedules are components.memoryctl.schedules (deploy/components.py).
@@ -115,8 +115,11 @@ def install_into(venv: str, keep_upload: bool = True) -> Any:
 
 def config_file(*, serve: bool, night: dict[str, Any] | None) -> Any:
     """``/etc/memoryctl/memoryctl.toml`` (0640 root:memoryctl): every store over the mesh, with
-    ``[serve]`` on the node that runs the service and ``[nightly]`` on the one that runs the night."""
+    ``[serve]`` on the node that runs the service and ``[nightly]`` on the one that runs the night.
+    The CPU cross-encoder goes beside it (the rerank stage's model, or its fallback behind
+    ``vllm@rerank``), so a ``--rerank`` works on every node that has the file."""
     store = secrets()
+    models.rerank_model()
     return template(
         "memoryctl/memoryctl.toml.j2",
         CONFIG,
@@ -139,7 +142,20 @@ def config_file(*, serve: bool, night: dict[str, Any] | None) -> Any:
         nightly=night,
         nightly_on_gpu=night_on_gpu(),
         alerting=monitoring.memoryctl_alerting(),
+        rerank=rerank_settings(),
         user="root",
         group=USER,
         mode="640",
     )
+
+
+def rerank_settings() -> dict[str, Any]:
+    """``[query]``'s rerank keys: where the CPU model is, and the served one when vLLM serves it."""
+    settings = components().vllm
+    served = rerank_served()
+    return {
+        "model_dir": models.MODELS_DIR,
+        "url": f"http://{host.data.endpoints['gpu']}:{ports.VLLM_RERANK}" if served else None,
+        "model": settings.rerank_model,
+        "by_default": settings.rerank_by_default,
+    }

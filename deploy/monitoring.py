@@ -123,7 +123,7 @@ def qdrant_peers() -> list[str]:
 def vllm_targets() -> dict[str, dict[str, str]]:
     """Every vLLM instance's ``/metrics`` (not behind the API key, as in vLLM), by node: the
     ``generate`` instance and the embedding one on each gpu node, or on the node that runs the night
-    with embedding slots, both slots (deploy/roles.py decides the same)."""
+    with embedding slots, both slots (deploy/roles.py decides the same); ``rerank`` where it runs."""
     if vllm.mode() == "off":
         return {}
     cluster = inventory()
@@ -133,7 +133,8 @@ def vllm_targets() -> dict[str, dict[str, str]]:
         address = cluster.nodes[name]["mesh"]
         slots = embedding_slots.enabled() and name == gpu[0]
         embedding = dict(embedding_slots.SLOTS) if slots else {"embed": ports.VLLM_EMBED}
-        units = {"generate": ports.VLLM_GENERATE, **embedding}
+        rerank = {"rerank": ports.VLLM_RERANK} if vllm.rerank_served() else {}
+        units = {"generate": ports.VLLM_GENERATE, **embedding, **rerank}
         found[name] = {unit: f"{address}:{port}" for unit, port in units.items()}
     return found
 

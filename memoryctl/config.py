@@ -227,6 +227,11 @@ class QuerySettings(BaseModel):
     rerank_url: str | None = None
     rerank_model: str = "BAAI/bge-reranker-v2-m3"
     rerank_timeout_s: float = Field(1.0, gt=0)
+    # Where the CPU cross-encoder is installed (the directory holding ms-marco-minilm-l12-int8/);
+    # unset, the model directory ($MEMORYCTL_MODEL_DIR, else ~/.cache/memoryctl/models). The
+    # deploy installs it on every node and names the directory here, so the fallback is there for
+    # whoever runs the CLI.
+    rerank_model_dir: Path | None = None
 
     def half_life_for(self, agent_id: str | None) -> timedelta | None:
         """The agent's recency half-life: its own, else ``half_life``; None for "off" or none set."""

