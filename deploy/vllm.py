@@ -170,7 +170,11 @@ def vllm(embed: bool = True) -> None:
     service_account("vllm", DATA_DIR)
     files.directory(name="Install prefix", path=PREFIX, mode="755")
     pip.venv(name="Python venv (venv module)", path=VENV, python="python3")
-    installed = install_vllm(build) if build is not None else install_standin()
+    # The CPU cross-encoder: memoryctl's fallback on every node, and what the stand-in serves (a
+    # change restarts the stand-in, never a real vLLM); placed here first on the gpu node, so both
+    # paths run the same operation in the same place.
+    model = models.rerank_model() if rerank_served() else []
+    installed = install_vllm(build) if build is not None else [*install_standin(), *model]
     command = f"{VENV}/bin/vllm serve" if mode() == "vllm" else f"{VENV}/bin/python {PREFIX}/vllm_standin.py serve"
     context = unit_context(command)
     env = template(
@@ -375,5 +379,4 @@ def install_standin() -> list[object]:
         local, VENV, f"{PREFIX}/wheelhouse", STANDIN_WHEELS, reinstall=[], no_deps=True, check=STANDIN_CHECK
     )
     script = files.put(name="The vLLM STAND-IN server", src=str(STANDIN), dest=f"{PREFIX}/vllm_standin.py", mode="644")
-    model = models.rerank_model() if rerank_served() else []
-    return [package, script, *model]
+    return [package, script]

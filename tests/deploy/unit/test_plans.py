@@ -96,7 +96,7 @@ def test_nftables_ruleset_is_valid(node: str, tmp_path: Path) -> None:
         # every node, 5432 PostgreSQL, 8008 Patroni's REST API and 8432 pgBackRest on both members
         ("node1", "2379, 2380, 2381, 5432, 6333, 6334, 6335, 8008, 8432, 8765, 9100, 9187"),
         ("node2", "2379, 2380, 2381, 5432, 6333, 6334, 6335, 7474, 7687, 8008, 8432, 9100"),
-        ("node3", "873, 2379, 2380, 2381, 6333, 6334, 6335, 8000, 8001, 8002, 8432, 9090, 9093, 9100"),
+        ("node3", "873, 2379, 2380, 2381, 6333, 6334, 6335, 8000, 8001, 8002, 8003, 8432, 9090, 9093, 9100"),
     ],
 )
 def test_each_node_opens_its_services_on_the_mesh_only(node: str, ports: str) -> None:

@@ -31,7 +31,7 @@ def test_the_table_names_each_service_and_port_once() -> None:
     assert len({service.name for service in SERVICES}) == len(SERVICES)
     assert len(TABLE) == len(SERVICES)
     assert {service.role for service in SERVICES} - {None} == set(ROLES)
-    assert ROLE_PORTS == {"db": [5432], "index": [7474, 7687], "gpu": [8000, 8001]}
+    assert ROLE_PORTS == {"db": [5432], "index": [7474, 7687], "gpu": [8000, 8001, 8003]}
 
 
 def test_the_docs_table_is_the_module() -> None:
