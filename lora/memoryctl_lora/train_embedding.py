@@ -24,6 +24,7 @@ import importlib.resources
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,7 @@ def _embed(model: Any, tok: Any, texts: Sequence[str], max_len: int, pooling: st
     return torch.nn.functional.normalize(pooled, p=2, dim=1)
 
 
+@dataclass(eq=False)
 class EmbeddingModel:
     """MiniLM (optionally + a LoRA adapter) as an encoder: ``encode(texts) -> float32 (n, 384)``.
 
@@ -127,25 +129,18 @@ class EmbeddingModel:
     adapter is applied, so vectors from different adapters never share a Qdrant collection.
     """
 
-    def __init__(
-        self,
-        model: Any,
-        tokenizer: Any,
-        *,
-        model_id: str,
-        max_seq_length: int,
-        batch_size: int = 64,
-        threads: int | None = None,
-        pooling: str = "mean",
-    ) -> None:
-        self.threads = threads
-        self.pooling = pooling
-        self.model = model
-        self.tokenizer = tokenizer
-        self.model_id = model_id
-        self.max_seq_length = max_seq_length
-        self.batch_size = batch_size
-        self.dimension = int(model.config.hidden_size)
+    model: Any = field(repr=False)
+    tokenizer: Any = field(repr=False)
+    _: KW_ONLY
+    model_id: str
+    max_seq_length: int
+    batch_size: int = 64
+    threads: int | None = None
+    pooling: str = "mean"
+    dimension: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.dimension = int(self.model.config.hidden_size)
 
     def encode(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
         torch = require_torch()

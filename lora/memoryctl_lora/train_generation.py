@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -179,14 +180,15 @@ def heldout_loss(
 
 
 # -- loading -----------------------------------------------------------------------------------
+@dataclass(eq=False)
 class GenerationModel:
     """A causal LM (+ optional adapter) with the operations the nightly gate and tests need."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_seq_length: int = 256, threads: int | None = None):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.max_seq_length = max_seq_length
-        self.threads = threads
+    model: Any = field(repr=False)
+    tokenizer: Any = field(repr=False)
+    _: KW_ONLY
+    max_seq_length: int = 256
+    threads: int | None = None
 
     def heldout_loss(self, examples: Sequence[GenerationExample]) -> float:
         with torch_threads(self.threads):
