@@ -25,7 +25,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip, systemd
 
 from deploy import backup, embedding_slots, monitoring, patroni, ports
-from deploy.common import components, keep_running, secrets, service_account, sudoers, template
+from deploy.common import components, keep_running, secrets, service_account, service_config, sudoers, template
 from deploy.layout import (
     CONFIG,
     DATA_DIR,
@@ -113,9 +113,10 @@ def config_file(*, serve: bool, night: dict[str, Any] | None) -> Any:
     """``/etc/memoryctl/memoryctl.toml`` (0640 root:memoryctl): every store over the mesh, with
     ``[serve]`` on the node that runs the service and ``[nightly]`` on the one that runs the night."""
     store = secrets()
-    return template(
+    return service_config(
         "memoryctl/memoryctl.toml.j2",
         CONFIG,
+        USER,
         data_dir=DATA_DIR,
         endpoints=host.data.endpoints,
         ports=ports.CLIENT_PORTS,
@@ -135,7 +136,4 @@ def config_file(*, serve: bool, night: dict[str, Any] | None) -> Any:
         nightly=night,
         nightly_on_gpu=night_on_gpu(),
         alerting=monitoring.memoryctl_alerting(),
-        user="root",
-        group=USER,
-        mode="640",
     )
