@@ -41,7 +41,7 @@ from pyinfra.facts.files import Sha256File
 from pyinfra.operations import apt, files, pip, server, systemd
 
 from deploy import aptsources, gpuboot, gpulock, models, ports, versions
-from deploy.common import components, exits_zero, keep_running, secrets, service_account, template
+from deploy.common import components, exits_zero, keep_running, secrets, service_account, service_config, template
 from deploy.components import Vllm
 from deploy.facts import CUDA_CHECK, CudaDevice, NvidiaBoot
 from deploy.osrelease import release
@@ -177,14 +177,8 @@ def vllm(embed: bool = True) -> None:
     installed = install_vllm(build) if build is not None else [*install_standin(), *model]
     command = f"{VENV}/bin/vllm serve" if mode() == "vllm" else f"{VENV}/bin/python {PREFIX}/vllm_standin.py serve"
     context = unit_context(command)
-    env = template(
-        "vllm/vllm.env.j2",
-        f"{CONFIG_DIR}/vllm.env",
-        api_key=secrets().token("vllm/api_key"),
-        user="root",
-        group="vllm",
-        mode="640",
-        **context,
+    env = service_config(
+        "vllm/vllm.env.j2", f"{CONFIG_DIR}/vllm.env", "vllm", api_key=secrets().token("vllm/api_key"), **context
     )
     unit = template("vllm/vllm@.service.j2", "/etc/systemd/system/vllm@.service", **context)
     systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
@@ -200,14 +194,7 @@ def vllm(embed: bool = True) -> None:
         if name == "embed" and not embed:
             continue
         order = after_generate(name)
-        args = template(
-            "vllm/instance.args.j2",
-            f"{CONFIG_DIR}/{name}.args",
-            user="root",
-            group="vllm",
-            mode="640",
-            **instance,
-        )
+        args = service_config("vllm/instance.args.j2", f"{CONFIG_DIR}/{name}.args", "vllm", **instance)
         keep_running(f"vllm@{name}", [args, env, unit, order, *installed])
         started.append(name)
     answers({name: instances()[name]["port"] for name in started})
