@@ -117,7 +117,7 @@ def test_prometheus_scrapes_every_target_over_the_mesh(tmp_path: Path) -> None:
         [promtool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "48 rules found" in result.stdout
+    assert "49 rules found" in result.stdout
 
 
 def _amtool_accepts(tmp_path: Path, name: str, text: str, secret_files: dict[str, str] | None = None) -> None:
