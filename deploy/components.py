@@ -41,6 +41,10 @@ SERVE_PORT = 8765
 # 5.50 against the base, a second night on the same kind of turns 0.001-0.005 against the first:
 # a swap for nothing), docs/nightly.md.
 GENERATION_LORA = {"steps": 20, "min_examples": 8, "min_heldout": 2, "min_loss_improvement": 0.01}
+# Where an alert's runbook_url points: by default the file's path in the memoryctl repository (the
+# project names no web address of its own); an operator states where the team reads it, e.g. an
+# internal Git web UI or docs site (components.monitoring.runbook_base).
+RUNBOOK_BASE = "docs/monitoring.md"
 # PostgreSQL's and Patroni's smallest accepted values of the postmaster settings the inventory
 # declares (Patroni raises a smaller one, which would then read as a drift on every run).
 PATRONI_MINIMUM = {"max_connections": 25, "max_worker_processes": 2, "max_locks_per_transaction": 32}
@@ -316,8 +320,14 @@ class Backup(Settings):
 
 class Monitoring(Settings):
     enabled: bool = Field(True, description="Prometheus, Alertmanager and the exporters.")
-    node: str | None = Field(
-        None, description="Prometheus' and Alertmanager's node. Default: deploy/opsnode.py's choice."
+    nodes: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="The nodes that each run Prometheus and Alertmanager (two: a pair, Alertmanagers in a"
+        " cluster; one: a single instance). Default: the first two nodes without the gpu role (docs/monitoring.md).",
+    )
+    runbook_base: str = Field(
+        RUNBOOK_BASE, description="Where your team reads docs/monitoring.md (a URL); every alert's runbook_url is this#alert-<name>."
     )
     receiver: dict[str, Any] | None = Field(
         None, description="Alertmanager's operator receiver (email_configs, webhook_configs; secrets as *_secret)."

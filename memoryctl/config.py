@@ -360,7 +360,9 @@ class AlertingSettings(BaseModel):
     """Where ``memoryctl health`` asks whether alerts reach a person (memoryctl/health/alerting.py):
     the cluster's Prometheus, which scrapes Alertmanager. The deploy writes it (docs/monitoring.md)."""
 
-    prometheus_url: str | None = None  # e.g. http://10.77.0.3:9090; unset: the component is disabled
+    # e.g. http://10.77.0.3:9090, or every Prometheus of an HA pair (asked in order, the first that
+    # answers is read); unset: the component is disabled
+    prometheus_url: str | list[str] | None = None
     heartbeat: bool = False  # a dead-man's switch is configured: its pings must be delivered
     heartbeat_interval_s: float = Field(60.0, gt=0)
     window_s: float = Field(900.0, gt=0)  # how far back sent and failed notifications are counted

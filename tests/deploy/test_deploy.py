@@ -32,14 +32,17 @@ RELEASE = RELEASES[DEFAULT]
 # What listens where: every service on the node's mesh address (PostgreSQL also on loopback for
 # local administration), SSH on every address; nothing else anywhere.
 SERVICES = {
-    # PostgreSQL; Qdrant peer; memoryctl serve (HTTP); day two: pgBackRest TLS, node and postgres exporters
-    "node1": {5432, 6333, 6334, 6335, 8765, 8432, 9100, 9187},
-    # Qdrant peer; Neo4j http, bolt; node exporter
-    "node2": {6333, 6334, 6335, 7474, 7687, 9100},
-    # Qdrant peer; vLLM stand-in generate, embedding slots a and b, rerank; the backup node: pgBackRest TLS,
-    # rsync (Qdrant snapshots); the monitoring node: Prometheus, Alertmanager; node exporter
-    "node3": {6333, 6334, 6335, 8000, 8001, 8002, 8003, 8432, 873, 9090, 9093, 9100},
+    # PostgreSQL; Qdrant peer; memoryctl serve (HTTP); day two: pgBackRest TLS, node and postgres
+    # exporters; one of the monitoring pair: Prometheus, Alertmanager and its gossip
+    "node1": {5432, 6333, 6334, 6335, 8765, 8432, 9090, 9093, 9094, 9100, 9187},
+    # Qdrant peer; Neo4j http, bolt; node exporter; the other of the monitoring pair
+    "node2": {6333, 6334, 6335, 7474, 7687, 9090, 9093, 9094, 9100},
+    # Qdrant peer; vLLM stand-in generate, embedding slots a and b, rerank; the backup node:
+    # pgBackRest TLS, rsync (Qdrant snapshots); node exporter
+    "node3": {6333, 6334, 6335, 8000, 8001, 8002, 8003, 8432, 873, 9100},
 }
+# Alertmanager's gossip: admitted from the other monitoring node's mesh address only (not the mesh).
+GOSSIP = {"node1": "node2", "node2": "node1"}
 
 
 def _listening(name: str) -> set[tuple[str, int]]:
@@ -224,7 +227,15 @@ def test_firewall_public_side_ssh_and_wireguard_only(deployed: Deployed, name: s
     services = [line for line in ruleset.splitlines() if "services over the mesh" in line]
     assert len(services) == 1 and 'iifname "wg0"' in services[0] and "10.77.0.0/24" in services[0]
     opened = {int(p) for p in re.findall(r"\d+", services[0].split("dport", 1)[1].split("accept")[0])}
-    assert opened == SERVICES[name]
+    assert opened == SERVICES[name] - ({9094} if name in GOSSIP else set())
+    gossip = [line for line in ruleset.splitlines() if "alertmanager gossip" in line]
+    if name in GOSSIP:
+        (line,) = gossip
+        assert f"ip saddr {MESH[GOSSIP[name]]} " in line and "th dport 9094 accept" in line, line
+        # the node that is not its peer is refused (the gossip port is the pair's alone)
+        assert not _reachable_from("node3", [(MESH[name], 9094)])[(MESH[name], 9094)]
+    else:
+        assert gossip == []
     assert _reachable(NODES[name], 22)
 
 
