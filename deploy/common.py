@@ -64,6 +64,12 @@ def secrets() -> Secrets:
     return _secrets(host.data.secrets_dir)
 
 
+def service_config(src: str, dest: str, group: str, **context: Any) -> Any:
+    """A rendered config the service running as ``group`` reads and nobody else may (0640 root:group):
+    it holds the service's passwords and API keys, and only root writes it."""
+    return template(src, dest, user="root", group=group, mode="640", **context)
+
+
 def sudoers(src: str, dest: str, **context: Any) -> Any:
     """A file in /etc/sudoers.d (0440), checked with ``visudo -c`` whenever it changed."""
     rendered = template(src, dest, user="root", group="root", mode="440", **context)

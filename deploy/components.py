@@ -41,6 +41,10 @@ SERVE_PORT = 8765
 # 5.50 against the base, a second night on the same kind of turns 0.001-0.005 against the first:
 # a swap for nothing), docs/nightly.md.
 GENERATION_LORA = {"steps": 20, "min_examples": 8, "min_heldout": 2, "min_loss_improvement": 0.01}
+# Where an alert's runbook_url points: by default the file's path in the memoryctl repository (the
+# project names no web address of its own); an operator states where the team reads it, e.g. an
+# internal Git web UI or docs site (components.monitoring.runbook_base).
+RUNBOOK_BASE = "docs/monitoring.md"
 # PostgreSQL's and Patroni's smallest accepted values of the postmaster settings the inventory
 # declares (Patroni raises a smaller one, which would then read as a drift on every run).
 PATRONI_MINIMUM = {"max_connections": 25, "max_worker_processes": 2, "max_locks_per_transaction": 32}
@@ -174,7 +178,9 @@ class Vllm(Settings):
     max_loras: int = Field(2, ge=1, description="vllm@generate's --max-loras.")
     max_lora_rank: int = Field(16, ge=1, description="vllm@generate's --max-lora-rank.")
     max_model_len: int = Field(8192, ge=1, description="vllm@generate's --max-model-len.")
-    gpu_memory_utilization: float = Field(0.68, gt=0, le=1, description="vllm@generate's share of the GPU.")
+    # 0.64 of the GEX44's 20 GB: 5.6 GB of weights and ~7 GB of KV cache (Qwen2.5-7B: 57 KB a token,
+    # ~120,000 tokens); it was 0.68 before vllm@rerank took its 0.08 (docs/nightly.md's budget).
+    gpu_memory_utilization: float = Field(0.64, gt=0, le=1, description="vllm@generate's share of the GPU.")
     generate_args: list[str] = Field(default_factory=list, description="More options of vllm@generate.")
     embed_max_model_len: int = Field(8192, ge=1, description="The embedding server's --max-model-len.")
     embed_gpu_memory_utilization: float = Field(
@@ -186,6 +192,25 @@ class Vllm(Settings):
         0.08, gt=0, le=1, description="Each embedding slot's share of the GPU (deploy/embedding_slots.py)."
     )
     embed_args: list[str] = Field(default_factory=list, description="More options of every embedding server.")
+    rerank: bool = Field(
+        True,
+        description="Serve a cross-encoder (vllm@rerank, vLLM's score API) that memoryctl's rerank stage asks"
+        " first ([query] rerank_url on every node), the CPU model behind it.",
+    )
+    # bge-reranker-v2-m3 is BGE-M3's size (568M parameters, fp16 ~1.1 GB): the embedding slots' 0.08.
+    rerank_model: str = Field(
+        "BAAI/bge-reranker-v2-m3",
+        description="The cross-encoder vllm@rerank serves (mode vllm); with the stand-in, the name it answers to.",
+    )
+    rerank_by_default: bool = Field(
+        False,
+        description="memoryctl's [query] rerank on every node: every text query reranked unless --no-rerank.",
+    )
+    rerank_max_model_len: int = Field(
+        1024, ge=1, description="vllm@rerank's --max-model-len (a question and one turn with its context)."
+    )
+    rerank_gpu_memory_utilization: float = Field(0.08, gt=0, le=1, description="vllm@rerank's share of the GPU.")
+    rerank_args: list[str] = Field(default_factory=list, description="More options of vllm@rerank.")
     gpu: VllmGpu = Field(default_factory=VllmGpu, description="The NVIDIA driver's install (mode vllm).")
 
 
@@ -295,8 +320,14 @@ class Backup(Settings):
 
 class Monitoring(Settings):
     enabled: bool = Field(True, description="Prometheus, Alertmanager and the exporters.")
-    node: str | None = Field(
-        None, description="Prometheus' and Alertmanager's node. Default: deploy/opsnode.py's choice."
+    nodes: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="The nodes that each run Prometheus and Alertmanager (two: a pair, Alertmanagers in a"
+        " cluster; one: a single instance). Default: the first two nodes without the gpu role (docs/monitoring.md).",
+    )
+    runbook_base: str = Field(
+        RUNBOOK_BASE, description="Where your team reads docs/monitoring.md (a URL); every alert's runbook_url is this#alert-<name>."
     )
     receiver: dict[str, Any] | None = Field(
         None, description="Alertmanager's operator receiver (email_configs, webhook_configs; secrets as *_secret)."

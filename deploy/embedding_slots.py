@@ -45,7 +45,7 @@ from pyinfra.operations import files, server, systemd
 
 from deploy import layout as mctl
 from deploy import night, ports, vllm
-from deploy.common import components, keep_running, template
+from deploy.common import components, keep_running, service_config, template
 
 ROOT = "/var/lib/memoryctl-embedding"
 VERSIONS = f"{ROOT}/models"
@@ -181,12 +181,10 @@ def embedding_slots() -> None:
             base_served_name=base_served_name(),
         )
         systemd.daemon_reload(name=f"Reload systemd units ({slot})", _if=dropin.did_change)
-        args = template(
+        args = service_config(
             "vllm/instance.args.j2",
             f"{vllm.CONFIG_DIR}/{slot}.args",
-            user="root",
-            group="vllm",
-            mode="640",
+            "vllm",
             model=link(slot),
             port=port,
             args=vllm.embedding_args(settings, share=settings.embed_slot_gpu_memory_utilization),

@@ -12,12 +12,40 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pyinfra.api.facts import FactBase
 
+_T = TypeVar("_T")
 
-class PostgresExtensions(FactBase[dict[str, str]]):
+
+class PsqlFact(FactBase[_T]):
+    """A fact ``psql`` reads from the local server. Before PostgreSQL is installed there is no
+    ``psql``, and pyinfra gives the fact's default without running it."""
+
+    def requires_command(self, *args: Any, **kwargs: Any) -> str:
+        return "psql"
+
+
+class PsqlAnswer(PsqlFact[_T | None]):
+    """A query's rows, or None when the server does not answer: ``&& echo ok`` after the query tells
+    an empty answer (an ``ok`` line alone) from a server that is down (no line)."""
+
+    sql: str
+
+    def command(self) -> str:
+        return f"psql -XAtc '{self.sql}' 2>/dev/null && echo ok || true"
+
+    def process(self, output: list[str]) -> _T | None:
+        if not output or output[-1] != "ok":
+            return None
+        return self.rows(output[:-1])
+
+    def rows(self, rows: list[str]) -> _T:
+        raise NotImplementedError
+
+
+class PostgresExtensions(PsqlFact[dict[str, str]]):
     """``{extension: version}`` installed in ``database`` (empty when it or the server is not there).
 
     Run it as the ``postgres`` OS user (``_sudo=True, _sudo_user="postgres"``): peer authentication.
@@ -25,9 +53,6 @@ class PostgresExtensions(FactBase[dict[str, str]]):
 
     def default(self) -> dict[str, str]:
         return {}
-
-    def requires_command(self, *args: Any, **kwargs: Any) -> str:
-        return "psql"
 
     def command(self, database: str) -> str:
         sql = "SELECT extname || ' ' || extversion FROM pg_extension"
@@ -37,34 +62,25 @@ class PostgresExtensions(FactBase[dict[str, str]]):
         return dict(line.split(" ", 1) for line in output if " " in line)
 
 
-class PostgresPreloaded(FactBase[list[str] | None]):
+class PostgresPreloaded(PsqlAnswer[list[str]]):
     """``shared_preload_libraries`` of the running server; None when it does not answer.
 
     The config file saying ``timescaledb`` is not enough: only a restart loads it, and a run that
     failed between writing the file and restarting would otherwise leave it unloaded for good.
     """
 
-    def requires_command(self, *args: Any, **kwargs: Any) -> str:
-        return "psql"
+    sql = "SHOW shared_preload_libraries"
 
-    def command(self) -> str:
-        return "psql -XAtc 'SHOW shared_preload_libraries' 2>/dev/null && echo ok || true"
-
-    def process(self, output: list[str]) -> list[str] | None:
-        if not output or output[-1] != "ok":
-            return None
-        value = output[0] if len(output) > 1 else ""
+    def rows(self, rows: list[str]) -> list[str]:
+        value = rows[0] if rows else ""
         return [lib.strip() for lib in value.split(",") if lib.strip()]
 
 
-class PostgresRoleMemberships(FactBase[dict[str, list[str]]]):
+class PostgresRoleMemberships(PsqlFact[dict[str, list[str]]]):
     """``{role: [roles it is a member of]}`` (empty when the server is not there yet)."""
 
     def default(self) -> dict[str, list[str]]:
         return {}
-
-    def requires_command(self, *args: Any, **kwargs: Any) -> str:
-        return "psql"
 
     def command(self) -> str:
         sql = (
@@ -153,14 +169,11 @@ class PgbackrestStanza(FactBase[dict[str, Any] | None]):
             return None
 
 
-class PostgresSetting(FactBase[str | None]):
+class PostgresSetting(PsqlFact[str | None]):
     """A setting of the *running* server (``SHOW setting``); None when it does not answer.
 
     Run it as the ``postgres`` OS user (``_sudo=True, _sudo_user="postgres"``).
     """
-
-    def requires_command(self, *args: Any, **kwargs: Any) -> str:
-        return "psql"
 
     def command(self, setting: str) -> str:
         return f"psql -XAtc 'SHOW {setting}' 2>/dev/null || true"
@@ -169,7 +182,7 @@ class PostgresSetting(FactBase[str | None]):
         return output[0] if output else None
 
 
-class PostgresAnswers(FactBase[bool]):
+class PostgresAnswers(PsqlFact[bool]):
     """Whether the local server answers a query (as ``postgres``, on the socket).
 
     pyinfra's own PostgreSQL facts fail the whole run when the server is down; under Patroni a run
@@ -180,9 +193,6 @@ class PostgresAnswers(FactBase[bool]):
     def default(self) -> bool:
         return False
 
-    def requires_command(self, *args: Any, **kwargs: Any) -> str:
-        return "psql"
-
     def command(self) -> str:
         return "psql -XAtc 'SELECT 1' 2>/dev/null || true"
 
@@ -190,23 +200,17 @@ class PostgresAnswers(FactBase[bool]):
         return output == ["1"]
 
 
-class PostgresRoleNames(FactBase[set[str] | None]):
+class PostgresRoleNames(PsqlAnswer[set[str]]):
     """The server's role names; None when it does not answer (pyinfra's PostgresRoles would fail
     the run instead), an empty set before PostgreSQL is installed."""
+
+    sql = "SELECT rolname FROM pg_roles"
 
     def default(self) -> set[str]:
         return set()
 
-    def requires_command(self, *args: Any, **kwargs: Any) -> str:
-        return "psql"
-
-    def command(self) -> str:
-        return "psql -XAtc 'SELECT rolname FROM pg_roles' 2>/dev/null && echo ok || true"
-
-    def process(self, output: list[str]) -> set[str] | None:
-        if not output or output[-1] != "ok":
-            return None
-        return set(output[:-1])
+    def rows(self, rows: list[str]) -> set[str]:
+        return set(rows)
 
 
 def _json_object(output: list[str]) -> dict[str, Any] | None:

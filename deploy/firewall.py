@@ -4,7 +4,8 @@ The node's service ports follow its roles, so every service is reachable over ``
 mesh subnet and from nowhere else (the services also bind to the mesh address themselves).
 WireGuard's UDP port answers only the other nodes' public addresses: WireGuard already drops
 unauthenticated packets, but an open port still costs a handshake computation per packet and tells a
-scanner a mesh is there. SSH stays open to all (the operator's address is not the inventory's).
+scanner a mesh is there. SSH stays open to all (the operator's address is not the inventory's). Alertmanager's gossip
+(deploy/monitoring.py) answers only the other monitoring node's mesh address.
 A changed ruleset is checked with ``nft -c`` before it is loaded atomically with ``nft -f``.
 """
 
@@ -85,6 +86,8 @@ def firewall() -> None:
         ssh_port=components().firewall.ssh_port,
         wireguard_port=mesh.get("port", ports.port("wireguard")),
         wireguard_peers=peer_addresses(),
+        gossip_peers=monitoring.gossip_peers(),
+        gossip_port=ports.ALERTMANAGER_CLUSTER,
         mode="755",
     )
     server.shell(name="Check the ruleset", commands=["nft -c -f /etc/nftables.conf"], _if=rules.did_change)

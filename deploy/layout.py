@@ -15,3 +15,5 @@ DATA_DIR = "/var/lib/memoryctl"
 USER = "memoryctl"
 SERVE_UNIT = "/etc/systemd/system/memoryctl-serve.service"
 SERVE_SOCKET = "/run/memoryctl/serve.sock"
+# The layout as memoryctl's templates name it: the cron file, the service units, logrotate.
+TEMPLATE_VARS = {"run_as": USER, "venv": VENV, "config_path": CONFIG, "log_dir": LOG_DIR}

@@ -11,8 +11,6 @@ deploy/locks/lora.txt, so a production controller needs no memoryctl-lora instal
 
 from __future__ import annotations
 
-import fcntl
-import json
 import subprocess
 import tempfile
 import threading
@@ -25,7 +23,7 @@ from packaging.utils import canonicalize_name
 from deploy.common import components
 from deploy.osrelease import release
 from deploy.settings import resolve_path
-from deploy.wheelhouse import PIP, STAMP, Platform, _git, node_platform, source_ref, wheel_command
+from deploy.wheelhouse import PIP, Platform, _git, node_platform, source_ref, stale_build, wheel_command
 
 LORA = "lora"
 # Not fetched as pinned wheels: torch (see above) with what only it needs, and memoryctl (its own wheelhouse).
@@ -90,17 +88,10 @@ def lora_wheelhouse(torch: str | None, closure: bool = True) -> Path:
 
 
 def _build(path: Path, platform: Platform, torch: str | None, closure: bool = True) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
     pins = pinned_closure() if closure else []
     wanted = {"source": _git("rev-parse", f"{source_ref()}:{LORA}") or "worktree", "pins": pins, "torch": torch}
-    with open(path / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        stamp = path / STAMP
-        try:
-            built = json.loads(stamp.read_text())
-        except (OSError, ValueError):
-            built = {}
-        if built != wanted:
+    with stale_build(path, wanted) as built:
+        if built is not None:
             for old in path.glob("*.whl"):
                 old.unlink()
             with tempfile.TemporaryDirectory(prefix="memoryctl-lora-src-") as scratch:
@@ -110,7 +101,6 @@ def _build(path: Path, platform: Platform, torch: str | None, closure: bool = Tr
                 subprocess.run([*fetch, "--no-deps", *pins], check=True)
             if torch:
                 subprocess.run([*fetch, f"torch=={torch}"], check=True)
-            stamp.write_text(json.dumps(wanted))
     return path
 
 

@@ -24,8 +24,8 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip, systemd
 
-from deploy import backup, embedding_slots, monitoring, patroni, ports
-from deploy.common import components, keep_running, secrets, service_account, sudoers, template
+from deploy import backup, embedding_slots, models, monitoring, patroni, ports
+from deploy.common import components, keep_running, secrets, service_account, service_config, sudoers, template
 from deploy.layout import (
     CONFIG,
     DATA_DIR,
@@ -34,12 +34,13 @@ from deploy.layout import (
     REMOTE_WHEELHOUSE,
     SERVE_SOCKET,
     SERVE_UNIT,
+    TEMPLATE_VARS,
     USER,
     VENV,
 )
 from deploy.night import enabled as night_on_gpu
 from deploy.qdrant import collection_layout
-from deploy.vllm import served_models
+from deploy.vllm import rerank_served, served_models
 from deploy.wheelhouse import controller_wheelhouse, install_offline
 
 # name -> command; the schedules are components.memoryctl.schedules (deploy/components.py).
@@ -66,28 +67,15 @@ def memoryctl() -> None:
     # The night runs on the gpu node where there is one (deploy/nightly.py), not here as well.
     here = [name for name in JOBS if not (name == "nightly" and night_on_gpu())]
     jobs = [{"name": name, "command": JOBS[name], "schedule": schedules[name]} for name in here]
-    template(
-        "memoryctl/cron.j2",
-        "/etc/cron.d/memoryctl",
-        jobs=jobs,
-        run_as=USER,
-        venv=VENV,
-        config_path=CONFIG,
-        log_dir=LOG_DIR,
-        mode="644",
-    )
-    template("memoryctl/logrotate.j2", "/etc/logrotate.d/memoryctl", log_dir=LOG_DIR, run_as=USER, mode="644")
+    cron_file(jobs)
     sudoers("memoryctl/sudoers-wireguard.j2", "/etc/sudoers.d/memoryctl-wireguard", run_as=USER)
     unit = template(
         "memoryctl/memoryctl-serve.service.j2",
         SERVE_UNIT,
         interface=host.data.mesh.get("interface", "wg0"),
-        run_as=USER,
-        venv=VENV,
-        config_path=CONFIG,
         data_dir=DATA_DIR,
-        log_dir=LOG_DIR,
         mode="644",
+        **TEMPLATE_VARS,
     )
     systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
     keep_running("memoryctl-serve", [installed, config, unit])
@@ -113,13 +101,25 @@ def install_into(venv: str, keep_upload: bool = True) -> Any:
     return install_offline(wheels, venv, REMOTE_WHEELHOUSE, ["memoryctl"], ["memoryctl"], keep_upload=keep_upload)
 
 
+def cron_file(jobs: list[dict[str, str]]) -> None:
+    """``/etc/cron.d/memoryctl`` with ``jobs`` (each under ``flock -n``, logging to ``LOG_DIR``) and
+    the logrotate of their logs: the db node's jobs here, the night's on the gpu node
+    (deploy/nightly.py)."""
+    template("memoryctl/cron.j2", "/etc/cron.d/memoryctl", jobs=jobs, mode="644", **TEMPLATE_VARS)
+    template("memoryctl/logrotate.j2", "/etc/logrotate.d/memoryctl", log_dir=LOG_DIR, run_as=USER, mode="644")
+
+
 def config_file(*, serve: bool, night: dict[str, Any] | None) -> Any:
     """``/etc/memoryctl/memoryctl.toml`` (0640 root:memoryctl): every store over the mesh, with
-    ``[serve]`` on the node that runs the service and ``[nightly]`` on the one that runs the night."""
+    ``[serve]`` on the node that runs the service and ``[nightly]`` on the one that runs the night.
+    The CPU cross-encoder goes beside it (the rerank stage's model, or its fallback behind
+    ``vllm@rerank``), so a ``--rerank`` works on every node that has the file."""
     store = secrets()
-    return template(
+    models.rerank_model()
+    return service_config(
         "memoryctl/memoryctl.toml.j2",
         CONFIG,
+        USER,
         data_dir=DATA_DIR,
         endpoints=host.data.endpoints,
         ports=ports.CLIENT_PORTS,
@@ -139,7 +139,17 @@ def config_file(*, serve: bool, night: dict[str, Any] | None) -> Any:
         nightly=night,
         nightly_on_gpu=night_on_gpu(),
         alerting=monitoring.memoryctl_alerting(),
-        user="root",
-        group=USER,
-        mode="640",
+        rerank=rerank_settings(),
     )
+
+
+def rerank_settings() -> dict[str, Any]:
+    """``[query]``'s rerank keys: where the CPU model is, and the served one when vLLM serves it."""
+    settings = components().vllm
+    served = rerank_served()
+    return {
+        "model_dir": models.MODELS_DIR,
+        "url": f"http://{host.data.endpoints['gpu']}:{ports.VLLM_RERANK}" if served else None,
+        "model": settings.rerank_model,
+        "by_default": settings.rerank_by_default,
+    }

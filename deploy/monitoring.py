@@ -1,4 +1,4 @@
-"""Monitoring: Prometheus and Alertmanager on one node, exporters everywhere, all on the mesh.
+"""Monitoring: Prometheus and Alertmanager on two nodes (a pair), exporters everywhere, all on the mesh.
 
 - Every node: ``prometheus-node-exporter`` (Debian) on its mesh address, with the textfile
   collector; cron jobs write each WireGuard peer's latest handshake there (node_exporter has no
@@ -11,12 +11,17 @@
   rather than an endpoint: it works whether or not a memoryctl service is running, and a hung probe
   delays one file instead of failing the scrape (a stale file has its own alert).
 - Every Qdrant peer: its ``/metrics``, scraped with the API key.
-- The monitoring node (:mod:`deploy.opsnode`): ``prometheus`` and ``prometheus-alertmanager`` from
-  Debian, the rules in ``templates/prometheus/memoryctl.rules.yml``, and two Alertmanager
+- The monitoring nodes (``components.monitoring.nodes``, :func:`deploy.opsnode.monitoring_nodes`:
+  by default the first two without the gpu role): on each, ``prometheus`` and
+  ``prometheus-alertmanager`` from Debian. Each Prometheus scrapes every target and evaluates every
+  rule (``templates/prometheus/memoryctl.rules.yml``, each alert given a ``runbook_url``) and sends
+  to every Alertmanager; the Alertmanagers form one cluster (their gossip on the mesh, port
+  ``alertmanager-cluster``, admitted from the other monitoring node only), which deduplicates: one
+  notification per alert whichever Prometheus sent it, and either node may die. Two Alertmanager
   receivers: ``operator`` (``components.monitoring.receiver``: email, webhook or both), which gets
   every alert, and ``heartbeat`` (``components.monitoring.heartbeat``), which gets only the
   always-firing ``Watchdog``: an outside service that pages when those pings stop is the one
-  witness of a dead Prometheus, Alertmanager or monitoring node. A cluster other than ``local``
+  witness of both monitoring nodes dead. A cluster other than ``local``
   without either stops at plan time: an alert nobody receives is no alert.
 
 Receiver secrets (SMTP password, bearer token, a URL carrying a token) live in the controller's
@@ -27,7 +32,7 @@ a URL has no such setting in Debian's Alertmanager, so ``url_secret`` is rendere
 alertmanager.yml, itself 0640 root:prometheus.
 
 Ports (mesh only, firewalled to ``wg0``): 9100 node_exporter, 9187 postgres_exporter, 9090
-Prometheus, 9093 Alertmanager.
+Prometheus, 9093 Alertmanager, 9094 Alertmanager's gossip (TCP and UDP, from the peer only).
 """
 
 from __future__ import annotations
@@ -44,15 +49,16 @@ from pyinfra.operations import apt, files, server, systemd
 
 from deploy import backup, embedding_slots, etcd, patroni, ports, vllm
 from deploy.common import TEMPLATES, after_mesh, components, has_role, inventory, keep_running, secrets, template
-from deploy.components import Monitoring
+from deploy.components import RUNBOOK_BASE, Monitoring
 from deploy.facts import PostgresRoleNames
-from deploy.opsnode import ops_node
+from deploy.opsnode import monitoring_nodes
 from wireguard.keys import SecretDir
 
 NODE_EXPORTER_PORT = ports.NODE_EXPORTER
 POSTGRES_EXPORTER_PORT = ports.POSTGRES_EXPORTER
 PROMETHEUS_PORT = ports.PROMETHEUS
 ALERTMANAGER_PORT = ports.ALERTMANAGER
+ALERTMANAGER_CLUSTER_PORT = ports.ALERTMANAGER_CLUSTER
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 WIREGUARD_SCRIPT = "/usr/local/sbin/memoryctl-wireguard-metrics"
 RESTART_SCRIPT = "/usr/local/sbin/memoryctl-restart-metrics"
@@ -90,8 +96,13 @@ def enabled() -> bool:
     return components().monitoring.enabled
 
 
-def monitor_node() -> str:
-    return ops_node(inventory(), "monitoring", components().monitoring.node)
+def monitor_nodes() -> list[str]:
+    return monitoring_nodes(inventory(), components().monitoring.nodes)
+
+
+def prometheus_urls() -> list[str]:
+    """Every Prometheus, in the order ``memoryctl health`` asks them (the first that answers)."""
+    return [f"http://{host.data.mesh_addresses[name]}:{PROMETHEUS_PORT}" for name in monitor_nodes()]
 
 
 def duration_s(value: str) -> float:
@@ -110,7 +121,7 @@ def memoryctl_alerting() -> dict[str, Any] | None:
         return None
     settings = components().monitoring
     return {
-        "prometheus_url": f"http://{host.data.mesh_addresses[monitor_node()]}:{PROMETHEUS_PORT}",
+        "prometheus_url": prometheus_urls(),
         "heartbeat": bool(settings.heartbeat),
         "heartbeat_interval_s": duration_s(settings.heartbeat_interval),
     }
@@ -123,7 +134,7 @@ def qdrant_peers() -> list[str]:
 def vllm_targets() -> dict[str, dict[str, str]]:
     """Every vLLM instance's ``/metrics`` (not behind the API key, as in vLLM), by node: the
     ``generate`` instance and the embedding one on each gpu node, or on the node that runs the night
-    with embedding slots, both slots (deploy/roles.py decides the same)."""
+    with embedding slots, both slots (deploy/roles.py decides the same); ``rerank`` where it runs."""
     if vllm.mode() == "off":
         return {}
     cluster = inventory()
@@ -133,7 +144,8 @@ def vllm_targets() -> dict[str, dict[str, str]]:
         address = cluster.nodes[name]["mesh"]
         slots = embedding_slots.enabled() and name == gpu[0]
         embedding = dict(embedding_slots.SLOTS) if slots else {"embed": ports.VLLM_EMBED}
-        units = {"generate": ports.VLLM_GENERATE, **embedding}
+        rerank = {"rerank": ports.VLLM_RERANK} if vllm.rerank_served() else {}
+        units = {"generate": ports.VLLM_GENERATE, **embedding, **rerank}
         found[name] = {unit: f"{address}:{port}" for unit, port in units.items()}
     return found
 
@@ -153,9 +165,18 @@ def mesh_ports() -> list[int]:
     ports = [NODE_EXPORTER_PORT]
     if has_role("db"):
         ports.append(POSTGRES_EXPORTER_PORT)
-    if host.name == monitor_node():
+    if host.name in monitor_nodes():
         ports += [PROMETHEUS_PORT, ALERTMANAGER_PORT]
     return sorted(ports)
+
+
+def gossip_peers() -> list[str]:
+    """The mesh addresses of the other Alertmanagers of the cluster this host's one joins (none: a
+    single instance, or not a monitoring node): the only sources the firewall admits to its gossip."""
+    names = monitor_nodes()
+    if not enabled() or host.name not in names:
+        return []
+    return [host.data.mesh_addresses[name] for name in names if name != host.name]
 
 
 class MonitoringSettingsError(ValueError):
@@ -258,6 +279,13 @@ def receivers(settings: Monitoring, cluster: str, store: SecretDir) -> Receivers
     return Receivers(operator, pings, files)
 
 
+def rules_text(runbook_base: str) -> str:
+    """The rule file as Prometheus gets it: each alert's ``runbook_url`` (written in the file against
+    the default base, so that ``promtool test rules`` checks it) pointing at ``runbook_base``."""
+    text = (TEMPLATES / "prometheus" / "memoryctl.rules.yml").read_text()
+    return text.replace(f'runbook_url: "{RUNBOOK_BASE}#', f'runbook_url: "{runbook_base}#')
+
+
 def monitoring_receivers() -> Receivers:
     return receivers(components().monitoring, inventory().name, secrets().dir)
 
@@ -271,7 +299,7 @@ def monitoring() -> None:
     exporters()
     if has_role("db"):
         postgres_exporter()
-    if host.name == monitor_node():
+    if host.name in monitor_nodes():
         prometheus(routes)
 
 
@@ -411,7 +439,7 @@ def prometheus(routes: Receivers) -> None:
     files.directory(name="Rules directory", path=RULES_DIR, mode="755")
     rules = files.put(
         name=f"Upload {RULES_DIR}/memoryctl.yml",
-        src=str(TEMPLATES / "prometheus" / "memoryctl.rules.yml"),
+        src=StringIO(rules_text(settings.runbook_base)),
         dest=f"{RULES_DIR}/memoryctl.yml",
         mode="644",
     )
@@ -425,12 +453,12 @@ def prometheus(routes: Receivers) -> None:
         create_remote_dir=False,  # else pyinfra would chgrp /etc/prometheus
     )
     mesh = {name: node["mesh"] for name, node in cluster.nodes.items()}
+    monitors = {name: mesh[name] for name in monitor_nodes()}
     config = template(
         "prometheus/prometheus.yml.j2",
         "/etc/prometheus/prometheus.yml",
         cluster=cluster.name,
-        node=host.name,
-        mesh_address=host.data.mesh_address,
+        monitors=monitors,
         port=PROMETHEUS_PORT,
         alertmanager_port=ALERTMANAGER_PORT,
         node_exporter_port=NODE_EXPORTER_PORT,
@@ -500,4 +528,6 @@ def prometheus(routes: Receivers) -> None:
         "amtool check-config /etc/prometheus/alertmanager.yml",
         ALERTMANAGER_PORT,
         secret_files,
+        cluster_port=ALERTMANAGER_CLUSTER_PORT,
+        cluster_peers=gossip_peers(),
     )

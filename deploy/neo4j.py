@@ -34,6 +34,7 @@ from deploy.common import (
     keep_running,
     secrets,
     service_account,
+    service_config,
     template,
     with_secret_file,
 )
@@ -107,7 +108,7 @@ def neo4j() -> None:
     unit = template("neo4j/neo4j.service.j2", "/etc/systemd/system/neo4j.service", **context)
     dropin = after_mesh("neo4j", "Neo4j")
     systemd.daemon_reload(name="Reload systemd units (neo4j)", _if=lambda: unit.did_change() or dropin.did_change())
-    conf = template("neo4j/neo4j.conf.j2", f"{CONF_DIR}/neo4j.conf", user="root", group="neo4j", mode="640", **context)
+    conf = service_config("neo4j/neo4j.conf.j2", f"{CONF_DIR}/neo4j.conf", "neo4j", **context)
     if not has_store(host):
         files.put(
             name="Graph rebuild pending (a new store: the db node rebuilds it from PostgreSQL)",

@@ -146,26 +146,14 @@ def nightly() -> None:
         )
 
     mctl.config_file(serve=False, night=memoryctl_settings())
-    template(
-        "memoryctl/cron.j2",
-        "/etc/cron.d/memoryctl",
-        jobs=[{"name": "nightly", "command": "nightly", "schedule": schedule()}],
-        run_as=mctl.USER,
-        venv=mctl.VENV,
-        config_path=mctl.CONFIG,
-        log_dir=mctl.LOG_DIR,
-        mode="644",
-    )
-    template("memoryctl/logrotate.j2", "/etc/logrotate.d/memoryctl", log_dir=mctl.LOG_DIR, run_as=mctl.USER, mode="644")
+    mctl.cron_file([{"name": "nightly", "command": "nightly", "schedule": schedule()}])
     adapter_unit = template(
         "memoryctl/memoryctl-adapter-serve.service.j2",
         f"/etc/systemd/system/{ADAPTER_SERVE_UNIT}.service",
         vllm_unit=GENERATION_UNIT,
-        run_as=mctl.USER,
-        venv=mctl.VENV,
-        config_path=mctl.CONFIG,
         timeout_s=int(memoryctl_settings()["vllm_ready_s"]) + 120,
         mode="644",
+        **mctl.TEMPLATE_VARS,
     )
     systemd.daemon_reload(name=f"Reload systemd units ({ADAPTER_SERVE_UNIT})", _if=adapter_unit.did_change)
     # Enabled, not started: it runs when vllm@generate starts (its WantedBy), not at the deploy.

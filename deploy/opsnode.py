@@ -32,3 +32,23 @@ def ops_node(cluster: ClusterInventory, component: str, named: str | None) -> st
     if not candidates:
         raise OpsNodeError(f"components.{component}: every node runs PostgreSQL; name a node for it")
     return candidates[0]
+
+
+def monitoring_nodes(cluster: ClusterInventory, named: list[str] | None) -> list[str]:
+    """Where Prometheus and Alertmanager run: ``named`` (``components.monitoring.nodes``) checked, or
+    the first two nodes without the ``gpu`` role (the node the deploy reboots after a driver install
+    and that trains all night), topped up with the others where fewer than two are left.
+
+    Two: each Prometheus scrapes everything and evaluates every rule, each sends to both
+    Alertmanagers, which gossip so that one notification goes out; losing either node silences
+    nothing (docs/monitoring.md). The db node may be one of them: the other still sees it fail."""
+    if named is not None:
+        unknown = [name for name in named if name not in cluster.nodes]
+        if unknown:
+            raise OpsNodeError(f"components.monitoring.nodes: {unknown} not nodes of the inventory")
+        if len(set(named)) != len(named):
+            raise OpsNodeError(f"components.monitoring.nodes: {named} names a node twice")
+        return list(named)
+    gpu = set(cluster.group("gpu"))
+    ordered = [n for n in cluster.nodes if n not in gpu] + [n for n in cluster.nodes if n in gpu]
+    return ordered[:2]

@@ -9,7 +9,8 @@ table. A port that is an inventory setting (``components.memoryctl.serve_port``,
 
 ``reach``: ``mesh`` (over ``wg0`` from the mesh subnet only: the service binds the node's mesh
 address and nftables admits the mesh), ``public`` (every address), ``peers`` (the other nodes'
-public addresses only: WireGuard). Pure: no pyinfra state.
+public addresses only: WireGuard), ``monitoring-peer`` (over ``wg0`` from the other monitoring
+node's mesh address only: Alertmanager's gossip). Pure: no pyinfra state.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class Service:
     name: str
     port: int
     runs_on: str  # a role, or what decides the nodes (said in words)
-    reach: Literal["mesh", "public", "peers"]
+    reach: Literal["mesh", "public", "peers", "monitoring-peer"]
     setting: str | None = None  # the inventory setting that may change the port
     role: str | None = None  # the inventory role whose every node runs it (the firewall opens it there)
 
@@ -50,13 +51,15 @@ SERVICES = (
     Service("vllm-generate", 8000, "gpu (vllm@generate)", "mesh", role="gpu"),
     Service("vllm-embed", 8001, "gpu (vllm@embed, or embedding slot a)", "mesh", role="gpu"),
     Service("vllm-embed-b", 8002, "the gpu node that runs the night with embedding slots (slot b)", "mesh"),
+    Service("vllm-rerank", 8003, "gpu (vllm@rerank, when components.vllm.rerank)", "mesh", role="gpu"),
     Service("memoryctl-serve", _default(Memoryctl, "serve_port"), "db", "mesh", "components.memoryctl.serve_port"),
     Service("pgbackrest-tls", 8432, "db, standby members, and the backup node", "mesh"),
     Service("rsync", 873, "the backup node (Qdrant snapshots)", "mesh"),
     Service("node-exporter", 9100, "every node", "mesh"),
     Service("postgres-exporter", 9187, "db", "mesh"),
-    Service("prometheus", 9090, "the monitoring node", "mesh"),
-    Service("alertmanager", 9093, "the monitoring node", "mesh"),
+    Service("prometheus", 9090, "the monitoring nodes (components.monitoring.nodes)", "mesh"),
+    Service("alertmanager", 9093, "the monitoring nodes", "mesh"),
+    Service("alertmanager-cluster", 9094, "the monitoring nodes when two (gossip, TCP and UDP)", "monitoring-peer"),
 )
 _BY_NAME = {service.name: service for service in SERVICES}
 
@@ -78,7 +81,12 @@ def for_role(role: str) -> list[int]:
 def ports_table() -> str:
     """docs/deploy.md's table of ports (tests/deploy/unit/test_ports.py keeps them equal)."""
     lines = ["| service | port | runs on | reached from |", "|---|---|---|---|"]
-    reach = {"mesh": "the mesh (wg0)", "public": "anywhere", "peers": "the other nodes' public addresses"}
+    reach = {
+        "mesh": "the mesh (wg0)",
+        "public": "anywhere",
+        "peers": "the other nodes' public addresses",
+        "monitoring-peer": "the other monitoring node's mesh address (wg0)",
+    }
     for s in SERVICES:
         port = f"{s.port} (`{s.setting}`)" if s.setting else str(s.port)
         lines.append(f"| {s.name} | {port} | {s.runs_on} | {reach[s.reach]} |")
@@ -95,10 +103,12 @@ ETCD_CLIENT, ETCD_PEER, ETCD_METRICS = ports("etcd-client", "etcd-peer", "etcd-m
 NEO4J = ports("neo4j-http", "neo4j-bolt")
 NEO4J_HTTP, NEO4J_BOLT = NEO4J
 QDRANT_HTTP, QDRANT_GRPC, QDRANT_P2P = ports("qdrant-http", "qdrant-grpc", "qdrant-p2p")
-VLLM_GENERATE, VLLM_EMBED, VLLM_EMBED_B = ports("vllm-generate", "vllm-embed", "vllm-embed-b")
+VLLM_GENERATE, VLLM_EMBED, VLLM_EMBED_B, VLLM_RERANK = ports(
+    "vllm-generate", "vllm-embed", "vllm-embed-b", "vllm-rerank"
+)
 PGBACKREST_TLS, RSYNC = ports("pgbackrest-tls", "rsync")
-NODE_EXPORTER, POSTGRES_EXPORTER, PROMETHEUS, ALERTMANAGER = ports(
-    "node-exporter", "postgres-exporter", "prometheus", "alertmanager"
+NODE_EXPORTER, POSTGRES_EXPORTER, PROMETHEUS, ALERTMANAGER, ALERTMANAGER_CLUSTER = ports(
+    "node-exporter", "postgres-exporter", "prometheus", "alertmanager", "alertmanager-cluster"
 )
 # What memoryctl.toml points memoryctl at (templates/memoryctl/memoryctl.toml.j2).
 CLIENT_PORTS = {
@@ -107,4 +117,5 @@ CLIENT_PORTS = {
     "neo4j_bolt": NEO4J_BOLT,
     "vllm_generate": VLLM_GENERATE,
     "vllm_embed": VLLM_EMBED,
+    "vllm_rerank": VLLM_RERANK,
 }

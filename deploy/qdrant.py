@@ -38,7 +38,7 @@ from pyinfra.operations import apt, files, server, systemd
 
 from deploy import ports, versions
 from deploy.artefacts import install_archive, resolve
-from deploy.common import START_RETRIES, components, inventory, secrets, service_account, template
+from deploy.common import START_RETRIES, components, inventory, secrets, service_account, service_config, template
 from deploy.osrelease import release
 
 PREFIX = "/opt/qdrant"
@@ -123,14 +123,8 @@ def qdrant() -> None:
     service_account("qdrant", DATA_DIR)
     files.directory(name="Install prefix", path=PREFIX, mode="755")
     install_archive(artefact, f"{PREFIX}/{version}", check=GLIBC_CHECK)
-    config = template(
-        "qdrant/config.yaml.j2",
-        CONFIG,
-        api_key=secrets().token("qdrant/api_key"),
-        user="root",
-        group="qdrant",
-        mode="640",
-        **context,
+    config = service_config(
+        "qdrant/config.yaml.j2", CONFIG, "qdrant", api_key=secrets().token("qdrant/api_key"), **context
     )
     unit = template("qdrant/qdrant.service.j2", UNIT, **context)
     template(

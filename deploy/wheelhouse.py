@@ -27,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,17 +183,31 @@ def ensure_wheelhouse(wheelhouse: Path, platform: Platform) -> str:
         return _built[wheelhouse]
 
 
-def _build(wheelhouse: Path, platform: Platform) -> str:
-    wheelhouse.mkdir(parents=True, exist_ok=True)
-    wanted = source_digests()
-    with open(wheelhouse / ".lock", "w") as lock:
+@contextmanager
+def stale_build(directory: Path, wanted: dict[str, Any]) -> Iterator[dict[str, Any] | None]:
+    """Hold ``directory``'s file lock; yield what its stamp says was built (``{}`` for nothing) when
+    that is not ``wanted``, for the block to build again, else None (another process may have built
+    the same while this one waited for the lock). The stamp records ``wanted`` only once the block
+    has finished: a build that fails part-way is done again by the next run."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        stamp = wheelhouse / STAMP
+        stamp = directory / STAMP
         try:
             built = json.loads(stamp.read_text())
         except (OSError, ValueError):
             built = {}
-        if built != wanted:
+        if built == wanted:
+            yield None
+            return
+        yield built
+        stamp.write_text(json.dumps(wanted))
+
+
+def _build(wheelhouse: Path, platform: Platform) -> str:
+    wanted = source_digests()
+    with stale_build(wheelhouse, wanted) as built:
+        if built is not None:
             only_package = built.get("pyproject") == wanted["pyproject"]
             for old in wheelhouse.glob("memoryctl-*.whl"):
                 old.unlink()
@@ -208,7 +224,6 @@ def _build(wheelhouse: Path, platform: Platform) -> str:
                 lock = REPO / "constraints.txt"  # the versions CI tested (scripts/lock)
                 fetch += ["--constraint", str(lock)] if lock.is_file() else []
                 subprocess.run([*fetch, "--find-links", str(wheelhouse), "memoryctl"], check=True)
-            stamp.write_text(json.dumps(wanted))
     return wheelhouse_digest(wheelhouse)
 
 

@@ -184,7 +184,8 @@ class MemoryClient(AbstractContextManager["MemoryClient"]):
         from memoryctl.query.rerank import CrossEncoder, ServedScorer
         from memoryctl.vllm import VLLMClient
 
-        qs, cpu = self.settings.query, CrossEncoder()
+        qs = self.settings.query
+        cpu = CrossEncoder(qs.rerank_model_dir)
         if not qs.rerank_url:
             return cpu, None
         key = self.settings.vllm.api_key

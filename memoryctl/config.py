@@ -227,6 +227,11 @@ class QuerySettings(BaseModel):
     rerank_url: str | None = None
     rerank_model: str = "BAAI/bge-reranker-v2-m3"
     rerank_timeout_s: float = Field(1.0, gt=0)
+    # Where the CPU cross-encoder is installed (the directory holding ms-marco-minilm-l12-int8/);
+    # unset, the model directory ($MEMORYCTL_MODEL_DIR, else ~/.cache/memoryctl/models). The
+    # deploy installs it on every node and names the directory here, so the fallback is there for
+    # whoever runs the CLI.
+    rerank_model_dir: Path | None = None
 
     def half_life_for(self, agent_id: str | None) -> timedelta | None:
         """The agent's recency half-life: its own, else ``half_life``; None for "off" or none set."""
@@ -355,7 +360,9 @@ class AlertingSettings(BaseModel):
     """Where ``memoryctl health`` asks whether alerts reach a person (memoryctl/health/alerting.py):
     the cluster's Prometheus, which scrapes Alertmanager. The deploy writes it (docs/monitoring.md)."""
 
-    prometheus_url: str | None = None  # e.g. http://10.77.0.3:9090; unset: the component is disabled
+    # e.g. http://10.77.0.3:9090, or every Prometheus of an HA pair (asked in order, the first that
+    # answers is read); unset: the component is disabled
+    prometheus_url: str | list[str] | None = None
     heartbeat: bool = False  # a dead-man's switch is configured: its pings must be delivered
     heartbeat_interval_s: float = Field(60.0, gt=0)
     window_s: float = Field(900.0, gt=0)  # how far back sent and failed notifications are counted

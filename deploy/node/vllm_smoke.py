@@ -5,9 +5,9 @@
 embedding units' ``ExecStartPre``, so they profile GPU memory only after ``vllm@generate`` has).
 ``smoke --unit NAME=URL:KIND ...``: for each unit, wait until it is ready (a progress line every
 15 s; the unit's failure ends the wait at once), then one real request with its answer's shape
-checked: ``embed`` one embedding, ``generate`` one chat completion, and one more naming each loaded
-adapter (``/v1/models`` cards with a ``parent``). Any failure prints the unit's last journal lines
-and exits 1: the deploy stops there (deploy/vllm.py).
+checked: ``embed`` one embedding, ``score`` one score request (two passages), ``generate`` one
+chat completion and one more naming each loaded adapter (``/v1/models`` cards with a ``parent``).
+Any failure prints the unit's last journal lines and exits 1: the deploy stops there (deploy/vllm.py).
 ``lora --url URL --adapter DIR``: load, use and unload an adapter (scripts/gpu-check).
 ``--env`` reads the API key from vLLM's environment file (``VLLM_API_KEY``).
 """
@@ -111,6 +111,17 @@ def chat(client: Client, model: str) -> str:
     return f"chat completion from {model} ({usage.get('completion_tokens')} tokens)"
 
 
+def score(client: Client, model: str) -> str:
+    """vLLM's score API (a cross-encoder, ``vllm@rerank``): one score per passage, the relevant one higher."""
+    passages = ["vLLM answers score requests on this port.", "Pears ripen after they are picked."]
+    answer = client.call("/score", {"model": model, "text_1": "does vLLM answer score requests?", "text_2": passages})
+    data = answer.get("data") if isinstance(answer, dict) else None
+    scores = [d.get("score") for d in data if isinstance(d, dict)] if isinstance(data, list) else []
+    if len(scores) != len(passages) or not all(isinstance(v, (int, float)) for v in scores):
+        raise SmokeFailure(f"{client.url}/score ({model}): not a score response: {str(answer)[:200]}")
+    return f"scores from {model}: {', '.join(f'{v:.3f}' for v in scores)}"
+
+
 def smoke_unit(client: Client, kind: str, cards: list[dict[str, Any]]) -> list[str]:
     """The requests of one ready unit; one line per request answered in vLLM's shape."""
     base = [c["id"] for c in cards if c.get("parent") is None]
@@ -118,6 +129,8 @@ def smoke_unit(client: Client, kind: str, cards: list[dict[str, Any]]) -> list[s
         raise SmokeFailure(f"{client.url}/v1/models: no base model in {[c['id'] for c in cards]}")
     if kind == "embed":
         return [embedding(client, base[0])]
+    if kind == "score":
+        return [score(client, base[0])]
     adapters = [c["id"] for c in cards if c.get("parent") is not None]
     return [chat(client, name) for name in [base[0], *adapters]]
 
@@ -159,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=("ready", "smoke", "lora"))
     parser.add_argument("--adapter", help="lora: an adapter directory to load, use and unload at --url")
     parser.add_argument("--url", help="ready: the server to wait for")
-    parser.add_argument("--unit", action="append", default=[], help="smoke: NAME=URL:KIND (KIND generate|embed)")
+    parser.add_argument("--unit", action="append", default=[], help="smoke: NAME=URL:KIND (KIND generate|embed|score)")
     parser.add_argument("--env", help="vLLM's environment file (the API key)")
     parser.add_argument("--timeout", type=float, default=900.0)
     args = parser.parse_args(argv)
@@ -183,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.unit:
         name, _, rest = spec.partition("=")
         url, _, kind = rest.rpartition(":")
-        if not name or not url or kind not in ("generate", "embed"):
-            parser.error(f"--unit {spec!r}: NAME=URL:KIND, KIND generate or embed")
+        if not name or not url or kind not in ("generate", "embed", "score"):
+            parser.error(f"--unit {spec!r}: NAME=URL:KIND, KIND generate, embed or score")
         client = Client(url, key)
         try:
             cards = wait_ready(client, args.timeout, failed=lambda name=name: unit_failed(name))

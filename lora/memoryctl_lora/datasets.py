@@ -19,9 +19,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import random
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .manifest import DataWindow
 
@@ -59,10 +59,15 @@ class GenerationExample:
     group: str
 
 
+_E = TypeVar("_E", EmbeddingPair, GenerationExample)
+
+
 @dataclass(frozen=True)
-class EmbeddingDataset:
-    train: tuple[EmbeddingPair, ...]
-    heldout: tuple[EmbeddingPair, ...]
+class _Dataset(Generic[_E]):
+    """Examples on the two sides of the held-out split, each sorted by id."""
+
+    train: tuple[_E, ...]
+    heldout: tuple[_E, ...]
     window: DataWindow | None = None
     dropped: int = 0  # rows rejected (empty text, duplicates)
 
@@ -70,15 +75,12 @@ class EmbeddingDataset:
         return {"train": len(self.train), "heldout": len(self.heldout), "dropped": self.dropped}
 
 
-@dataclass(frozen=True)
-class GenerationDataset:
-    train: tuple[GenerationExample, ...]
-    heldout: tuple[GenerationExample, ...]
-    window: DataWindow | None = None
-    dropped: int = 0
+class EmbeddingDataset(_Dataset[EmbeddingPair]):
+    """(query, positive) pairs for contrastive training."""
 
-    def counts(self) -> dict[str, int]:
-        return {"train": len(self.train), "heldout": len(self.heldout), "dropped": self.dropped}
+
+class GenerationDataset(_Dataset[GenerationExample]):
+    """Instruction/response pairs for causal-LM training."""
 
 
 def split_bucket(key: str, salt: str = "memoryctl-lora-heldout-v1") -> float:
@@ -114,24 +116,18 @@ def build_embedding_dataset(
     to the query text itself, so identical queries land on the same side of the split).
     Rows with empty text and repeated (query, positive_id) pairs are dropped.
     """
-    seen: set[tuple[str, str]] = set()
-    train: list[EmbeddingPair] = []
-    heldout: list[EmbeddingPair] = []
-    dropped = 0
-    for row in rows:
-        query, positive = _text(row, "query"), _text(row, "positive")
-        positive_id = str(row.get("positive_id") or "")
-        if not query or not positive or not positive_id or (query, positive_id) in seen:
-            dropped += 1
-            continue
-        seen.add((query, positive_id))
-        group = str(row.get("query_id") or query)
-        pair = EmbeddingPair(str(row.get("id") or f"{group}:{positive_id}"), query, positive_id, positive, group)
-        (heldout if is_heldout(group, heldout_fraction) else train).append(pair)
+    train, heldout, dropped = _split(rows, _embedding_pair, lambda p: (p.query, p.positive_id), heldout_fraction)
     skipped = _too_small(train, heldout, dropped, min_examples, min_heldout)
-    if skipped:
-        return skipped
-    return EmbeddingDataset(_by_id(train), _by_id(heldout), window, dropped)
+    return skipped or EmbeddingDataset(train, heldout, window, dropped)
+
+
+def _embedding_pair(row: Mapping[str, Any]) -> EmbeddingPair | None:
+    query, positive = _text(row, "query"), _text(row, "positive")
+    positive_id = str(row.get("positive_id") or "")
+    if not query or not positive or not positive_id:
+        return None
+    group = str(row.get("query_id") or query)
+    return EmbeddingPair(str(row.get("id") or f"{group}:{positive_id}"), query, positive_id, positive, group)
 
 
 def build_generation_dataset(
@@ -144,24 +140,40 @@ def build_generation_dataset(
 ) -> GenerationDataset | Skipped:
     """Build instruction/response pairs. Each row: ``id``, ``instruction``, ``response``, optional
     ``group`` (e.g. the conversation id, so one conversation is not split across both sides)."""
+    train, heldout, dropped = _split(rows, _generation_example, lambda e: (e.instruction, e.response), heldout_fraction)
+    skipped = _too_small(train, heldout, dropped, min_examples, min_heldout)
+    return skipped or GenerationDataset(train, heldout, window, dropped)
+
+
+def _generation_example(row: Mapping[str, Any]) -> GenerationExample | None:
+    instruction, response = _text(row, "instruction"), _text(row, "response")
+    if not instruction or not response:
+        return None
+    ex_id = str(row.get("id") or hashlib.sha256(f"{instruction}\0{response}".encode()).hexdigest()[:16])
+    return GenerationExample(ex_id, instruction, response, str(row.get("group") or ex_id))
+
+
+def _split(
+    rows: Iterable[Mapping[str, Any]],
+    example: Callable[[Mapping[str, Any]], _E | None],
+    key: Callable[[_E], tuple[str, str]],
+    heldout_fraction: float,
+) -> tuple[tuple[_E, ...], tuple[_E, ...], int]:
+    """Each row's example (``example`` gives None for an unusable row) on its group's side of the split,
+    the sides sorted by id; rows without an example and repeats of an earlier ``key`` are dropped.
+    Returns (train, heldout, dropped)."""
     seen: set[tuple[str, str]] = set()
-    train: list[GenerationExample] = []
-    heldout: list[GenerationExample] = []
+    train: list[_E] = []
+    heldout: list[_E] = []
     dropped = 0
     for row in rows:
-        instruction, response = _text(row, "instruction"), _text(row, "response")
-        if not instruction or not response or (instruction, response) in seen:
+        ex = example(row)
+        if ex is None or key(ex) in seen:
             dropped += 1
             continue
-        seen.add((instruction, response))
-        ex_id = str(row.get("id") or hashlib.sha256(f"{instruction}\0{response}".encode()).hexdigest()[:16])
-        group = str(row.get("group") or ex_id)
-        ex = GenerationExample(ex_id, instruction, response, group)
-        (heldout if is_heldout(group, heldout_fraction) else train).append(ex)
-    skipped = _too_small(train, heldout, dropped, min_examples, min_heldout)
-    if skipped:
-        return skipped
-    return GenerationDataset(_by_id(train), _by_id(heldout), window, dropped)
+        seen.add(key(ex))
+        (heldout if is_heldout(ex.group, heldout_fraction) else train).append(ex)
+    return _by_id(train), _by_id(heldout), dropped
 
 
 def pairs_from_turns(turns: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
@@ -192,9 +204,6 @@ def _too_small(
     if len(heldout) < min_heldout:
         return Skipped(f"only {len(heldout)} held-out examples (minimum {min_heldout})", counts)
     return None
-
-
-_E = TypeVar("_E", EmbeddingPair, GenerationExample)
 
 
 def _by_id(items: list[_E]) -> tuple[_E, ...]:

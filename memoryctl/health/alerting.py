@@ -6,8 +6,10 @@ notifications Alertmanager sent and how many failed over the last ``window_s`` (
 ``alertmanager_notifications_total`` / ``..._failed_total`` counters, by integration), whether
 each Alertmanager is up and how long it has run, and which alerts fire now. Asked of Prometheus,
 not of Alertmanager: Alertmanager keeps no delivery history an API returns, and Prometheus is
-the part that must be alive for any rule to fire at all — a Prometheus that does not answer makes
-the component ``down``.
+the part that must be alive for any rule to fire at all. ``prometheus_url`` may list every
+Prometheus of an HA pair (docs/monitoring.md): they are asked in order and the first that answers
+is read (both scrape and evaluate the same, so either knows); one that does not answer makes the
+component ``degraded`` (alerts still fire from the other), none answering makes it ``down``.
 
 ``degraded`` when a notification failed in the window (a receiver refuses, SMTP is down, the
 heartbeat URL is wrong), when an Alertmanager is down or not scraped, or when a dead-man's switch
@@ -114,14 +116,31 @@ def judge(seen: Observed, *, window_s: float, heartbeat: bool, heartbeat_interva
     return res
 
 
+def observe_first(urls: list[str], *, window_s: float, timeout_s: float) -> tuple[str, Observed, dict[str, str]]:
+    """The first Prometheus of ``urls`` that answers: its URL, its answer, and the error of each one
+    asked before it; StoreUnavailable naming every error when none answers."""
+    errors: dict[str, str] = {}
+    for url in urls:
+        try:
+            return url, observe(url, window_s=window_s, timeout_s=timeout_s), errors
+        except StoreUnavailable as exc:
+            errors[url] = exc.message.removeprefix("prometheus: ")
+    raise StoreUnavailable("prometheus", "; ".join(errors.values()) or "no prometheus_url")
+
+
 def alerting_probe(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
     """The component: ``disabled`` without ``[alerting] prometheus_url`` (the embedded default)."""
     a = settings.alerting
     if not a.prometheus_url:
         return {"status": "disabled", "detail": "[alerting] prometheus_url is not configured"}
-    seen = observe(a.prometheus_url, window_s=a.window_s, timeout_s=timeout_s)
+    urls = [a.prometheus_url] if isinstance(a.prometheus_url, str) else list(a.prometheus_url)
+    url, seen, unanswered = observe_first(urls, window_s=a.window_s, timeout_s=timeout_s)
     res = judge(seen, window_s=a.window_s, heartbeat=a.heartbeat, heartbeat_interval_s=a.heartbeat_interval_s)
-    return {"prometheus": a.prometheus_url, **res}
+    if unanswered:
+        res["unanswered"] = unanswered
+        problem = f"Prometheus does not answer: {', '.join(unanswered)} (read {url} instead)"
+        res.update(status="degraded", error="; ".join(filter(None, [res.get("error"), problem])))
+    return {"prometheus": url, **res}
 
 
 def summary(comp: dict[str, Any]) -> str:

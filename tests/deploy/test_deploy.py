@@ -32,14 +32,17 @@ RELEASE = RELEASES[DEFAULT]
 # What listens where: every service on the node's mesh address (PostgreSQL also on loopback for
 # local administration), SSH on every address; nothing else anywhere.
 SERVICES = {
-    # PostgreSQL; Qdrant peer; memoryctl serve (HTTP); day two: pgBackRest TLS, node and postgres exporters
-    "node1": {5432, 6333, 6334, 6335, 8765, 8432, 9100, 9187},
-    # Qdrant peer; Neo4j http, bolt; node exporter
-    "node2": {6333, 6334, 6335, 7474, 7687, 9100},
-    # Qdrant peer; vLLM stand-in generate, embedding slots a and b; the backup node: pgBackRest TLS,
-    # rsync (Qdrant snapshots); the monitoring node: Prometheus, Alertmanager; node exporter
-    "node3": {6333, 6334, 6335, 8000, 8001, 8002, 8432, 873, 9090, 9093, 9100},
+    # PostgreSQL; Qdrant peer; memoryctl serve (HTTP); day two: pgBackRest TLS, node and postgres
+    # exporters; one of the monitoring pair: Prometheus, Alertmanager and its gossip
+    "node1": {5432, 6333, 6334, 6335, 8765, 8432, 9090, 9093, 9094, 9100, 9187},
+    # Qdrant peer; Neo4j http, bolt; node exporter; the other of the monitoring pair
+    "node2": {6333, 6334, 6335, 7474, 7687, 9090, 9093, 9094, 9100},
+    # Qdrant peer; vLLM stand-in generate, embedding slots a and b, rerank; the backup node:
+    # pgBackRest TLS, rsync (Qdrant snapshots); node exporter
+    "node3": {6333, 6334, 6335, 8000, 8001, 8002, 8003, 8432, 873, 9100},
 }
+# Alertmanager's gossip: admitted from the other monitoring node's mesh address only (not the mesh).
+GOSSIP = {"node1": "node2", "node2": "node1"}
 
 
 def _listening(name: str) -> set[tuple[str, int]]:
@@ -224,7 +227,15 @@ def test_firewall_public_side_ssh_and_wireguard_only(deployed: Deployed, name: s
     services = [line for line in ruleset.splitlines() if "services over the mesh" in line]
     assert len(services) == 1 and 'iifname "wg0"' in services[0] and "10.77.0.0/24" in services[0]
     opened = {int(p) for p in re.findall(r"\d+", services[0].split("dport", 1)[1].split("accept")[0])}
-    assert opened == SERVICES[name]
+    assert opened == SERVICES[name] - ({9094} if name in GOSSIP else set())
+    gossip = [line for line in ruleset.splitlines() if "alertmanager gossip" in line]
+    if name in GOSSIP:
+        (line,) = gossip
+        assert f"ip saddr {MESH[GOSSIP[name]]} " in line and "th dport 9094 accept" in line, line
+        # the node that is not its peer is refused (the gossip port is the pair's alone)
+        assert not _reachable_from("node3", [(MESH[name], 9094)])[(MESH[name], 9094)]
+    else:
+        assert gossip == []
     assert _reachable(NODES[name], 22)
 
 
@@ -353,6 +364,37 @@ def test_vllm_standin_serves_real_embeddings_behind_its_key(deployed: Deployed) 
     assert unauthorised.rc != 0 and "401" in unauthorised.stderr
 
 
+def _reranked(question: str, agent: str) -> dict[str, object]:
+    run = memoryctl("query", question, "--agent", agent, "--rerank", "--explain", "--json", timeout=300)
+    assert run.returncode == 0, run.stderr
+    answer = json.loads(run.stdout)
+    step = next(s for s in answer["explain"]["steps"] if s["name"] == "rerank")
+    return {"scorer": step["detail"]["scorer"], "notes": answer["explain"]["notes"], "top": answer["hits"][0]["text"]}
+
+
+def test_the_rerank_stage_asks_vllm_rerank_and_the_cpu_model_takes_over_when_it_is_away(deployed: Deployed) -> None:
+    """vllm@rerank (the stand-in serving the registry's CPU cross-encoder on the gpu node, vLLM's
+    score API) reads a --rerank query's candidates; stopped, the CPU model installed beside
+    memoryctl reads them and --explain says why; started again, it answers as before."""
+    gpu = node("node3")
+    assert gpu.service("vllm@rerank").is_running
+    agent = "rerank-check"
+    for text in ("Alice rolled the payments service back on Tuesday", "Pears ripen after they are picked"):
+        assert memoryctl("add", text, "--agent", agent).returncode == 0
+    served = _reranked("who rolled the payments service back?", agent)
+    assert served["scorer"] == f"cross-encoder/ms-marco-MiniLM-L-12-v2 at http://{MESH['node3']}:8003", served
+    assert "rolled the payments service back" in str(served["top"]) and served["notes"] == []
+    gpu.run("systemctl stop vllm@rerank")
+    try:
+        away = _reranked("who rolled the payments service back?", agent)
+    finally:
+        gpu.run("systemctl start vllm@rerank")
+        ready = "/usr/bin/python3 /opt/vllm/vllm-smoke ready --env /etc/vllm/vllm.env --timeout 300"
+        assert gpu.run(f"{ready} --url http://{MESH['node3']}:8003").rc == 0
+    assert away["scorer"] == "cpu" and "rolled the payments service back" in str(away["top"]), away
+    assert any("the CPU cross-encoder read the candidates instead" in n for n in away["notes"]), away
+
+
 def test_memoryctl_installed_configured_and_scheduled(deployed: Deployed) -> None:
     host = node("node1")
     assert host.file("/opt/memoryctl/venv/bin/memoryctl").is_file
@@ -366,6 +408,8 @@ def test_memoryctl_installed_configured_and_scheduled(deployed: Deployed) -> Non
     assert settings["neo4j"]["uri"] == f"bolt://{MESH['node2']}:7687"
     assert settings["embedder"]["url"] == f"http://{MESH['node3']}:8001"
     assert settings["vllm"]["url"] == f"http://{MESH['node3']}:8000"
+    assert settings["query"]["rerank_url"] == f"http://{MESH['node3']}:8003"
+    assert settings["query"]["rerank_model_dir"] == "/var/lib/memoryctl-models" and settings["query"]["rerank"] is False
     cron = host.file("/etc/cron.d/memoryctl").content_string
     assert "MEMORYCTL_TRIGGER=cron" in cron.splitlines()
     schedules = {"sync": "*/5 * * * *", "reconcile": "*/10 * * * *"}

@@ -3,12 +3,17 @@
 - The backup side is up: pgBackRest has a backup and WAL archiving works (`memoryctl backup
   status`), every Prometheus target is up, memoryctl's own metrics arrive.
 - The dead-man's switch: the always-firing Watchdog reaches the heartbeat path of the same webhook
-  every heartbeat interval, and never the operator's receiver.
+  every heartbeat interval, and never the operator's receiver (the arrival times and the intervals
+  between them go to the deploy report).
 - The alert test: Qdrant stopped on the index node → QdrantDown fires in Prometheus and reaches
   the operator: Alertmanager sends it to the receiver the inventory configures — on the local nodes
   a webhook the test runs on the monitoring node records every notification — and the test waits
-  for the notification with its labels; started again → the resolved notification. The transcript
-  and timings go to the deploy report (figures, not assertions).
+  for the notification with its labels and runbook link, delivered once although two Prometheus
+  send it to two Alertmanagers; started again → the resolved notification. The transcript and
+  timings go to the deploy report (figures, not assertions).
+- The HA drill (docs/monitoring.md, "Two of each"): with one monitoring node's Alertmanager stopped,
+  then the other's Prometheus stopped, the same alert still arrives, once each time, and the
+  Watchdog's pings never pause for long.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from deploy.components import RUNBOOK_BASE
 from tests.deploy import e2e_data
 from tests.deploy.cluster import MESH, REPO, memoryctl, node, wait_for
 from tests.deploy.conftest import record
@@ -30,6 +36,8 @@ from tests.deploy.conftest import record
 pytestmark = pytest.mark.deploy
 
 DB, INDEX, OPS = "node1", "node2", "node3"
+# Prometheus and Alertmanager: the pair inventory/local.yaml names (components.monitoring.nodes).
+MONITORS = ("node1", "node2")
 
 
 def sh(name: str, command: str, timeout: int = 600) -> str:
@@ -42,10 +50,10 @@ def psql(sql: str, database: str = "memoryctl") -> str:
     return sh(DB, f"sudo -u postgres psql -XAt -v ON_ERROR_STOP=1 -d {database} -c {shlex.quote(sql)}").strip()
 
 
-def prometheus(path: str) -> Any:
-    """``GET path`` on Prometheus (on the monitoring node's mesh address, asked from that node)."""
+def prometheus(path: str, on: str = MONITORS[0]) -> Any:
+    """``GET path`` on a monitoring node's Prometheus (its mesh address, asked from that node)."""
     script = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())"
-    out = sh(OPS, f"python3 -c {shlex.quote(script)} {shlex.quote(f'http://{MESH[OPS]}:9090{path}')}")
+    out = sh(on, f"python3 -c {shlex.quote(script)} {shlex.quote(f'http://{MESH[on]}:9090{path}')}")
     return json.loads(out)["data"]
 
 
@@ -100,8 +108,8 @@ def test_backups_are_taken_and_monitored(imported: e2e_data.DataSet) -> None:
     record("daytwo_targets", {"up": len(targets), "jobs": jobs})
 
 
-def firing(alertname: str, node_name: str) -> dict[str, Any] | None:
-    for alert in prometheus("/api/v1/alerts")["alerts"]:
+def firing(alertname: str, node_name: str, on: str = MONITORS[0]) -> dict[str, Any] | None:
+    for alert in prometheus("/api/v1/alerts", on)["alerts"]:
         labels = alert["labels"]
         if labels["alertname"] == alertname and labels.get("node") == node_name:
             return dict(alert)
@@ -157,6 +165,31 @@ def notification(
     return None
 
 
+def notifications(status: str, alertname: str, node_name: str, since: datetime) -> list[dict[str, Any]]:
+    """Every notification (as received: the sink's line) carrying that alert with that status, of an
+    alert that started after ``since``: two Prometheus send it to two Alertmanagers, one must arrive."""
+    return [
+        record_
+        for record_ in webhook_records()
+        if any(
+            alert["status"] == status
+            and alert["labels"]["alertname"] == alertname
+            and alert["labels"].get("node") == node_name
+            and datetime.fromisoformat(alert["startsAt"].replace("Z", "+00:00")) >= since
+            for alert in record_["body"]["alerts"]
+        )
+    ]
+
+
+def pings_between(start: float, end: float) -> dict[str, Any]:
+    """The Watchdog's arrivals at /heartbeat in [start, end] (the sink's clock): ISO times and gaps."""
+    pings = [t for t in heartbeats() if start <= t <= end]
+    return {
+        "at": [datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds") for t in pings],
+        "intervals_s": [round(b - a, 1) for a, b in itertools.pairwise(pings)],
+    }
+
+
 def _alerting_ok() -> dict[str, Any] | None:
     """health's alerting component once it reports deliveries and no failure, else None."""
     components = json.loads(memoryctl("health", "--json").stdout)["components"]
@@ -189,12 +222,22 @@ def test_alert_qdrant_down_reaches_the_receiver_and_resolves(deployed: Any) -> N
         assert sent["receiver"] == "operator"
         assert sent["labels"]["severity"] == "critical" and sent["labels"]["job"] == "qdrant"
         assert "Qdrant peer on node2 is down" == sent["annotations"]["summary"]
+        assert sent["annotations"]["runbook_url"] == f"{RUNBOOK_BASE}#alert-qdrantdown"
+        payload = next(r for r in webhook_records() if r["t"] == sent["received"])
+        # Two Prometheus, each sending to both Alertmanagers: one notification (their gossip), even
+        # after a peer's wait (15 s) and a group interval (10 s) in which a duplicate would come.
+        time.sleep(20)
+        once = len(notifications("firing", "QdrantDown", INDEX, stopped_at))
+        transcript.append(f"{datetime.now(UTC):%H:%M:%S} firing notifications of it after 20 s more: {once}")
+        assert once == 1, notifications("firing", "QdrantDown", INDEX, stopped_at)
         started = time.monotonic()
         sh(INDEX, "systemctl start qdrant")
         transcript.append(f"{datetime.now(UTC):%H:%M:%S} systemctl start qdrant on {INDEX}")
         resolved = wait_for(
             "the resolved notification",
-            lambda: notification("resolved", "QdrantDown", INDEX, starts_at=sent["startsAt"]),
+            # by when it started, not its exact startsAt: each Prometheus has its own, and
+            # Alertmanager keeps the earliest of them once both have sent it
+            lambda: notification("resolved", "QdrantDown", INDEX, since=stopped_at),
             180,
             1,
         )
@@ -224,7 +267,83 @@ def test_alert_qdrant_down_reaches_the_receiver_and_resolves(deployed: Any) -> N
             "notified_after_s": notified_s,
             "resolved_notified_after_s": resolved_s,
             "watchdog_pings": [datetime.fromtimestamp(t, UTC).isoformat() for t in heartbeats_seen],
+            "watchdog_intervals_s": [round(b - a, 1) for a, b in itertools.pairwise(heartbeats_seen)],
+            "delivered_payload": payload,
             "health_alerting": alerting,
             "transcript": transcript,
         },
     )
+
+
+def _stop_alert_arrives(what: str, stop: tuple[str, str], transcript: list[str], figures: dict[str, Any]) -> None:
+    """With ``stop`` (node, unit) stopped: Qdrant stopped on the index node → QdrantDown arrives at
+    the sink once; then everything started again and the resolution awaited (it arrives too)."""
+    where, unit = stop
+    sh(where, f"systemctl stop {unit}")
+    transcript.append(f"{datetime.now(UTC):%H:%M:%S} [{what}] systemctl stop {unit} on {where}")
+    started, since = time.monotonic(), datetime.now(UTC) - timedelta(seconds=5)
+    sh(INDEX, "systemctl stop qdrant")
+    transcript.append(f"{datetime.now(UTC):%H:%M:%S} [{what}] systemctl stop qdrant on {INDEX}")
+    sent = wait_for(
+        f"[{what}] the firing notification",
+        lambda: notification("firing", "QdrantDown", INDEX, since=since),
+        180,
+        1,
+        describe=lambda: webhook_records()[-3:],
+    )
+    arrived_s = round(time.monotonic() - started, 1)
+    transcript.append(f"{datetime.now(UTC):%H:%M:%S} [{what}] notification: firing {sent['labels']}")
+    time.sleep(20)  # room for a duplicate: a peer's wait (15 s) and a group interval (10 s)
+    count = len(notifications("firing", "QdrantDown", INDEX, since))
+    transcript.append(f"{datetime.now(UTC):%H:%M:%S} [{what}] firing notifications after 20 s more: {count}")
+    sh(where, f"systemctl start {unit}")
+    sh(INDEX, "systemctl start qdrant")
+    transcript.append(f"{datetime.now(UTC):%H:%M:%S} [{what}] started {unit} on {where} and qdrant on {INDEX}")
+    resolved_at = time.monotonic()
+    wait_for(
+        f"[{what}] the resolved notification",
+        lambda: notification("resolved", "QdrantDown", INDEX, since=since),
+        180,
+        1,
+    )
+    transcript.append(f"{datetime.now(UTC):%H:%M:%S} [{what}] notification: resolved")
+    figures[what] = {
+        "notified_after_s": arrived_s,
+        "firing_notifications": count,
+        "resolved_after_s": round(time.monotonic() - resolved_at, 1),
+        "receiver": sent["receiver"],
+    }
+    assert sent["receiver"] == "operator" and count == 1, (what, count)
+
+
+def _alertmanagers_up(on: str) -> bool:
+    query = urllib.parse.quote('up{job="alertmanager"}')
+    found = prometheus(f"/api/v1/query?query={query}", on)["result"]
+    return len(found) == len(MONITORS) and all(t["value"][1] == "1" for t in found)
+
+
+def test_alerts_still_arrive_with_either_monitoring_node_half_down(deployed: Any) -> None:
+    """The HA drill: Alertmanager stopped on one monitoring node, then Prometheus stopped on the
+    other: QdrantDown still arrives at the operator's sink, once each time, and the Watchdog keeps
+    pinging the heartbeat throughout (docs/monitoring.md, "Two of each")."""
+    transcript: list[str] = []
+    figures: dict[str, Any] = {}
+    first, second = MONITORS
+    began, clock = time.monotonic(), time.time()
+    try:
+        wait_for("no QdrantDown before the drill", lambda: firing("QdrantDown", INDEX) is None, timeout=120)
+        _stop_alert_arrives("alertmanager_down", (first, "prometheus-alertmanager"), transcript, figures)
+        _stop_alert_arrives("prometheus_down", (second, "prometheus"), transcript, figures)
+    finally:
+        for name, unit in ((first, "prometheus-alertmanager"), (second, "prometheus"), (INDEX, "qdrant")):
+            sh(name, f"systemctl start {unit}")
+    # Both back: each Prometheus answers and sees both Alertmanagers up again.
+    for name in MONITORS:
+        wait_for(f"{name}'s Prometheus sees both Alertmanagers up", lambda n=name: _alertmanagers_up(n), 90, 3)
+    pings = pings_between(clock, time.time())
+    record(
+        "monitoring_ha_drill",
+        {"seconds": round(time.monotonic() - began, 1), **figures, "watchdog": pings, "transcript": transcript},
+    )
+    # The dead-man's switch never paused long while one side lived (about every 20 s here).
+    assert len(pings["at"]) >= 5 and max(pings["intervals_s"]) < 60, pings

@@ -134,6 +134,14 @@ def test_delivered_and_failed_notifications_are_read_from_prometheus(monitoring:
     probe = alerting_probe(settings, timeout_s=2)
     assert probe["status"] == "degraded" and probe["prometheus"] == monitoring["url"]
 
+    # An HA pair's list (docs/monitoring.md): the first that answers is read; one that does not
+    # answer is named, and degrades the component (alerts still fire from the other).
+    dead = f"http://127.0.0.1:{_free_port()}"
+    pair = Settings.model_validate({"alerting": {"prometheus_url": [dead, monitoring["url"]], "window_s": 300}})
+    probe = alerting_probe(pair, timeout_s=2)
+    assert probe["prometheus"] == monitoring["url"] and list(probe["unanswered"]) == [dead]
+    assert probe["status"] == "degraded" and f"Prometheus does not answer: {dead}" in probe["error"]
+
 
 def test_a_prometheus_that_does_not_answer_is_down_and_none_configured_is_disabled() -> None:
     from memoryctl.errors import StoreUnavailable
@@ -141,4 +149,8 @@ def test_a_prometheus_that_does_not_answer_is_down_and_none_configured_is_disabl
     port = _free_port()
     with pytest.raises(StoreUnavailable, match=f"127.0.0.1:{port}"):
         observe(f"http://127.0.0.1:{port}", window_s=60, timeout_s=1)
+    other = _free_port()
+    pair = Settings.model_validate({"alerting": {"prometheus_url": [f"http://127.0.0.1:{p}" for p in (port, other)]}})
+    with pytest.raises(StoreUnavailable, match=f"127.0.0.1:{port}.*; .*127.0.0.1:{other}"):
+        alerting_probe(pair, timeout_s=1)
     assert alerting_probe(Settings(), timeout_s=1)["status"] == "disabled"

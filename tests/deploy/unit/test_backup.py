@@ -333,5 +333,10 @@ def test_firewall_opens_the_day_two_ports_on_the_mesh() -> None:
 
     assert {8432, 9100, 9187} <= ports("node1")  # pgBackRest, node and postgres exporters
     # node2 is the Patroni standby: pgBackRest's TLS server too (it archives once it is primary)
-    assert {8432, 9100} <= ports("node2") and not {873, 9090, 9093, 9187} & ports("node2")
-    assert {873, 8432, 9090, 9093, 9100} <= ports("node3")  # rsync, pgBackRest, Prometheus, Alertmanager
+    assert {8432, 9100, 9090, 9093} <= ports("node2") and not {873, 9187} & ports("node2")
+    assert {873, 8432, 9100} <= ports("node3") and not {9090, 9093} & ports("node3")  # rsync, pgBackRest
+    assert {9090, 9093} <= ports("node1")  # the monitoring pair: node1 and node2 (Prometheus, Alertmanager)
+    # Alertmanager's gossip: from the other monitoring node's mesh address only, TCP and UDP.
+    gossip = 'iifname "wg0" ip saddr { 10.77.0.2 } meta l4proto { tcp, udp } th dport 9094 accept'
+    assert gossip in plan(firewall, "node1").upload("/etc/nftables.conf")
+    assert "9094" not in plan(firewall, "node3").upload("/etc/nftables.conf")

@@ -430,3 +430,31 @@ def test_the_gpu_nodes_training_venv_comes_from_its_lock_not_through_the_control
     assert built == tmp_path / "house"
     pips = [cmd[3] for cmd in commands if cmd[1:3] == ["-m", "pip"]]
     assert pips == ["wheel"]  # memoryctl-lora's own wheel; no `pip download` of any dependency
+
+
+def test_the_gpu_node_serves_bge_reranker_v2_m3_and_memoryctl_asks_it_first(plans: dict[str, Plan]) -> None:
+    """vllm@rerank on the GPU node (vLLM's score API, a pooling model with its own share of the GPU,
+    docs/nightly.md's budget); the db node's memoryctl.toml points the rerank stage at it, with the
+    CPU cross-encoder installed beside it as the fallback, and leaves the rerank off by default."""
+    rerank = plans["mem-gpu"].upload("/etc/vllm/rerank.args")
+    assert "MODEL=BAAI/bge-reranker-v2-m3\n" in rerank and "PORT=8003" in rerank
+    assert "--runner pooling --max-model-len 1024 --gpu-memory-utilization 0.08" in rerank
+    # Every vLLM server the GPU node runs, with its share: together at most 0.9 of the GPU (CUDA
+    # contexts and the night's training need the rest).
+    shares = {
+        dest: float(m.group(1))
+        for op in plans["mem-gpu"].ops
+        for dest, text in op.uploads.items()
+        for m in [re.search(r"--gpu-memory-utilization ([0-9.]+)", text)]
+        if m
+    }
+    assert len(shares) >= 3 and sum(shares.values()) <= 0.9, shares
+    assert "--gpu-memory-utilization 0.64" in plans["mem-gpu"].upload("/etc/vllm/generate.args")
+    config = plans["mem-db"].upload("/etc/memoryctl/memoryctl.toml")
+    assert 'rerank_url = "http://10.77.0.3:8003"' in config
+    assert 'rerank_model = "BAAI/bge-reranker-v2-m3"' in config
+    assert 'rerank_model_dir = "/var/lib/memoryctl-models"' in config and "rerank = false" in config
+    assert (
+        "upload /var/lib/memoryctl-models/ms-marco-minilm-l12-int8/model.onnx"
+        in plans["mem-db"].op("ms-marco-minilm-l12-int8/model.onnx").commands
+    )

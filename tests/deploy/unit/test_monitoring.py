@@ -51,7 +51,8 @@ def test_db_node_textfiles_are_replaced_atomically() -> None:
 
 
 def test_postgres_exporter_role_once_and_mesh_bound() -> None:
-    fresh = plan(monitoring, "node1")
+    elsewhere = {"monitoring": {"nodes": ["node2"]}}  # the exporter alone, not the Prometheus beside it
+    fresh = plan(monitoring, "node1", components=elsewhere)
     assert "CREATE ROLE prometheus LOGIN IN ROLE pg_monitor" in fresh.op("role prometheus").commands[-1]
     args = fresh.upload("/etc/default/prometheus-postgres-exporter")
     assert "--web.listen-address=10.77.0.1:9187" in args and "host=/var/run/postgresql" in args
@@ -61,19 +62,21 @@ def test_postgres_exporter_role_once_and_mesh_bound() -> None:
         Users={"postgres": {"home": "/var/lib/postgresql", "group": "postgres", "groups": [], "shell": "/bin/bash"}},
         PostgresRoles={"prometheus": {}, "memoryctl": {}},
     )
-    _no_commands(plan(monitoring, "node1", facts))
+    _no_commands(plan(monitoring, "node1", facts, components=elsewhere))
 
 
 def test_monitoring_node_no_op() -> None:
-    fresh = plan(monitoring, "node3")
+    fresh = plan(monitoring, "node2")
     services = ["prometheus-node-exporter", "prometheus", "prometheus-alertmanager"]
     facts = present(fresh, services, ["prometheus-node-exporter", "prometheus", "prometheus-alertmanager"])
-    _no_commands(plan(monitoring, "node3", facts))
+    _no_commands(plan(monitoring, "node2", facts))
     assert plan(monitoring, "node2", components={"monitoring": {"enabled": False}}).ops == []
+    # The gpu node runs exporters only: no Prometheus, no Alertmanager (it reboots and trains).
+    assert not [op for op in plan(monitoring, "node3").ops if "prometheus.yml" in " ".join(op.uploads)]
 
 
 def test_prometheus_scrapes_every_target_over_the_mesh(tmp_path: Path) -> None:
-    p = plan(monitoring, "node3", components={"qdrant": {"source": {"url": "https://x/q.tgz", "sha256": "0" * 64}}})
+    p = plan(monitoring, "node2", components={"qdrant": {"source": {"url": "https://x/q.tgz", "sha256": "0" * 64}}})
     config = yaml.safe_load(p.upload("/etc/prometheus/prometheus.yml"))
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     targets = {name: [t for sc in job["static_configs"] for t in sc["targets"]] for name, job in jobs.items()}
@@ -84,17 +87,26 @@ def test_prometheus_scrapes_every_target_over_the_mesh(tmp_path: Path) -> None:
     assert jobs["qdrant"]["authorization"]["credentials_file"] == "/etc/prometheus/qdrant-api-key"
     # etcd's metrics listener on every member (plain HTTP on the mesh; the client port needs a certificate).
     assert targets["etcd"] == ["10.77.0.1:2381", "10.77.0.2:2381", "10.77.0.3:2381"]
-    # Every vLLM instance of the gpu node: generate, and the two embedding slots the night repoints.
+    # Every vLLM instance of the gpu node: generate, the two embedding slots the night repoints, rerank.
     units = {sc["labels"]["unit"]: sc["targets"] for sc in jobs["vllm"]["static_configs"]}
     assert units == {
         "vllm@generate": ["10.77.0.3:8000"],
         "vllm@embed-a": ["10.77.0.3:8001"],
         "vllm@embed-b": ["10.77.0.3:8002"],
+        "vllm@rerank": ["10.77.0.3:8003"],
     }
     assert "authorization" not in jobs["vllm"]  # vLLM's /metrics is not behind --api-key
-    assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["10.77.0.3:9093"]
-    assert "--web.listen-address=10.77.0.3:9090" in p.upload("/etc/default/prometheus")
-    assert "--cluster.listen-address= " in p.upload("/etc/default/prometheus-alertmanager")
+    # The pair: every Prometheus sends to both Alertmanagers and scrapes both Prometheus and both
+    # Alertmanagers; no replica label (the two Prometheus' alerts must be one alert to Alertmanager).
+    (alertmanagers,) = config["alerting"]["alertmanagers"]
+    assert alertmanagers["static_configs"][0]["targets"] == ["10.77.0.1:9093", "10.77.0.2:9093"]
+    assert targets["prometheus"] == ["10.77.0.1:9090", "10.77.0.2:9090"]
+    assert targets["alertmanager"] == ["10.77.0.1:9093", "10.77.0.2:9093"]
+    assert config["global"]["external_labels"] == {"cluster": "local"}
+    assert "--web.listen-address=10.77.0.2:9090" in p.upload("/etc/default/prometheus")
+    # Alertmanager's gossip on the mesh address, the other node its peer.
+    args = p.upload("/etc/default/prometheus-alertmanager")
+    assert "--cluster.listen-address=10.77.0.2:9094 --cluster.peer=10.77.0.1:9094 " in args, args
     # promtool reads it as Prometheus would (rule files and the key file in place beside it).
     promtool = _tool("promtool")
     (tmp_path / "rules").mkdir()
@@ -106,7 +118,7 @@ def test_prometheus_scrapes_every_target_over_the_mesh(tmp_path: Path) -> None:
         [promtool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "48 rules found" in result.stdout
+    assert "49 rules found" in result.stdout
 
 
 def _amtool_accepts(tmp_path: Path, name: str, text: str, secret_files: dict[str, str] | None = None) -> None:
@@ -124,7 +136,7 @@ def _amtool_accepts(tmp_path: Path, name: str, text: str, secret_files: dict[str
 
 
 def test_local_alertmanager_sends_to_the_controllers_sink_and_the_watchdog_to_the_heartbeat(tmp_path: Path) -> None:
-    text = plan(monitoring, "node3").upload("/etc/prometheus/alertmanager.yml")
+    text = plan(monitoring, "node1").upload("/etc/prometheus/alertmanager.yml")
     local = yaml.safe_load(text)
     # The local nodes' receivers: the controller's stand-in keeps every notification, short intervals.
     assert local["receivers"] == [
@@ -160,7 +172,7 @@ def test_local_alertmanager_sends_to_the_controllers_sink_and_the_watchdog_to_th
 
 
 def test_a_receiver_without_settings_sends_nothing_on_the_local_nodes(tmp_path: Path) -> None:
-    text = plan(monitoring, "node3", components={"monitoring": {"receiver": None, "heartbeat": None}}).upload(
+    text = plan(monitoring, "node1", components={"monitoring": {"receiver": None, "heartbeat": None}}).upload(
         "/etc/prometheus/alertmanager.yml"
     )
     assert yaml.safe_load(text)["receivers"] == [{"name": "operator"}, {"name": "heartbeat"}]
@@ -217,7 +229,7 @@ def test_receiver_secrets_come_from_the_secret_store_as_files(secrets_dir: Path,
     assert routes.files == {password: "pa55", token: "t0ken"}  # no trailing newline: it would be sent
     # Planned: the files 0640 root:prometheus, Alertmanager restarted when one changes, no secret in the config.
     monitoring_settings = {"receiver": settings, "heartbeat": HEARTBEAT}
-    p = plan(monitoring, "node3", components={"monitoring": monitoring_settings})
+    p = plan(monitoring, "node1", components={"monitoring": monitoring_settings})
     put = p.op(f"Receiver secret {password}")
     assert p.upload(password) == "pa55" and "chmod 640" in " ".join(put.commands)
     assert "chown root:prometheus" in " ".join(put.commands)
@@ -452,3 +464,61 @@ def test_a_duration_prometheus_would_refuse_is_refused_at_plan_time(text: str) -
 
     with pytest.raises(ValueError, match="is not a duration"):
         duration_s(text)
+
+
+def test_a_single_monitoring_node_runs_one_alertmanager_without_gossip() -> None:
+    """``nodes: [one]`` (a small install): one Prometheus, one Alertmanager, no gossip port anywhere."""
+    from deploy.firewall import firewall
+
+    alone = {"monitoring": {"nodes": ["node3"]}}
+    p = plan(monitoring, "node3", components=alone)
+    config = yaml.safe_load(p.upload("/etc/prometheus/prometheus.yml"))
+    assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["10.77.0.3:9093"]
+    assert "--cluster.listen-address= " in p.upload("/etc/default/prometheus-alertmanager")
+    assert "9094" not in plan(firewall, "node3", components=alone).upload("/etc/nftables.conf")
+    assert not [op for op in plan(monitoring, "node1", components=alone).ops if "prometheus.yml" in str(op.uploads)]
+
+
+def test_the_old_single_node_setting_is_refused_with_the_new_spelling() -> None:
+    from deploy.components import InventoryError, parse
+
+    with pytest.raises(InventoryError, match=r"components.monitoring.node: no such setting \(did you mean nodes\?"):
+        parse({"monitoring": {"node": "node3"}}, "inventory/old.yaml")
+    with pytest.raises(InventoryError, match=r"components.monitoring.nodes: List should have at least 1 item"):
+        parse({"monitoring": {"nodes": []}}, "inventory/old.yaml")
+
+
+def test_monitoring_nodes_default_to_two_nodes_off_the_gpu_node() -> None:
+    from deploy.opsnode import OpsNodeError, monitoring_nodes
+    from deploy.settings import load_inventory
+
+    cluster = load_inventory(HERE.parents[2] / "inventory" / "local.yaml")
+    assert monitoring_nodes(cluster, None) == ["node1", "node2"]  # node3 is the gpu node
+    assert monitoring_nodes(cluster, ["node2", "node3"]) == ["node2", "node3"]
+    with pytest.raises(OpsNodeError, match=r"\['node9'\] not nodes of the inventory"):
+        monitoring_nodes(cluster, ["node1", "node9"])
+    with pytest.raises(OpsNodeError, match="names a node twice"):
+        monitoring_nodes(cluster, ["node1", "node1"])
+
+
+def _alerts() -> dict[str, dict[str, Any]]:
+    rules = yaml.safe_load((TEMPLATES / "prometheus" / "memoryctl.rules.yml").read_text())
+    return {rule["alert"]: rule for group in rules["groups"] for rule in group["rules"] if "alert" in rule}
+
+
+def test_every_alert_links_its_runbook_section_of_docs_monitoring() -> None:
+    """Each rule's runbook_url is the docs base + ``#alert-<name>``, an anchor docs/monitoring.md has;
+    the deploy writes the inventory's base in its place."""
+    from deploy.components import RUNBOOK_BASE
+
+    docs = (HERE.parents[2] / "docs" / "monitoring.md").read_text()
+    alerts = _alerts()
+    assert len(alerts) > 40
+    for name, rule in alerts.items():
+        assert rule["annotations"]["runbook_url"] == f"{RUNBOOK_BASE}#alert-{name.lower()}", name
+        assert f'<a id="alert-{name.lower()}"></a>' in docs, f"docs/monitoring.md has no section anchor for {name}"
+    base = "https://git.example.org/ops/memoryctl/src/branch/main/docs/monitoring.md"
+    p = plan(monitoring, "node1", components={"monitoring": {"runbook_base": base}})
+    uploaded = yaml.safe_load(p.upload("/etc/prometheus/rules/memoryctl.yml"))
+    urls = {r["alert"]: r["annotations"]["runbook_url"] for g in uploaded["groups"] for r in g["rules"] if "alert" in r}
+    assert urls == {name: f"{base}#alert-{name.lower()}" for name in alerts}

