@@ -327,7 +327,8 @@ class Monitoring(Settings):
         " cluster; one: a single instance). Default: the first two nodes without the gpu role (docs/monitoring.md).",
     )
     runbook_base: str = Field(
-        RUNBOOK_BASE, description="Where your team reads docs/monitoring.md (a URL); every alert's runbook_url is this#alert-<name>."
+        RUNBOOK_BASE,
+        description="Where your team reads docs/monitoring.md (a URL); every alert's runbook_url is this#alert-<name>.",
     )
     receiver: dict[str, Any] | None = Field(
         None, description="Alertmanager's operator receiver (email_configs, webhook_configs; secrets as *_secret)."
