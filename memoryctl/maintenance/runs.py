@@ -98,7 +98,10 @@ def recorded_run(
     try:
         yield rec
     except MemoryctlError as exc:
-        runs.finish(rec.run_id, "failed", counts=rec.counts, error=exc.message, details=rec.details)
+        try:
+            runs.finish(rec.run_id, "failed", counts=rec.counts, error=exc.message, details=rec.details)
+        except MemoryctlError:
+            pass  # the record could not be finished (PostgreSQL away): the caller's error matters more
         raise
     except BaseException as exc:  # KeyboardInterrupt, SIGTERM-as-exception, bugs: still recorded
         error = f"{type(exc).__name__}: {exc}".strip()

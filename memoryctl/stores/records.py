@@ -10,6 +10,7 @@ the same (id, created_at) key, whether or not the table is a hypertable.
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -456,6 +457,21 @@ class RecordStore:
             self._enqueue(conn, ids, op)
 
 
+def _storable(value: Any) -> Any:
+    """A run record's value as PostgreSQL holds it. A refused call is recorded with the parameters
+    it was sent, whatever they hold: text without NUL or lone surrogates (replaced), numbers JSON
+    can carry (a non-finite one as its text)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_storable(str(k)): _storable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_storable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
 class RunLog:
     """Maintenance run records (`maintenance_runs`): shown by `health` and `memoryctl runs`."""
 
@@ -484,7 +500,13 @@ class RunLog:
             conn.execute(
                 "UPDATE maintenance_runs SET finished_at = now(), status = %s, counts = %s, error = %s,"
                 " details = %s WHERE id = %s",
-                (status, Jsonb(counts or {}), error, Jsonb(details or {}), run_id),
+                (
+                    status,
+                    Jsonb(_storable(counts or {})),
+                    _storable(error),
+                    Jsonb(_storable(details or {})),
+                    run_id,
+                ),
             )
 
     def recent(self, *, command: str | None = None, limit: int = 20) -> list[dict[str, Any]]:

@@ -364,37 +364,6 @@ def test_vllm_standin_serves_real_embeddings_behind_its_key(deployed: Deployed) 
     assert unauthorised.rc != 0 and "401" in unauthorised.stderr
 
 
-def _reranked(question: str, agent: str) -> dict[str, object]:
-    run = memoryctl("query", question, "--agent", agent, "--rerank", "--explain", "--json", timeout=300)
-    assert run.returncode == 0, run.stderr
-    answer = json.loads(run.stdout)
-    step = next(s for s in answer["explain"]["steps"] if s["name"] == "rerank")
-    return {"scorer": step["detail"]["scorer"], "notes": answer["explain"]["notes"], "top": answer["hits"][0]["text"]}
-
-
-def test_the_rerank_stage_asks_vllm_rerank_and_the_cpu_model_takes_over_when_it_is_away(deployed: Deployed) -> None:
-    """vllm@rerank (the stand-in serving the registry's CPU cross-encoder on the gpu node, vLLM's
-    score API) reads a --rerank query's candidates; stopped, the CPU model installed beside
-    memoryctl reads them and --explain says why; started again, it answers as before."""
-    gpu = node("node3")
-    assert gpu.service("vllm@rerank").is_running
-    agent = "rerank-check"
-    for text in ("Alice rolled the payments service back on Tuesday", "Pears ripen after they are picked"):
-        assert memoryctl("add", text, "--agent", agent).returncode == 0
-    served = _reranked("who rolled the payments service back?", agent)
-    assert served["scorer"] == f"cross-encoder/ms-marco-MiniLM-L-12-v2 at http://{MESH['node3']}:8003", served
-    assert "rolled the payments service back" in str(served["top"]) and served["notes"] == []
-    gpu.run("systemctl stop vllm@rerank")
-    try:
-        away = _reranked("who rolled the payments service back?", agent)
-    finally:
-        gpu.run("systemctl start vllm@rerank")
-        ready = "/usr/bin/python3 /opt/vllm/vllm-smoke ready --env /etc/vllm/vllm.env --timeout 300"
-        assert gpu.run(f"{ready} --url http://{MESH['node3']}:8003").rc == 0
-    assert away["scorer"] == "cpu" and "rolled the payments service back" in str(away["top"]), away
-    assert any("the CPU cross-encoder read the candidates instead" in n for n in away["notes"]), away
-
-
 def test_memoryctl_installed_configured_and_scheduled(deployed: Deployed) -> None:
     host = node("node1")
     assert host.file("/opt/memoryctl/venv/bin/memoryctl").is_file

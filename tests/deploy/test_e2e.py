@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.deploy import e2e_data
-from tests.deploy.cluster import memoryctl, node, peer_api, wait_for
+from tests.deploy.cluster import MESH, memoryctl, node, peer_api, wait_for
 from tests.deploy.conftest import record
 
 pytestmark = pytest.mark.deploy
@@ -63,6 +63,40 @@ def test_text_query_finds_each_needle_first(imported: e2e_data.DataSet) -> None:
         answer = query(needle.query)
         assert re.match(r"vector(\+lexical)?\(pushdown: agent", answer["explain"]["plan"]), answer["explain"]["plan"]
         assert ids(answer)[0] == needle.id, (needle.text, answer["hits"][:3])
+
+
+def _reranked(question: str) -> dict[str, Any]:
+    run = memoryctl(
+        "query", question, "--agent", e2e_data.AGENT, "--rerank", "--explain", "--json", "--half-life", "off"
+    )
+    assert run.returncode == 0, run.stderr
+    answer = json.loads(run.stdout)
+    step = next(s for s in answer["explain"]["steps"] if s["name"] == "rerank")
+    return {"scorer": step["detail"]["scorer"], "notes": answer["explain"]["notes"], "ids": ids(answer)[:3]}
+
+
+def test_the_rerank_stage_asks_vllm_rerank_and_the_cpu_model_takes_over_when_it_is_away(
+    imported: e2e_data.DataSet,
+) -> None:
+    """vllm@rerank (the stand-in serving the registry's CPU cross-encoder on the gpu node, vLLM's
+    score API) reads a --rerank query's candidates; stopped, the CPU model installed beside
+    memoryctl reads them and --explain says why; started again, it answers as before."""
+    gpu = node("node3")
+    assert gpu.service("vllm@rerank").is_running
+    needle = imported.needles()[0]
+    assert needle.query is not None
+    served = _reranked(needle.query)
+    assert served["scorer"] == f"cross-encoder/ms-marco-MiniLM-L-12-v2 at http://{MESH['node3']}:8003", served
+    assert needle.id in served["ids"] and served["notes"] == [], served
+    gpu.run("systemctl stop vllm@rerank")
+    try:
+        away = _reranked(needle.query)
+    finally:
+        gpu.run("systemctl start vllm@rerank")
+        ready = "/usr/bin/python3 /opt/vllm/vllm-smoke ready --env /etc/vllm/vllm.env --timeout 300"
+        assert gpu.run(f"{ready} --url http://{MESH['node3']}:8003").rc == 0
+    assert away["scorer"] == "cpu" and needle.id in away["ids"], away
+    assert any("the CPU cross-encoder read the candidates instead" in n for n in away["notes"]), away
 
 
 def test_text_query_with_a_time_range_pushed_down(imported: e2e_data.DataSet) -> None:
