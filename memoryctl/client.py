@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memoryctl.config import Settings, load_settings
+from memoryctl.config import Settings, load_settings, revealed
 from memoryctl.errors import InputError, MemoryctlError, NotFoundError
 from memoryctl.maintenance.runs import recorded_run
 from memoryctl.model import Memory, validate_kind, validate_meta_key
@@ -191,7 +191,7 @@ class MemoryClient(AbstractContextManager["MemoryClient"]):
         key = self.settings.vllm.api_key
         client = VLLMClient(
             qs.rerank_url,
-            api_key=key.get_secret_value() if key else None,
+            api_key=revealed(key),
             timeout_s=qs.rerank_timeout_s,
             store="rerank",
             settings="query.rerank",

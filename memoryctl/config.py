@@ -433,6 +433,12 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
     return settings
 
 
+def revealed(secret: SecretStr | None) -> str | None:
+    """A secret setting's value, for the one call that sends it. Unset or empty is None: the
+    client then sends no credential rather than an empty one."""
+    return secret.get_secret_value() if secret else None
+
+
 def masked(settings: Settings) -> dict[str, Any]:
     """The effective configuration with every secret replaced by '***' (and DSN passwords too)."""
     data = settings.model_dump(mode="json")

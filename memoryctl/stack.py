@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING, TypeVar
 
-from memoryctl.config import Neo4jSettings, PostgresSettings, QdrantSettings, Settings
+from memoryctl.config import Neo4jSettings, PostgresSettings, QdrantSettings, Settings, revealed
 from memoryctl.errors import MemoryctlError, StoreUnavailable
 from memoryctl.stores import names
 from memoryctl.stores.events import EventLog
@@ -260,7 +260,7 @@ def postgres_pool(settings: PostgresSettings, dsn: str | None = None) -> Pool:
     """The connection pool for ``[postgres]`` (``dsn``: the embedded server's, instead of the configured one)."""
     return open_pool(
         dsn or settings.conninfo(),
-        password=settings.password.get_secret_value() if settings.password else None,
+        password=revealed(settings.password),
         min_size=settings.pool_min,
         max_size=settings.pool_max,
         connect_timeout_s=settings.connect_timeout_s,
@@ -276,7 +276,7 @@ def qdrant_vectors(settings: QdrantSettings) -> QdrantVectorStore:
     return QdrantVectorStore(
         url=settings.url,
         path=settings.path,
-        api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+        api_key=revealed(settings.api_key),
         timeout_s=settings.timeout_s,
         alias=settings.alias,
         collection_prefix=settings.collection_prefix,

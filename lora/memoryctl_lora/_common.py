@@ -73,7 +73,8 @@ def deterministic(seed: int, threads: int | None = None) -> Iterator[None]:
         torch.use_deterministic_algorithms(prev)
 
 
-def write_adapter_manifest(
+def write_adapter(
+    model: Any,
     adapter_dir: Path,
     dataset: EmbeddingDataset | GenerationDataset,
     metrics: dict[str, Any],
@@ -84,8 +85,9 @@ def write_adapter_manifest(
     base_model_path: Path,
     **sections: Any,
 ) -> TrainResult:
-    """Write the saved adapter's manifest: what every kind records (base model, data window and
-    counts, config, software versions, ``metrics``) plus the kind's own ``sections``."""
+    """Write the adapter directory: the adapter's files, then the manifest that checksums them and
+    records what every kind records (base model, data window and counts, config, software versions,
+    ``metrics``) plus the kind's own ``sections``."""
     torch = require_torch()
     import peft
     import transformers
@@ -106,6 +108,7 @@ def write_adapter_manifest(
         "metrics": metrics,
         **sections,
     }
+    save_adapter(model, adapter_dir)
     return TrainResult(adapter_dir, write_manifest(adapter_dir, manifest))
 
 

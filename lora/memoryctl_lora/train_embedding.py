@@ -36,10 +36,9 @@ from ._common import (
     TrainResult,
     deterministic,
     load_peft_adapter,
-    save_adapter,
     torch_threads,
     train_lora,
-    write_adapter_manifest,
+    write_adapter,
 )
 from ._deps import LORA_INSTALL_HINT, require, require_torch
 from .config import LoraTrainingConfig
@@ -253,7 +252,6 @@ def train_embedding_adapter(
             dataset.heldout,
             config.recall_k,
         )
-        save_adapter(model, out)
     metrics = {
         "k": config.recall_k,
         "heldout_recall_at_k_before": before["recall_at_k"],
@@ -265,7 +263,8 @@ def train_embedding_adapter(
         "train_loss_mean_last10": float(np.mean(run.losses[-10:])),
         **run.metrics(config, started=t_start, loaded=t_loaded),
     }
-    return write_adapter_manifest(
+    return write_adapter(
+        model,
         out,
         dataset,
         metrics,

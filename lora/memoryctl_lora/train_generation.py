@@ -29,10 +29,9 @@ from ._common import (
     TrainResult,
     deterministic,
     load_peft_adapter,
-    save_adapter,
     torch_threads,
     train_lora,
-    write_adapter_manifest,
+    write_adapter,
 )
 from ._deps import require, require_torch
 from .config import LoraTrainingConfig
@@ -291,7 +290,6 @@ def train_generation_adapter(
         batches = _shuffled_batches(dataset.train, config.batch_size, seed=config.seed)
         run = train_lora(model, config, batches, batch_loss, task_type="CAUSAL_LM")
         loss_after = heldout_loss(run.model, tok, heldout, max_len=config.max_seq_length)
-        save_adapter(run.model, out)
     metrics = {
         "heldout_loss_base": loss_base,
         "heldout_loss_active": loss_active if loss_active is not None else loss_base,
@@ -299,7 +297,8 @@ def train_generation_adapter(
         "heldout_examples": len(heldout),
         **run.metrics(config, started=t_start, loaded=t_loaded),
     }
-    return write_adapter_manifest(
+    return write_adapter(
+        run.model,
         out,
         dataset,
         metrics,

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from memoryctl.backup.qdrant import QdrantSnapshots
 from memoryctl.backup.target import MANIFEST, BackupError, SnapshotTarget, make_target
+from memoryctl.config import revealed
 from memoryctl.deadline import poll_until
 from memoryctl.diskspace import cleaned_up
 from memoryctl.errors import ConfigError, StoreError
@@ -44,12 +45,12 @@ def _api(stack: Stack) -> QdrantSnapshots:
             "Qdrant snapshots need a Qdrant server ([qdrant] url)",
             hint="the embedded profile keeps its vectors in the data directory: back that directory up instead",
         )
-    return QdrantSnapshots(qs.url, qs.api_key.get_secret_value() if qs.api_key else None)
+    return QdrantSnapshots(qs.url, revealed(qs.api_key))
 
 
 def target_of(stack: Stack) -> SnapshotTarget:
     b = stack.settings.backup
-    return make_target(b.snapshot_target, b.snapshot_password.get_secret_value() if b.snapshot_password else None)
+    return make_target(b.snapshot_target, revealed(b.snapshot_password))
 
 
 def spool_of(stack: Stack) -> Path:

@@ -19,7 +19,7 @@ Models are never downloaded at run time.
 
 from __future__ import annotations
 
-from memoryctl.config import EmbedderSettings
+from memoryctl.config import EmbedderSettings, revealed
 from memoryctl.embed.base import Embedder, FloatArray, finish_vectors
 from memoryctl.embed.hashing import HashEmbedder
 from memoryctl.embed.http import HttpEmbedder
@@ -91,7 +91,7 @@ def make_embedder(settings: EmbedderSettings) -> Embedder:
         return HttpEmbedder(
             settings.url,
             settings.model,
-            api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+            api_key=revealed(settings.api_key),
             dim=settings.dim,
             batch_size=settings.batch_size,
             timeout_s=settings.timeout_s,

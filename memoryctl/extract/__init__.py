@@ -6,7 +6,7 @@ adapters bind as parameters; see ``base`` for the contract and each module for i
 
 from __future__ import annotations
 
-from memoryctl.config import ExtractorSettings, VllmSettings
+from memoryctl.config import ExtractorSettings, VllmSettings, revealed
 from memoryctl.errors import ConfigError
 from memoryctl.extract.base import THIS_MEMORY, Extraction, Extractor, NoExtractor
 from memoryctl.extract.llm import LlmExtractor
@@ -38,7 +38,7 @@ def make_extractor(settings: ExtractorSettings, vllm: VllmSettings | None = None
         return LlmExtractor(
             vllm.url,
             vllm.model,
-            api_key=vllm.api_key.get_secret_value() if vllm.api_key else None,
+            api_key=revealed(vllm.api_key),
             timeout_s=vllm.timeout_s,
             fallback=RulesExtractor(),
             use_served_adapter=vllm.use_served_adapter,

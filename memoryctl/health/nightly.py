@@ -31,6 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memoryctl.config import revealed
 from memoryctl.deadline import Call, deadline_in
 from memoryctl.errors import MemoryctlError
 
@@ -155,7 +156,7 @@ def _served_generation(stack: Stack, timeout_s: float) -> dict[str, Any]:
     vs = stack.settings.vllm
     if not vs.url:
         return {"generation_adapter": None, "generation_note": "[vllm] url is not configured"}
-    key = vs.api_key.get_secret_value() if vs.api_key else None
+    key = revealed(vs.api_key)
     try:
         with VLLMClient(vs.url, api_key=key, timeout_s=timeout_s, retry=Retry(retries=0)) as client:
             cards = client.models().adapters

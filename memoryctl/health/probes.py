@@ -19,6 +19,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from memoryctl._version import __version__
+from memoryctl.config import revealed
 from memoryctl.deadline import Call, deadline_in
 from memoryctl.errors import ExitCode, MemoryctlError
 from memoryctl.health.alerting import alerting_probe
@@ -216,7 +217,7 @@ def qdrant_rest_probe(stack: Stack) -> dict[str, Any]:
 
     qs = stack.settings.qdrant
     assert qs.url is not None
-    key = qs.api_key.get_secret_value() if qs.api_key else None
+    key = revealed(qs.api_key)
     try:
         with QdrantRest(qs.url, api_key=key, timeout_s=min(qs.timeout_s, 1.5)) as rest:
             res, active_model = _qdrant_status(rest, qs.alias)
@@ -421,7 +422,7 @@ def vllm_probe(stack: Stack) -> dict[str, Any]:
     vs = stack.settings.vllm
     if not vs.url:
         return {"status": "disabled", "detail": "[vllm] url is not configured"}
-    key = vs.api_key.get_secret_value() if vs.api_key else None
+    key = revealed(vs.api_key)
     with VLLMClient(vs.url, api_key=key, timeout_s=PROBE_TIMEOUT_S, retry=Retry(retries=0)) as client:
         try:
             healthy = client.health()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memoryctl.config import Settings
+from memoryctl.config import Settings, revealed
 from memoryctl.errors import ConfigError, InputError, MemoryctlError, StoreUnavailable
 from memoryctl.maintenance.needs import MaintenanceStack
 from memoryctl.maintenance.training import AdapterKind, training_side
@@ -45,7 +45,7 @@ def vllm_client(settings: Settings) -> VLLMClient:
         raise ConfigError(
             "serving a generation adapter needs [vllm] url", hint="set [vllm] url (memoryctl config show)"
         )
-    key = vllm.api_key.get_secret_value() if vllm.api_key else None
+    key = revealed(vllm.api_key)
     return VLLMClient(vllm.url, api_key=key, timeout_s=vllm.timeout_s)
 
 

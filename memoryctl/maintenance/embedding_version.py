@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from memoryctl.config import EmbedderSettings, EmbeddingSlot, Settings
+from memoryctl.config import EmbedderSettings, EmbeddingSlot, Settings, revealed
 from memoryctl.deadline import poll_until
 from memoryctl.errors import ConfigError, StoreError
 from memoryctl.maintenance.gpu_pause import PauseFailed, run_unit_command
@@ -66,7 +66,7 @@ def point_link(link: Path, target: Path) -> None:
 def wait_until_served(settings: Settings, url: str, name: str, interval_s: float = 0.5) -> float:
     """Poll ``/v1/models`` until ``name`` is served; the seconds it took, or PauseFailed."""
     deadline_s = settings.nightly.vllm_ready_s
-    api_key = settings.embedder.api_key.get_secret_value() if settings.embedder.api_key else None
+    api_key = revealed(settings.embedder.api_key)
     with VLLMClient(url, api_key=api_key, settings="embedder", timeout_s=5.0) as client:
         # A StoreError is a server restarting: not listening yet.
         polled = poll_until(
