@@ -34,7 +34,9 @@ def wireguard() -> None:
     dropin_path = "/etc/systemd/system/wg-quick@.service.d/userspace.conf"
     # One operation on both paths: what the drop-in says is data (mesh.userspace).
     dropin = template("wireguard/userspace.conf.j2", dropin_path, userspace=userspace)
-    systemd.daemon_reload(name="Reload systemd units", _if=dropin.did_change)
+    # A reboot is not held by the interface's removal (the drop-in says why).
+    stop = template("wireguard/stop.conf.j2", "/etc/systemd/system/wg-quick@.service.d/stop.conf")
+    systemd.daemon_reload(name="Reload systemd units", _if=lambda: dropin.did_change() or stop.did_change())
 
     config = template(
         "wireguard/wg.conf.j2",
