@@ -5,7 +5,8 @@
   test_faults.py's) and Neo4j's database files on the index node are wiped; `memoryctl restore
   qdrant` and `memoryctl rebuild graph` bring them back → reconcile 0 drift, the same answers to a
   fixed set of queries as before (text queries and a graph query, each answering something), and
-  every point's payload the same (a hash per point id, over every point of the collection).
+  every point's payload the same (a hash per point id, over every point of the collection). CI
+  runs it on the Patroni cluster (test_ha.py); on the single server it is a `drill` (on demand).
 - (b) PostgreSQL: a full backup; memories written after it (only WAL replay brings them back); a
   time T read from the server's clock; memories written after T (they must not come back); the
   database dropped, the server restored by pgBackRest to T (the procedure of docs/backup.md) →
@@ -70,6 +71,10 @@ def payload_hashes(collection: str) -> dict[str, str]:
             return hashes
 
 
+# On demand (`scripts/test --drills`): CI runs drill (a) once, on the Patroni cluster (test_ha.py),
+# where it reads PostgreSQL through the multi-host connection. Its Qdrant cluster and Neo4j are the
+# same here; only PostgreSQL's topology differs, and every other test on the single server reads it.
+@pytest.mark.drill
 def test_drill_derived_stores_restored_from_snapshots_and_postgres(imported: e2e_data.DataSet) -> None:
     derived_stores_drill(len(imported.records), "drill_derived_stores")
 
