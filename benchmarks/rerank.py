@@ -7,6 +7,15 @@ of the grid re-ranks those candidates with ``memoryctl.query.rerank.rerank`` its
 returns the logits already computed), so the figures are those of the engine's code path, without
 the time budget (its cost is reported as the stage's p50/p95 per depth instead).
 
+The same collection also scores each candidate read with the turn written just before it (issue 45's
+"the turn with its neighbours": LoCoMo turns are often short replies whose meaning is in the turn
+before): ``"Speaker (8 May 2023): previous text || Speaker: text"``, the previous turn being the
+memory of the same agent written last before it within ``query/turns.py``'s ``CONTEXT_WITHIN`` (on
+LoCoMo the turn before it in its session), truncated at ``--context-tokens`` (256; the longest pair
+measured is 188 tokens, the current passage's 122). Both passes are timed, and the sweep prints the
+cross-encoder's cost per pair both ways; the with-context methods are named ``ctx-d30-b0.5``…
+(a collection made before this has no with-context logits, and its sweep has no such methods).
+
 One grid for all conversations: nothing is chosen per conversation. ``--dump FILE`` writes every
 method's ranking in ``benchmarks/paired.py``'s format (methods ``first-stage`` and ``d30-b0.5``…),
 ``--collected FILE`` keeps the collected candidates and logits so a sweep can be rerun without the
@@ -14,6 +23,7 @@ model (``--from FILE``).
 
     python benchmarks/rerank.py [--conversations 41,42] [--depth 30] [--depths 10,20,30]
         [--blends 0,0.25,0.5,0.75,1] [--dump FILE] [--collected FILE | --from FILE]
+        [--context-tokens 256] [--sample-depths 10,20]
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,12 +44,16 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import locomo  # noqa: E402
 import recall  # noqa: E402
+from conversations import SPEAKER_TYPE, Conversation  # noqa: E402
 
+from memoryctl.model import EntityRef, Memory  # noqa: E402
 from memoryctl.query.rerank import CrossEncoder, RerankSettings, passage, rerank  # noqa: E402
 from memoryctl.query.results import Hit  # noqa: E402
 from memoryctl.query.spec import MemoryQuery  # noqa: E402
+from memoryctl.query.turns import CONTEXT_WITHIN  # noqa: E402
 
 SAMPLE = 10  # every tenth question also times the cross-encoder over the top 10 and 20
+CONTEXT_TOKENS = 256  # question + previous turn + candidate (the current passage keeps rerank.MAX_TOKENS)
 
 
 class Known:
@@ -54,25 +69,66 @@ class Known:
         pass
 
 
-def collect(conversations: Sequence[str], depth: int, keep: Path | None = None) -> list[dict[str, object]]:
-    """Per question the engine's top ``depth`` and the cross-encoder's logits; written to ``keep``
-    every ``SAMPLE`` questions too, so an interrupted run leaves what it measured."""
+def context_passage(memory: Memory, before: Memory | None) -> str:
+    """The candidate read after the turn written just before it (the with-context passage):
+    ``"Speaker (8 May 2023): previous text || Speaker: text"``; the current passage when there is
+    no such turn."""
+    if before is None:
+        return passage(memory)
+    speaker = next((e.name for e in memory.entities if e.type == "Speaker"), None)
+    return f"{passage(before)} || {speaker}: {memory.text}" if speaker else f"{passage(before)} || {memory.text}"
+
+
+def previous_turns(conv: Conversation) -> dict[str, Memory]:
+    """Per turn id, the memory written just before it by the same agent within the engine's context
+    window (``query/turns.py`` ``CONTEXT_WITHIN``): the turn before it in its session (LoCoMo's
+    sessions are more than a day apart, so no turn reaches into the session before)."""
+    out: dict[str, Memory] = {}
+    for a, b in zip(conv.turns, conv.turns[1:], strict=False):
+        if a.agent_id == b.agent_id and timedelta(0) <= b.created_at - a.created_at <= CONTEXT_WITHIN:
+            out[str(b.id)] = Memory(
+                text=a.text,
+                agent_id=a.agent_id,
+                id=a.id,
+                created_at=a.created_at,
+                entities=[EntityRef(SPEAKER_TYPE, a.speaker)],
+            )
+    return out
+
+
+def collect(
+    conversations: Sequence[str],
+    depth: int,
+    keep: Path | None = None,
+    *,
+    context_tokens: int = CONTEXT_TOKENS,
+    sample: Sequence[int] = (10, 20),
+) -> list[dict[str, object]]:
+    """Per question the engine's top ``depth`` and the cross-encoder's logits, for the current
+    passage and for the with-context one (each timed); written to ``keep`` every ``SAMPLE``
+    questions too, so an interrupted run leaves what it measured."""
     loaded = [locomo.read(n).conversation for n in conversations]
     model = CrossEncoder()
+    wide = CrossEncoder(max_tokens=context_tokens)
     rows: list[dict[str, object]] = []
     with recall.open_client("embedded") as client:
         locomo.load(client, loaded)
         for conv in loaded:
+            before = previous_turns(conv)
             for q in conv.questions:
                 t0 = time.perf_counter()
                 hits = client.engine.run(MemoryQuery(text=q.text, agent_id=q.agent_id, limit=depth, rerank=False)).hits
                 engine_ms = (time.perf_counter() - t0) * 1000
                 texts = [passage(h.memory) for h in hits]
+                wider = [context_passage(h.memory, before.get(str(h.id))) for h in hits]
                 t0 = time.perf_counter()
                 logits = model.scores(q.text, texts[:depth])
                 stage_ms = {str(depth): (time.perf_counter() - t0) * 1000}
-                if len(rows) % SAMPLE == 0:  # the shallower depths' cost, on a sample
-                    for d in (10, 20):
+                t0 = time.perf_counter()
+                context_logits = wide.scores(q.text, wider[:depth])
+                context_ms = {str(depth): (time.perf_counter() - t0) * 1000}
+                if sample and len(rows) % SAMPLE == 0:  # the shallower depths' cost, on a sample
+                    for d in sample:
                         t0 = time.perf_counter()
                         model.scores(q.text, texts[:d])
                         stage_ms[str(d)] = (time.perf_counter() - t0) * 1000
@@ -83,11 +139,20 @@ def collect(conversations: Sequence[str], depth: int, keep: Path | None = None) 
                         "category": q.kind,
                         "evidence": [str(i) for i in q.evidence],
                         "candidates": [
-                            {"id": str(h.id), "score": h.score, "passage": t, "logit": lg}
-                            for h, t, lg in zip(hits, texts, logits, strict=False)
+                            {
+                                "id": str(h.id),
+                                "score": h.score,
+                                "passage": t,
+                                "logit": lg,
+                                "context_passage": w,
+                                "context_logit": cl,
+                            }
+                            for h, t, lg, w, cl in zip(hits, texts, logits, wider, context_logits, strict=False)
                         ],
                         "engine_ms": engine_ms,
                         "stage_ms": stage_ms,
+                        "context_ms": context_ms,
+                        "pairs": min(depth, len(hits)),
                     }
                 )
                 print(f"\r{len(rows)} questions", end="", file=sys.stderr, flush=True)
@@ -97,18 +162,18 @@ def collect(conversations: Sequence[str], depth: int, keep: Path | None = None) 
     return rows
 
 
-def ranked(row: dict[str, object], depth: int | None, blend: float) -> list[str]:
-    """The row's candidates, first stage (depth None) or re-ranked by ``memoryctl.query.rerank.rerank``."""
+def ranked(row: dict[str, object], depth: int | None, blend: float, logit: str = "logit") -> list[str]:
+    """The row's candidates, first stage (depth None) or re-ranked by ``memoryctl.query.rerank.rerank``
+    with the cross-encoder's logits of the current passage (``logit``) or the with-context one
+    (``context_logit``)."""
     cands = row["candidates"]
     assert isinstance(cands, list)
     if depth is None:
         return [c["id"] for c in cands]
-    from memoryctl.model import Memory
-
     hits = []
     for c in cands:  # a stand-in memory: rerank reads only the hit's score and its passage
         hits.append(Hit(uuid.UUID(c["id"]), c["score"], {}, Memory(text=c["passage"], agent_id="x"), []))
-    scorer = Known({passage(h.memory): c["logit"] for h, c in zip(hits, cands, strict=True)})
+    scorer = Known({passage(h.memory): c[logit] for h, c in zip(hits, cands, strict=True)})
     out = rerank(hits, str(row["question"]), scorer, RerankSettings(depth, blend, budget_s=1e9))
     return [str(h.id) for h in out.hits]
 
@@ -132,25 +197,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dump", type=Path)
     ap.add_argument("--collected", type=Path, help="write the collected candidates and logits here")
     ap.add_argument("--from", dest="source", type=Path, nargs="+", help="sweep collected rows (files) instead")
+    ap.add_argument("--context-tokens", type=int, default=CONTEXT_TOKENS, help="truncation of a with-context pair")
+    ap.add_argument("--sample-depths", default="10,20", help="depths timed on every tenth question ('' for none)")
     args = ap.parse_args(argv)
     if args.source:
         rows = [r for f in args.source for r in json.loads(f.read_text())]
     else:
-        rows = collect([c.strip() for c in args.conversations.split(",")], args.depth, args.collected)
+        sample = [int(d) for d in args.sample_depths.split(",") if d.strip()]
+        rows = collect(
+            [c.strip() for c in args.conversations.split(",")],
+            args.depth,
+            args.collected,
+            context_tokens=args.context_tokens,
+            sample=sample,
+        )
         if args.collected:
             args.collected.write_text(json.dumps(rows))
-    grid: list[tuple[str, int | None, float]] = [("first-stage", None, 0.0)]
-    grid += [(f"d{d}-b{b}", int(d), float(b)) for d in args.depths.split(",") for b in args.blends.split(",")]
-    rankings = {name: [ranked(r, d, b) for r in rows] for name, d, b in grid}
+    with_context = all("context_logit" in c for r in rows for c in r["candidates"])  # type: ignore[attr-defined]
+    grid: list[tuple[str, int | None, float, str]] = [("first-stage", None, 0.0, "logit")]
+    for key, prefix in [("logit", ""), *([("context_logit", "ctx-")] if with_context else [])]:
+        grid += [
+            (f"{prefix}d{d}-b{b}", int(d), float(b), key)
+            for d in args.depths.split(",")
+            for b in args.blends.split(",")
+        ]
+    rankings = {name: [ranked(r, d, b, key) for r in rows] for name, d, b, key in grid}
     cats = sorted({str(r["category"]) for r in rows})
     print(f"LoCoMo {len(rows)} questions; columns: recall@10 / hit@5, overall then per category")
-    print(f"{'method':<14}{'overall':>14}" + "".join(f"{c:>16}" for c in cats))
-    for name, _, _ in grid:
+    print(f"{'method':<18}{'overall':>14}" + "".join(f"{c:>16}" for c in cats))
+    for name, *_ in grid:
         cells = [metrics(rows, rankings[name])]
         for c in cats:
             idx = [i for i, r in enumerate(rows) if r["category"] == c]
             cells.append(metrics([rows[i] for i in idx], [rankings[name][i] for i in idx]))
-        print(f"{name:<14}" + "".join(f"{m['recall@10']:>9.3f}/{m['hit@5']:.3f}" for m in cells))
+        print(f"{name:<18}" + "".join(f"{m['recall@10']:>9.3f}/{m['hit@5']:.3f}" for m in cells))
     engine = [float(r["engine_ms"]) for r in rows]  # type: ignore[arg-type]
     print(f"engine (first stage, top {args.depth}): p50 {statistics.median(engine):.1f} ms")
     for d in sorted({k for r in rows for k in r["stage_ms"]}, key=int):  # type: ignore[attr-defined]
@@ -158,13 +238,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"cross-encoder over the top {d}: p50 {statistics.median(ms):.1f} ms, p95 {ms[int(len(ms) * 0.95)]:.1f} ms"
         )
+    timed = [r for r in rows if "context_ms" in r and "pairs" in r]
+    if timed:  # both passages of every question, over the same top --depth
+        for label, key in (("current passage", "stage_ms"), ("with context", "context_ms")):
+            per = sorted(float(r[key][str(args.depth)]) / max(1, int(r["pairs"])) for r in timed)  # type: ignore[index,call-overload]
+            total = sum(float(r[key][str(args.depth)]) for r in timed)  # type: ignore[index]
+            pairs = sum(int(r["pairs"]) for r in timed)  # type: ignore[call-overload]
+            print(
+                f"cross-encoder per pair, {label}: mean {total / max(1, pairs):.1f} ms,"
+                f" p50 {statistics.median(per):.1f} ms ({pairs} pairs)"
+            )
     if args.dump:
         dump = {
             name: [
                 {**{k: r[k] for k in ("agent", "question", "category", "evidence")}, "ranked": ids}
                 for r, ids in zip(rows, rankings[name], strict=True)
             ]
-            for name, _, _ in grid
+            for name, *_ in grid
         }
         args.dump.write_text(json.dumps(dump))
     return 0

@@ -59,9 +59,10 @@ class RerankSettings:
 class CrossEncoder:
     """The pinned cross-encoder on onnxruntime (loaded on first use, once per instance)."""
 
-    def __init__(self, model_dir: Any = None, *, threads: int = 2) -> None:
+    def __init__(self, model_dir: Any = None, *, threads: int = 2, max_tokens: int = MAX_TOKENS) -> None:
         self._dir = model_dir
         self._threads = threads
+        self._max_tokens = max_tokens
         self._loaded: tuple[Any, Any, set[str]] | None = None
         self._lock = threading.Lock()
 
@@ -85,7 +86,7 @@ class CrossEncoder:
                     tokenizer = tokenizers.Tokenizer.from_file(str(where / "tokenizer.json"))
                 except (ImportError, OSError, RuntimeError, ValueError) as exc:
                     raise ConfigError(f"could not load the rerank model {MODEL}: {exc}") from exc
-                tokenizer.enable_truncation(MAX_TOKENS)
+                tokenizer.enable_truncation(self._max_tokens)
                 tokenizer.enable_padding()
                 self._loaded = (session, tokenizer, {i.name for i in session.get_inputs()})
         return self._loaded
