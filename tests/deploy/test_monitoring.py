@@ -326,6 +326,7 @@ def _alert_takes_the_cross_path(first: str, second: str, transcript: list[str], 
     }
     assert sent["receiver"] == "operator" and count == 1, figures["cross_path"]
     assert delivered["body"]["externalURL"].rstrip("/") == f"http://{MESH[second]}:9093", figures["cross_path"]
+    assert sent["generatorURL"].startswith(f"http://{first}:9090/"), figures["cross_path"]  # its host name
 
 
 def _alertmanagers_up(on: str) -> bool:
