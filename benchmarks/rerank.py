@@ -19,11 +19,14 @@ cross-encoder's cost per pair both ways; the with-context methods are named ``ct
 One grid for all conversations: nothing is chosen per conversation. ``--dump FILE`` writes every
 method's ranking in ``benchmarks/paired.py``'s format (methods ``first-stage`` and ``d30-b0.5``…),
 ``--collected FILE`` keeps the collected candidates and logits so a sweep can be rerun without the
-model (``--from FILE``).
+model (``--from FILE``). ``--embedder KIND`` builds the store with that embedder (as
+``benchmarks/locomo.py --embedder``: the first stage is then that embedder's), and every collected row
+records the embedder kind it was collected with (``"embedder"``; rows collected before this have none:
+the default, ``onnx``). ``--context-tokens 0`` leaves the with-context pass out (half the cost).
 
     python benchmarks/rerank.py [--conversations 41,42] [--depth 30] [--depths 10,20,30]
         [--blends 0,0.25,0.5,0.75,1] [--dump FILE] [--collected FILE | --from FILE]
-        [--context-tokens 256] [--sample-depths 10,20]
+        [--context-tokens 256] [--sample-depths 10,20] [--embedder KIND]
 """
 
 from __future__ import annotations
@@ -103,15 +106,17 @@ def collect(
     *,
     context_tokens: int = CONTEXT_TOKENS,
     sample: Sequence[int] = (10, 20),
+    embedder: str | None = None,
 ) -> list[dict[str, object]]:
     """Per question the engine's top ``depth`` and the cross-encoder's logits, for the current
     passage and for the with-context one (each timed); written to ``keep`` every ``SAMPLE``
     questions too, so an interrupted run leaves what it measured."""
     loaded = [locomo.read(n).conversation for n in conversations]
     model = CrossEncoder()
-    wide = CrossEncoder(max_tokens=context_tokens)
+    wide = CrossEncoder(max_tokens=context_tokens) if context_tokens > 0 else None
     rows: list[dict[str, object]] = []
-    with recall.open_client("embedded") as client:
+    with recall.open_client("embedded", embedder) as client:
+        kind = client.settings.embedder.kind
         locomo.load(client, loaded)
         for conv in loaded:
             before = previous_turns(conv)
@@ -124,9 +129,12 @@ def collect(
                 t0 = time.perf_counter()
                 logits = model.scores(q.text, texts[:depth])
                 stage_ms = {str(depth): (time.perf_counter() - t0) * 1000}
-                t0 = time.perf_counter()
-                context_logits = wide.scores(q.text, wider[:depth])
-                context_ms = {str(depth): (time.perf_counter() - t0) * 1000}
+                context: dict[str, object] = {}
+                context_logits: list[float | None] = [None] * len(hits)
+                if wide is not None:
+                    t0 = time.perf_counter()
+                    context_logits = list(wide.scores(q.text, wider[:depth]))
+                    context = {"context_ms": {str(depth): (time.perf_counter() - t0) * 1000}}
                 if sample and len(rows) % SAMPLE == 0:  # the shallower depths' cost, on a sample
                     for d in sample:
                         t0 = time.perf_counter()
@@ -134,6 +142,7 @@ def collect(
                         stage_ms[str(d)] = (time.perf_counter() - t0) * 1000
                 rows.append(
                     {
+                        "embedder": kind,
                         "agent": q.agent_id,
                         "question": q.text,
                         "category": q.kind,
@@ -144,14 +153,13 @@ def collect(
                                 "score": h.score,
                                 "passage": t,
                                 "logit": lg,
-                                "context_passage": w,
-                                "context_logit": cl,
                             }
+                            | ({"context_passage": w, "context_logit": cl} if wide is not None else {})
                             for h, t, lg, w, cl in zip(hits, texts, logits, wider, context_logits, strict=False)
                         ],
                         "engine_ms": engine_ms,
                         "stage_ms": stage_ms,
-                        "context_ms": context_ms,
+                        **context,
                         "pairs": min(depth, len(hits)),
                     }
                 )
@@ -197,7 +205,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dump", type=Path)
     ap.add_argument("--collected", type=Path, help="write the collected candidates and logits here")
     ap.add_argument("--from", dest="source", type=Path, nargs="+", help="sweep collected rows (files) instead")
-    ap.add_argument("--context-tokens", type=int, default=CONTEXT_TOKENS, help="truncation of a with-context pair")
+    ap.add_argument(
+        "--context-tokens",
+        type=int,
+        default=CONTEXT_TOKENS,
+        help="truncation of a with-context pair (0: no with-context pass)",
+    )
+    ap.add_argument("--embedder", help="embedder kind instead of the configured one (as benchmarks/locomo.py)")
     ap.add_argument("--sample-depths", default="10,20", help="depths timed on every tenth question ('' for none)")
     args = ap.parse_args(argv)
     if args.source:
@@ -210,6 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.collected,
             context_tokens=args.context_tokens,
             sample=sample,
+            embedder=args.embedder,
         )
         if args.collected:
             args.collected.write_text(json.dumps(rows))
@@ -223,7 +238,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
     rankings = {name: [ranked(r, d, b, key) for r in rows] for name, d, b, key in grid}
     cats = sorted({str(r["category"]) for r in rows})
-    print(f"LoCoMo {len(rows)} questions; columns: recall@10 / hit@5, overall then per category")
+    kinds = sorted({str(r.get("embedder", "onnx")) for r in rows})
+    print(
+        f"LoCoMo {len(rows)} questions, first stage by {', '.join(kinds)};"
+        " columns: recall@10 / hit@5, overall then per category"
+    )
     print(f"{'method':<18}{'overall':>14}" + "".join(f"{c:>16}" for c in cats))
     for name, *_ in grid:
         cells = [metrics(rows, rankings[name])]
@@ -238,9 +257,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"cross-encoder over the top {d}: p50 {statistics.median(ms):.1f} ms, p95 {ms[int(len(ms) * 0.95)]:.1f} ms"
         )
-    timed = [r for r in rows if "context_ms" in r and "pairs" in r]
-    if timed:  # both passages of every question, over the same top --depth
-        for label, key in (("current passage", "stage_ms"), ("with context", "context_ms")):
+    for label, key in (("current passage", "stage_ms"), ("with context", "context_ms")):
+        timed = [r for r in rows if key in r and "pairs" in r and str(args.depth) in r[key]]  # type: ignore[operator]
+        if timed:  # every question's pairs over the same top --depth
             per = sorted(float(r[key][str(args.depth)]) / max(1, int(r["pairs"])) for r in timed)  # type: ignore[index,call-overload]
             total = sum(float(r[key][str(args.depth)]) for r in timed)  # type: ignore[index]
             pairs = sum(int(r["pairs"]) for r in timed)  # type: ignore[call-overload]

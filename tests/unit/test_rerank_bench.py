@@ -65,3 +65,40 @@ def test_a_sweep_reranks_by_the_logits_it_is_told_to(bench: ModuleType) -> None:
     assert bench.ranked(row, None, 0.0) == [a, b]
     assert bench.ranked(row, 30, 1.0) == [a, b]
     assert bench.ranked(row, 30, 1.0, "context_logit") == [b, a]
+
+
+def test_embedder_reaches_the_collection_and_the_sweep_names_it(
+    bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = str(uuid.UUID(int=1)), str(uuid.UUID(int=2))
+    row = {
+        "embedder": "e5-small-v2",
+        "agent": "x",
+        "question": "q",
+        "category": "single-hop",
+        "evidence": [b],
+        "candidates": [  # collected with --context-tokens 0: no with-context logits
+            {"id": a, "score": 1.0, "passage": "p a", "logit": -5.0},
+            {"id": b, "score": 0.9, "passage": "p b", "logit": 5.0},
+        ],
+        "engine_ms": 1.0,
+        "stage_ms": {"30": 2.0},
+        "pairs": 2,
+    }
+    seen: dict[str, object] = {}
+
+    def collect(conversations: object, depth: int, keep: object, **kw: object) -> list[dict[str, object]]:
+        seen.update(kw)
+        return [row]
+
+    monkeypatch.setattr(bench, "collect", collect)
+    kept = tmp_path / "col.json"
+    argv = ["--conversations", "41", "--depths", "30", "--blends", "1", "--context-tokens", "0"]
+    assert bench.main([*argv, "--embedder", "e5-small-v2", "--collected", str(kept)]) == 0
+    assert seen["embedder"] == "e5-small-v2" and seen["context_tokens"] == 0
+    capsys.readouterr()
+    assert bench.main(["--from", str(kept), "--depths", "30", "--blends", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "first stage by e5-small-v2" in out
+    assert "ctx-" not in out
+    assert "d30-b1 " in out and "current passage" in out and "with context" not in out
