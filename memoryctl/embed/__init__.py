@@ -78,19 +78,9 @@ def make_embedder(settings: EmbedderSettings) -> Embedder:
             adapter_path=settings.adapter_path, batch_size=settings.batch_size, model_id=settings.model
         )
     if settings.kind == "http":
-        if not settings.url:
-            raise ConfigError(
-                'embedder.kind = "http" needs embedder.url',
-                hint="e.g. MEMORYCTL_EMBEDDER__URL=http://10.77.0.3:8001",
-            )
-        if not settings.model:
-            raise ConfigError(
-                'embedder.kind = "http" needs embedder.model (the served model name)',
-                hint='e.g. embedder.model = "BAAI/bge-m3"',
-            )
         return HttpEmbedder(
-            settings.url,
-            settings.model,
+            settings.url or "",
+            settings.model or "",
             api_key=revealed(settings.api_key),
             dim=settings.dim,
             batch_size=settings.batch_size,

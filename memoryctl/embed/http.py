@@ -2,7 +2,7 @@
 
 The request goes through memoryctl's one vLLM client (``memoryctl.vllm``), whose transport retries
 connection errors, timeouts, 429 and 5xx with exponential backoff, bounded (so a dead endpoint
-costs at most ``(max_retries + 1) * timeout`` plus backoff); any other 4xx is a configuration
+costs at most ``(retry.retries + 1) * timeout`` plus backoff); any other 4xx is a configuration
 problem and fails at once with a hint naming the ``embedder.*`` setting. What is this module's:
 the answer's shape, checked strictly: ``data[*].index`` is honoured because the spec does not
 promise order, and an answer that is not the documented shape is a ``StoreError`` naming what was
@@ -39,20 +39,18 @@ class HttpEmbedder:
         dim: int | None = None,
         batch_size: int = 64,
         timeout_s: float = 30.0,
-        max_retries: int = 3,
-        backoff_s: float = 0.5,
-        max_backoff_s: float = 8.0,
+        retry: Retry | None = None,
         model_id: str | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        if not url or not url.startswith(("http://", "https://")):
-            raise ConfigError(
-                f"embedder.url {url!r} is not an http(s) URL",
-                hint="set embedder.url to the vLLM embeddings server, e.g. http://10.77.0.3:8001",
-            )
+        hint = "e.g. MEMORYCTL_EMBEDDER__URL=http://10.77.0.3:8001 (the vLLM embeddings server)"
+        if not url:
+            raise ConfigError('embedder.kind = "http" needs embedder.url', hint=hint)
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"embedder.url {url!r} is not an http(s) URL", hint=hint)
         if not model:
             raise ConfigError(
-                "the http embedder needs embedder.model (the served model name)",
+                'embedder.kind = "http" needs embedder.model (the served model name)',
                 hint='e.g. embedder.model = "BAAI/bge-m3" (see GET /v1/models on the server)',
             )
         self._model = model
@@ -63,7 +61,7 @@ class HttpEmbedder:
             url,
             api_key=api_key,
             timeout_s=timeout_s,
-            retry=Retry(max(0, max_retries), backoff_s, max_backoff_s),
+            retry=retry or Retry(),
             store=STORE,
             settings="embedder",
             transport=transport,

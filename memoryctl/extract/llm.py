@@ -171,8 +171,7 @@ class LlmExtractor:
         *,
         api_key: str | None = None,
         timeout_s: float = 30.0,
-        max_retries: int = 1,
-        backoff_s: float = 0.5,
+        retry: Retry | None = None,
         max_tokens: int = 1024,
         fallback: Extractor | None = None,
         merge_fallback: bool = True,
@@ -185,9 +184,8 @@ class LlmExtractor:
                 f"vllm.url {url!r} is not an http(s) URL",
                 hint='extractor.kind = "llm" needs vllm.url, e.g. http://10.77.0.3:8000',
             )
-        self._vllm = VLLMClient(
-            url, api_key=api_key, timeout_s=timeout_s, retry=Retry(max(0, max_retries), backoff_s), transport=transport
-        )
+        # One retry by default: the rules extractor answers when vLLM does not, so a write does not wait out three.
+        self._vllm = VLLMClient(url, api_key=api_key, timeout_s=timeout_s, retry=retry or Retry(1), transport=transport)
         self._url = self._vllm.url + "/v1/chat/completions"
         self._model = model
         self._use_served_adapter = use_served_adapter

@@ -11,26 +11,21 @@ from typing import TYPE_CHECKING, Protocol
 from memoryctl.config import Settings
 from memoryctl.stores.events import EventLog
 from memoryctl.stores.pg import Pool
-from memoryctl.stores.protocols import GraphStore, VectorStore
-from memoryctl.stores.records import RecordStore, RunLog
+from memoryctl.stores.protocols import OpenedStores, VectorStore
+from memoryctl.stores.records import RunLog
 
 if TYPE_CHECKING:
     from memoryctl.embed import Embedder
 
 
-class MaintenanceStack(Protocol):
-    """The stack as the maintenance jobs see it: the settings, PostgreSQL's pool, records, run log
-    and event log, the embedder (reloaded after a migration), the vector store and the graph."""
+class MaintenanceStack(OpenedStores, Protocol):
+    """The stack as the maintenance jobs see it: the opened stores, and besides them the settings,
+    PostgreSQL's pool, the run log and event log, and the embedder (reloaded after a migration)."""
 
     settings: Settings
-    unavailable: dict[str, str]  # store name -> why it could not be opened
-    store_names: dict[str, str]  # "vector"/"graph" -> the store's name in reports
 
     @property
     def pool(self) -> Pool: ...
-
-    @property
-    def records(self) -> RecordStore: ...
 
     @property
     def runs(self) -> RunLog: ...
@@ -42,9 +37,5 @@ class MaintenanceStack(Protocol):
     def embedder(self) -> Embedder: ...
 
     def reload_embedder(self) -> None: ...
-
-    def vectors(self) -> VectorStore | None: ...
-
-    def graph(self) -> GraphStore | None: ...
 
     def require_vectors(self) -> VectorStore: ...

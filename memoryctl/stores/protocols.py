@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from memoryctl.query_terms import Direction, MetaOp
+from memoryctl.stores.records import RecordStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,3 +325,20 @@ class CypherReader(Protocol):
         """At most ``limit`` rows of ``cypher`` run in a read transaction; with ``agent_id`` the query
         gets ``$agent_id`` bound and must use it."""
         ...
+
+
+class OpenedStores(Protocol):
+    """The stores a composition root (``memoryctl.stack.Stack``) opened, as their users see them:
+    PostgreSQL's records always; the vector store and the graph when they could be opened (else
+    ``None``, and ``unavailable`` says why). The write path and the maintenance jobs each declare
+    what they take besides."""
+
+    unavailable: dict[str, str]  # store name -> why it could not be opened
+    store_names: dict[str, str]  # "vector"/"graph" -> the store's name in reports
+
+    @property
+    def records(self) -> RecordStore: ...
+
+    def vectors(self) -> VectorStore | None: ...
+
+    def graph(self) -> GraphStore | None: ...

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from memoryctl.errors import InputError, NotFoundError, StoreUnavailable
 from memoryctl.model import BadLine, Memory, dedupe_entities, validate_agent_id
-from memoryctl.stores.protocols import GraphStore, VectorStore
-from memoryctl.stores.records import RecordStore, UpsertResult
+from memoryctl.stores.protocols import OpenedStores
+from memoryctl.stores.records import UpsertResult
 from memoryctl.vocabulary import Vocabulary
 from memoryctl.write.budget import WriteDelivery
 from memoryctl.write.importer import read_jsonl
@@ -46,24 +46,15 @@ OWN_ROWS_WAIT_S = 15.0
 TARGETS = ("vector", "graph")
 
 
-class WriteStores(Protocol):
-    """What the write path takes from the composition root (``memoryctl.stack.Stack``)."""
-
-    unavailable: dict[str, str]  # store name -> why it could not be opened
-    store_names: dict[str, str]  # "vector"/"graph" -> the store's name in reports
-
-    @property
-    def records(self) -> RecordStore: ...
+class WriteStores(OpenedStores, Protocol):
+    """What the write path takes from the composition root (``memoryctl.stack.Stack``): the opened
+    stores, the embedder and the extractor."""
 
     @property
     def embedder(self) -> Embedder: ...
 
     @property
     def extractor(self) -> Extractor: ...
-
-    def vectors(self) -> VectorStore | None: ...
-
-    def graph(self) -> GraphStore | None: ...
 
 
 @dataclass(slots=True)

@@ -33,6 +33,7 @@ from memoryctl.config import EmbedderSettings
 from memoryctl.embed import Embedder, HashEmbedder, HttpEmbedder, LocalE5Embedder, make_embedder
 from memoryctl.embed import local as local_mod
 from memoryctl.errors import ConfigError, StoreError, StoreUnavailable
+from memoryctl.http_service import Retry
 
 # (query, relevant passage, unrelated passage)
 TRIPLES = [
@@ -203,9 +204,9 @@ def test_hash_batching_equals_one_by_one() -> None:
 
 
 def test_factory_rejects_inconsistent_settings() -> None:
-    with pytest.raises(ConfigError, match=r"embedder\.url"):
+    with pytest.raises(ConfigError, match=r"needs embedder\.url"):
         make_embedder(EmbedderSettings(kind="http", model="BAAI/bge-m3"))
-    with pytest.raises(ConfigError, match=r"embedder\.model"):
+    with pytest.raises(ConfigError, match=r"needs embedder\.model"):
         make_embedder(EmbedderSettings(kind="http", url="http://127.0.0.1:1"))
     with pytest.raises(ConfigError, match="adapter_path"):
         make_embedder(EmbedderSettings(kind="local", adapter_path="/nonexistent"))
@@ -308,9 +309,9 @@ def standin() -> Iterator[StandInEmbeddingsServer]:
     srv.server_close()
 
 
-def _client(url: str, **kw: Any) -> HttpEmbedder:
-    kw.setdefault("backoff_s", 0.01)
-    return HttpEmbedder(url, "BAAI/bge-m3", **kw)
+def _client(url: str, *, retries: int = 3, **kw: Any) -> HttpEmbedder:
+    """The embedder's default retries, with a short backoff so the failing cases finish quickly."""
+    return HttpEmbedder(url, "BAAI/bge-m3", retry=Retry(retries, backoff_s=0.01), **kw)
 
 
 def test_http_happy_path_batches_orders_and_authenticates(standin: StandInEmbeddingsServer) -> None:
@@ -345,14 +346,14 @@ def test_http_retries_500_then_succeeds(standin: StandInEmbeddingsServer) -> Non
             ok(h, body)
 
     standin.behaviour = flaky
-    vecs = _client(standin.url, max_retries=3).embed_documents(["a", "b"])
+    vecs = _client(standin.url, retries=3).embed_documents(["a", "b"])
     assert vecs.shape == (2, 16) and calls["n"] == 3
 
 
 def test_http_gives_up_after_bounded_retries(standin: StandInEmbeddingsServer) -> None:
     standin.behaviour = lambda h, body: h.send_json(503, {"error": {"message": "model is loading"}})
     with pytest.raises(StoreUnavailable) as err:
-        _client(standin.url, max_retries=2, dim=16).embed_documents(["a"])
+        _client(standin.url, retries=2, dim=16).embed_documents(["a"])
     assert len(standin.requests) == 3
     assert err.value.store == "embedder" and "model is loading" in str(err.value) and err.value.hint
 
@@ -367,7 +368,7 @@ def test_http_timeout_is_unavailable(standin: StandInEmbeddingsServer) -> None:
     standin.behaviour = hung
     try:
         with pytest.raises(StoreUnavailable, match="timed out"):
-            _client(standin.url, timeout_s=0.2, max_retries=1, dim=16).embed_query("a")
+            _client(standin.url, timeout_s=0.2, retries=1, dim=16).embed_query("a")
     finally:
         release.set()
     assert len(standin.requests) == 2  # bounded: the first attempt and one retry
@@ -378,13 +379,13 @@ def test_http_connection_refused_is_unavailable() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again before use: nothing listens there
     with pytest.raises(StoreUnavailable, match="could not connect"):
-        _client(f"http://127.0.0.1:{port}", max_retries=1, dim=16).embed_query("a")
+        _client(f"http://127.0.0.1:{port}", retries=1, dim=16).embed_query("a")
 
 
 def test_http_client_errors_fail_fast_with_a_hint(standin: StandInEmbeddingsServer) -> None:
     standin.behaviour = lambda h, body: h.send_json(401, {"error": {"message": "invalid api key"}})
     with pytest.raises(StoreError) as err:
-        _client(standin.url, max_retries=3, dim=16).embed_query("a")
+        _client(standin.url, retries=3, dim=16).embed_query("a")
     assert not isinstance(err.value, StoreUnavailable)
     assert len(standin.requests) == 1 and "api_key" in (err.value.hint or "")
 

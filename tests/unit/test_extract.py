@@ -29,6 +29,7 @@ from memoryctl.extract import (
 )
 from memoryctl.extract.base import MAX_ENTITIES
 from memoryctl.extract.llm import LLM_RELATION_TYPES, SCHEMA
+from memoryctl.http_service import Retry
 from memoryctl.model import EntityRef, MemoryRef, Relation
 
 
@@ -203,9 +204,11 @@ def vllm() -> Iterator[StandInChatServer]:
     srv.server_close()
 
 
-def llm_for(srv: StandInChatServer, **kw: Any) -> LlmExtractor:
-    kw.setdefault("backoff_s", 0.01)
-    return LlmExtractor(srv.url + "/v1", "Qwen/Qwen2.5-7B-Instruct", api_key="k", **kw)
+def llm_for(srv: StandInChatServer, *, retries: int = 1, **kw: Any) -> LlmExtractor:
+    """The extractor's default retries, with a short backoff so the failing cases finish quickly."""
+    return LlmExtractor(
+        srv.url + "/v1", "Qwen/Qwen2.5-7B-Instruct", api_key="k", retry=Retry(retries, backoff_s=0.01), **kw
+    )
 
 
 def test_llm_request_shape_is_vllm_json_schema(vllm: StandInChatServer) -> None:
@@ -292,12 +295,12 @@ def test_llm_malformed_answer_falls_back_to_rules(vllm: StandInChatServer, conte
 
 def test_llm_server_errors_degrade_with_bounded_retries(vllm: StandInChatServer) -> None:
     vllm.reply = (500, {"error": {"message": "boom"}})
-    ex = llm_for(vllm, fallback=RULES, max_retries=2).extract("@carol")
+    ex = llm_for(vllm, fallback=RULES, retries=2).extract("@carol")
     assert pairs(ex) == {("User", "carol")} and ex.degraded and "unavailable" in ex.degraded
     assert len(vllm.requests) == 3
     vllm.requests.clear()
     vllm.reply = (400, {"error": {"message": "response_format not supported"}})
-    ex = llm_for(vllm, fallback=RULES, max_retries=2).extract("@carol")
+    ex = llm_for(vllm, fallback=RULES, retries=2).extract("@carol")
     assert len(vllm.requests) == 1 and ex.degraded and "400" in ex.degraded  # not retried
     vllm.reply = (200, {"choices": []})
     assert "malformed" in (llm_for(vllm, fallback=RULES).extract("@carol").degraded or "")
@@ -306,7 +309,7 @@ def test_llm_server_errors_degrade_with_bounded_retries(vllm: StandInChatServer)
 def test_llm_timeout_degrades(vllm: StandInChatServer) -> None:
     vllm.release.clear()  # the server holds its answer until the client has given up
     try:
-        ex = llm_for(vllm, fallback=RULES, timeout_s=0.2, max_retries=0).extract("@dave")
+        ex = llm_for(vllm, fallback=RULES, timeout_s=0.2, retries=0).extract("@dave")
     finally:
         vllm.release.set()
     assert len(vllm.requests) == 1
