@@ -394,6 +394,8 @@ class SqlGraphBackend:
         return {uuid.UUID(i) for i in ids}.intersection(self.traverse(full))
 
     def relationship_rows(self, ids: list[str]) -> Iterable[RelationshipRow]:
+        # A memory's edge to itself is listed once, as ``out`` (the memory declared it), which is what
+        # Neo4j's undirected match gives: the 'in' half leaves it out.
         stmt = self._q(
             """
             WITH rel AS (
@@ -401,7 +403,7 @@ class SqlGraphBackend:
                 FROM {s}.graph_edges g WHERE g.src = ANY(%(ids)s::text[])
               UNION
                 SELECT DISTINCT g.dst, g.type, 'in', g.src
-                FROM {s}.graph_edges g WHERE g.dst = ANY(%(ids)s::text[])
+                FROM {s}.graph_edges g WHERE g.dst = ANY(%(ids)s::text[]) AND g.src <> g.dst
             )
             SELECT rel.me, rel.type, rel.direction, rel.other, e.type, e.name, m.id
             FROM rel

@@ -501,6 +501,25 @@ def test_relationships(ctx: Ctx) -> None:
     assert rels[m[6]] == [{"type": "MENTIONS", "direction": "out", "node": alice}]
 
 
+def test_a_memory_edge_to_itself_is_listed_once(ctx: Ctx) -> None:
+    """m -RELATES_TO-> m is one edge: both stores list it once, as ``out`` (the SQL graph listed it
+    ``in`` as well), and it does not make m its own neighbour in a traversal from an entity."""
+    a = ctx.agent("self")
+    (mid,) = ctx.new_ids(1)
+    ann = ent(a, "Speaker", "Ann")
+    s = ctx.store
+    s.upsert_memories([mem(mid, a, [ann], [ann], [GraphEdge(mid, "RELATES_TO", str(mid))])])
+    assert s.relationships([mid])[mid] == [
+        {
+            "type": "MENTIONS",
+            "direction": "out",
+            "node": {"kind": "entity", "key": ann.key, "type": "Speaker", "name": "Ann"},
+        },
+        {"type": "RELATES_TO", "direction": "out", "node": {"kind": "memory", "id": str(mid)}},
+    ]
+    assert s.traverse(GraphTraversal(a, ann.key, (), 2, "both")) == [mid]
+
+
 def test_scroll_pages_and_count(ctx: Ctx) -> None:
     w = build_world(ctx)
     s = ctx.store
