@@ -133,6 +133,9 @@ class EmbedderSettings(BaseModel):
     batch_size: int = Field(64, ge=1)
     timeout_s: float = Field(30.0, gt=0)
     adapter_path: str | None = None  # minilm: a LoRA adapter promoted by `nightly`
+    # e5-small-v2, bge-small-en-v1.5: where the model is installed (the directory holding
+    # e5-small-v2-int8/ ...); unset, the model directory ($MEMORYCTL_MODEL_DIR, else ~/.cache/memoryctl/models)
+    model_dir: Path | None = None
 
 
 class ExtractorSettings(BaseModel):

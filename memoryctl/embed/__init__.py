@@ -90,7 +90,9 @@ def make_embedder(settings: EmbedderSettings) -> Embedder:
         from memoryctl.embed.registry import DIM, RegistryEmbedder
 
         _fixed_dim(settings, DIM, settings.kind)
-        return RegistryEmbedder(settings.kind, batch_size=settings.batch_size, model_id=settings.model)
+        return RegistryEmbedder(
+            settings.kind, batch_size=settings.batch_size, model_id=settings.model, model_dir=settings.model_dir
+        )
     if settings.kind == "hash":
         return HashEmbedder(settings.dim or 384, batch_size=settings.batch_size, model_id=settings.model)
     raise ConfigError(

