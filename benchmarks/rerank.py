@@ -26,7 +26,11 @@ the default, ``onnx``). ``--context-tokens 0`` leaves the with-context pass out 
 
     python benchmarks/rerank.py [--conversations 41,42] [--depth 30] [--depths 10,20,30]
         [--blends 0,0.25,0.5,0.75,1] [--dump FILE] [--collected FILE | --from FILE]
-        [--context-tokens 256] [--sample-depths 10,20] [--embedder KIND]
+        [--context-tokens 256] [--sample-depths 10,20] [--embedder KIND] [--neighbour-weights 0.3]
+
+``--neighbour-weights`` also sweeps a rule measured and not taken into the product (docs/retrieval.md,
+"A candidate's neighbours"): the blended score plus a weight times the best cross-encoder
+probability of the read turns right before and after it in its session.
 """
 
 from __future__ import annotations
@@ -186,6 +190,38 @@ def ranked(row: dict[str, object], depth: int | None, blend: float, logit: str =
     return [str(h.id) for h in out.hits]
 
 
+def turn_positions(rows: Sequence[dict[str, object]]) -> dict[str, tuple[str, int, int]]:
+    """Per turn id of the rows' conversations: (agent, session, position in the conversation)."""
+    out: dict[str, tuple[str, int, int]] = {}
+    for agent in sorted({str(r["agent"]) for r in rows}):
+        for i, t in enumerate(locomo.read(agent.removeprefix("locomo-")).conversation.turns):
+            out[str(t.id)] = (agent, t.session, i)
+    return out
+
+
+def neighbour_ranked(
+    row: dict[str, object], depth: int, blend: float, weight: float, where: dict[str, tuple[str, int, int]]
+) -> list[str]:
+    """The stage's order with a second-order rule tried on top (not in the product: measured, see
+    docs/retrieval.md): each read candidate's blended score plus ``weight`` times the best
+    cross-encoder probability among the read candidates right before or after it in its session
+    (a turn and the reply that answers it are often one piece of evidence)."""
+    cands = row["candidates"]
+    assert isinstance(cands, list)
+    hits = [Hit(uuid.UUID(c["id"]), c["score"], {}, Memory(text=c["passage"], agent_id="x"), []) for c in cands]
+    scorer = Known({passage(h.memory): c["logit"] for h, c in zip(hits, cands, strict=True)})
+    out = rerank(hits, str(row["question"]), scorer, RerankSettings(depth, blend, budget_s=1e9))
+    read = out.hits[: out.read]
+    ce = {where[str(h.id)]: h.scores["rerank"] for h in read}
+
+    def lifted(h: Hit) -> float:
+        agent, session, i = where[str(h.id)]
+        near = [ce.get((agent, session, i + d), 0.0) for d in (-1, 1)]
+        return h.score + weight * max(near)
+
+    return [str(h.id) for h in sorted(read, key=lambda h: -lifted(h))] + [str(h.id) for h in out.hits[out.read :]]
+
+
 def metrics(rows: Sequence[dict[str, object]], rankings: Sequence[list[str]]) -> dict[str, float]:
     r10 = h5 = 0.0
     for row, ids in zip(rows, rankings, strict=True):
@@ -213,6 +249,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--embedder", help="embedder kind instead of the configured one (as benchmarks/locomo.py)")
     ap.add_argument("--sample-depths", default="10,20", help="depths timed on every tenth question ('' for none)")
+    ap.add_argument(
+        "--neighbour-weights",
+        default="",
+        help="also sweep the neighbour rule (neighbour_ranked) with these weights, e.g. 0.2,0.3 (methods nbW-dD-bB)",
+    )
     args = ap.parse_args(argv)
     if args.source:
         rows = [r for f in args.source for r in json.loads(f.read_text())]
@@ -237,6 +278,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             for b in args.blends.split(",")
         ]
     rankings = {name: [ranked(r, d, b, key) for r in rows] for name, d, b, key in grid}
+    weights = [float(w) for w in args.neighbour_weights.split(",") if w.strip()]
+    if weights:
+        where = turn_positions(rows)
+        for w in weights:
+            for d in args.depths.split(","):
+                for b in args.blends.split(","):
+                    name = f"nb{w}-d{d}-b{b}"
+                    rankings[name] = [neighbour_ranked(r, int(d), float(b), w, where) for r in rows]
+                    grid.append((name, int(d), float(b), "logit"))
     cats = sorted({str(r["category"]) for r in rows})
     kinds = sorted({str(r.get("embedder", "onnx")) for r in rows})
     print(
