@@ -20,10 +20,12 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from memoryctl.query_terms import Direction, MetaOp
-from memoryctl.stores.records import RecordStore
+
+if TYPE_CHECKING:  # the protocols stay importable without PostgreSQL's driver
+    from memoryctl.stores.records import RecordStore
 
 
 @dataclass(frozen=True, slots=True)
