@@ -54,7 +54,7 @@ import recall  # noqa: E402
 from conversations import SPEAKER_TYPE, Conversation  # noqa: E402
 
 from memoryctl.model import EntityRef, Memory  # noqa: E402
-from memoryctl.query.rerank import CrossEncoder, RerankSettings, passage, rerank  # noqa: E402
+from memoryctl.query.rerank import CrossEncoder, Reranked, RerankSettings, passage, rerank  # noqa: E402
 from memoryctl.query.results import Hit  # noqa: E402
 from memoryctl.query.spec import MemoryQuery  # noqa: E402
 from memoryctl.query.turns import CONTEXT_WITHIN  # noqa: E402
@@ -178,16 +178,22 @@ def ranked(row: dict[str, object], depth: int | None, blend: float, logit: str =
     """The row's candidates, first stage (depth None) or re-ranked by ``memoryctl.query.rerank.rerank``
     with the cross-encoder's logits of the current passage (``logit``) or the with-context one
     (``context_logit``)."""
+    if depth is None:
+        cands = row["candidates"]
+        assert isinstance(cands, list)
+        return [c["id"] for c in cands]
+    return [str(h.id) for h in staged(row, depth, blend, logit).hits]
+
+
+def staged(row: dict[str, object], depth: int, blend: float, logit: str = "logit") -> Reranked:
+    """The row's candidates through the product's stage, with the collected logits as its scorer."""
     cands = row["candidates"]
     assert isinstance(cands, list)
-    if depth is None:
-        return [c["id"] for c in cands]
     hits = []
     for c in cands:  # a stand-in memory: rerank reads only the hit's score and its passage
         hits.append(Hit(uuid.UUID(c["id"]), c["score"], {}, Memory(text=c["passage"], agent_id="x"), []))
     scorer = Known({passage(h.memory): c[logit] for h, c in zip(hits, cands, strict=True)})
-    out = rerank(hits, str(row["question"]), scorer, RerankSettings(depth, blend, budget_s=1e9))
-    return [str(h.id) for h in out.hits]
+    return rerank(hits, str(row["question"]), scorer, RerankSettings(depth, blend, budget_s=1e9))
 
 
 def turn_positions(rows: Sequence[dict[str, object]]) -> dict[str, tuple[str, int, int]]:
@@ -206,11 +212,7 @@ def neighbour_ranked(
     docs/retrieval.md): each read candidate's blended score plus ``weight`` times the best
     cross-encoder probability among the read candidates right before or after it in its session
     (a turn and the reply that answers it are often one piece of evidence)."""
-    cands = row["candidates"]
-    assert isinstance(cands, list)
-    hits = [Hit(uuid.UUID(c["id"]), c["score"], {}, Memory(text=c["passage"], agent_id="x"), []) for c in cands]
-    scorer = Known({passage(h.memory): c["logit"] for h, c in zip(hits, cands, strict=True)})
-    out = rerank(hits, str(row["question"]), scorer, RerankSettings(depth, blend, budget_s=1e9))
+    out = staged(row, depth, blend)
     read = out.hits[: out.read]
     ce = {where[str(h.id)]: h.scores["rerank"] for h in read}
 
